@@ -1,0 +1,26 @@
+import os
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from trl_ext.tasks.tokenizer import build_tokenizer
+
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def trained_artifacts(tmp_path_factory):
+    """A pretrained policy and reward classifier with the default recipes (about 30 s, once a session)."""
+    from trl_ext.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
+
+    root = tmp_path_factory.mktemp("artifacts")
+    policy = run_pretrain(PretrainConfig(out=str(root / "policy"), eval_n=200), show_progress=False)
+    reward = run_train_reward(RewardConfig(out=str(root / "reward"), eval_n=500), show_progress=False)
+    return {"policy": root / "policy", "reward": root / "reward", "policy_metrics": policy, "reward_metrics": reward}

@@ -1,0 +1,80 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+def test_pretraining_loss_falls(tokenizer):
+    from trl_ext.models import build_policy
+    from trl_ext.supervised import supervised_loop
+    from trl_ext.tasks.doubling import pretrain_dataset
+
+    model = build_policy(tokenizer)
+    assert sum(p.numel() for p in model.parameters()) == 210_944
+    data = pretrain_dataset(tokenizer, 40 * 32, seed=1)
+    result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=32, lr=2e-3, warmup_steps=5,
+                             use_labels=False, seed=1, desc="t", show_progress=False)
+    assert sum(result.losses[-5:]) / 5 < 0.7 * sum(result.losses[:5]) / 5
+
+
+def test_default_recipes_reach_targets(trained_artifacts):
+    policy = trained_artifacts["policy_metrics"]
+    assert policy["value_acc"] >= 0.99
+    # sampled charset choice is spread over the three sets, as in the seed
+    assert all(0.2 < policy["charset_spread"][k] < 0.45 for k in ("digits", "lower", "upper"))
+    assert trained_artifacts["reward_metrics"]["heldout_accuracy"] >= 0.995
+
+
+def test_artifacts_reload(trained_artifacts):
+    from trl_ext.artifacts import load_classifier, load_policy
+
+    model, tok = load_policy(trained_artifacts["policy"])
+    assert tok.padding_side == "left" and model.config.vocab_size == 42
+    clf, _ = load_classifier(trained_artifacts["reward"])
+    assert clf.config.num_labels == 4
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "trl_ext.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_cli_end_to_end_tiny(tmp_path):
+    cfg = tmp_path / "pre.yaml"
+    cfg.write_text("steps: 30\nbatch_size: 16\neval_n: 20\n")
+    run = _cli("pretrain", "--out", str(tmp_path / "p"), "--config", str(cfg), "--seed", "1")
+    assert run.returncode == 0, run.stderr
+    assert "pretrain: value_acc=" in run.stdout
+    saved = json.loads((tmp_path / "p" / "metrics.json").read_text())
+    assert saved["config"]["steps"] == 30 and saved["config"]["seed"] == 1
+    run = _cli("train-reward", "--out", str(tmp_path / "r"), "--steps", "10", "--eval-n", "20")
+    assert run.returncode == 0, run.stderr
+    run = _cli("eval", "--policy", str(tmp_path / "p"), "--n", "10", "--sample")
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "p" / "eval.json").read_text())
+    assert set(report) >= {"greedy", "sampled"} and 0 <= report["greedy"]["exact"] <= 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["eval", "--policy", "/nonexistent/dir"], "does not exist"),
+        (["pretrain", "--out", "x", "--config", "CFG"], "unknown option 'stepz'"),
+        (["pretrain", "--out", "x", "--steps", "0"], "steps must be positive"),
+        (["eval", "--policy", "REWARD_DIR"], "not a causal LM"),
+    ],
+)
+def test_cli_bad_input_gives_one_line_error(tmp_path, args, message):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("stepz: 3\n")
+    reward_dir = tmp_path / "rd"
+    reward_dir.mkdir()
+    (reward_dir / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    (reward_dir / "model.safetensors").write_bytes(b"")
+    args = [str(cfg) if a == "CFG" else str(reward_dir) if a == "REWARD_DIR" else a for a in args]
+    run = _cli(*args, cwd=tmp_path)
+    assert run.returncode == 2
+    assert message in run.stderr and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1

@@ -1,0 +1,21 @@
+"""Padding token-id lists into tensors."""
+
+from __future__ import annotations
+
+import torch
+
+
+def pad_batch(sequences: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad to the longest sequence; returns ``(input_ids, attention_mask)``, both ``(B, T)`` long tensors."""
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("cannot pad an empty batch or an empty sequence")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        span = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[row, span] = torch.as_tensor(seq, dtype=torch.long)
+        mask[row, span] = 1
+    return ids, mask

@@ -1,0 +1,80 @@
+"""``trl-ext`` command line: one subcommand per pipeline stage.
+
+Every subcommand takes its options as flags or from ``--config FILE.yaml``; bad input ends
+with a one-line ``trl-ext: error: ...`` and exit code 2 (set ``TRL_EXT_DEBUG=1`` for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _commands() -> dict:
+    from trl_ext import stages
+
+    commands = {
+        "pretrain": (stages.PretrainConfig, stages.run_pretrain, "pretrain the tiny GPT-2 policy on no-prefix data"),
+        "train-reward": (stages.RewardConfig, stages.run_train_reward, "train the BERT charset classifier"),
+        "eval": (stages.EvalConfig, stages.run_eval, "evaluate a policy on held-out prefix prompts"),
+    }
+    try:
+        from trl_ext import ppo_command
+
+        commands["ppo"] = (ppo_command.PPOCommandConfig, ppo_command.run_ppo, "PPO with the trl or scratch backend")
+    except ImportError:  # pragma: no cover - only while the PPO stage is absent
+        pass
+    try:
+        from trl_ext import demo
+
+        commands["demo"] = (demo.DemoConfig, demo.run_demo, "the whole pipeline end to end, both backends")
+        commands["compare"] = (demo.CompareConfig, demo.run_compare, "both backends side by side over seeds")
+    except ImportError:  # pragma: no cover
+        pass
+    return commands
+
+
+def _summary_line(name: str, result: dict) -> str:
+    if name == "pretrain":
+        return (f"pretrain: value_acc={result['value_acc']:.3f} charset spread="
+                f"{json.dumps(result['charset_spread'])} loss {result['first_loss']:.3f}->{result['final_loss']:.4f} "
+                f"in {result['seconds']}s")
+    if name == "train-reward":
+        return f"train-reward: held-out accuracy={result['heldout_accuracy']:.4f} in {result['seconds']}s"
+    if name == "eval":
+        parts = [f"{mode}: exact={result[mode]['exact']:.3f} value={result[mode]['value_acc']:.3f} "
+                 f"charset={result[mode]['charset_acc']:.3f}" for mode in ("greedy", "sampled") if mode in result]
+        return "eval: " + "; ".join(parts)
+    return result.get("summary", f"{name}: done")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trl_ext.config import add_dataclass_arguments, build_config, given_flags
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = _commands()
+    parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (cls, _, help_text) in commands.items():
+        add_dataclass_arguments(sub.add_parser(name, help=help_text, description=help_text), cls)
+    namespace = parser.parse_args(argv)
+    cls, run, _ = commands[namespace.command]
+    try:
+        cfg = build_config(cls, namespace, given_flags(argv))
+        result = run(cfg)
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as err:
+        if os.environ.get("TRL_EXT_DEBUG"):
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"trl-ext: error: {message}", file=sys.stderr)
+        return 2
+    if namespace.command == "eval":
+        print(json.dumps({k: v for k, v in result.items()}, ensure_ascii=False, indent=2))
+    print(_summary_line(namespace.command, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Dataclass configs from the command line and YAML files (TRL's ``TrlParser`` style).
+
+Values come from, in rising priority: the dataclass defaults, ``--config FILE.yaml``, flags.
+A YAML key that is not a field is an error naming the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _arg_type(tp):
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _arg_type(inner[0])
+    return tp
+
+
+def _bool(text: str) -> bool:
+    lowered = str(text).lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
+    hints = typing.get_type_hints(cls)
+    parser.add_argument("--config", type=Path, default=None, help="YAML file of options (flags override it)")
+    for field in dataclasses.fields(cls):
+        tp = _arg_type(hints[field.name])
+        flag = "--" + field.name.replace("_", "-")
+        help_text = field.metadata.get("help", "")
+        default = field.default if field.default is not dataclasses.MISSING else None
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        if tp is bool:
+            parser.add_argument(flag, dest=field.name, type=_bool, nargs="?", const=True, default=default,
+                                help=f"{help_text} (default: {default})")
+        else:
+            choices = field.metadata.get("choices")
+            parser.add_argument(flag, dest=field.name, type=tp, default=default, choices=choices,
+                                help=f"{help_text} (default: {default})" if not required else help_text)
+
+
+def _load_yaml(path: Path) -> dict:
+    import yaml
+
+    if not path.exists():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of option: value")
+    return data
+
+
+def build_config(cls, namespace: argparse.Namespace, argv_flags: set[str]):
+    """Merge defaults, the YAML file and explicitly given flags into a ``cls`` instance."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    if namespace.config is not None:
+        for key, value in _load_yaml(namespace.config).items():
+            key_name = str(key).replace("-", "_")
+            if key_name not in names:
+                raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} "
+                                  f"(known: {', '.join(sorted(names))})")
+            values[key_name] = value
+    for name in names:
+        if name in argv_flags or name not in values:
+            value = getattr(namespace, name)
+            if value is not None or name not in values:
+                values[name] = value
+    missing = [f.name for f in dataclasses.fields(cls) if values.get(f.name) is None
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing required option(s): {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    return cls(**values)
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """Field names of the flags written on the command line (``--lr 1`` or ``--lr=1``)."""
+    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
+
+
+def field(default=dataclasses.MISSING, help: str = "", choices=None, **kwargs):
+    metadata = {"help": help}
+    if choices is not None:
+        metadata["choices"] = choices
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)

@@ -1,0 +1,71 @@
+"""Supervised stages of the doubling pipeline: pretrain the policy, train the reward classifier.
+
+A plain loop rather than ``transformers.Trainer``: the models are tiny (a step is tens of
+milliseconds), so Trainer's per-step overhead, output directories and logging integrations
+cost more than the math; the loop below is all the behaviour we need, in one screen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
+
+from trl_ext.batching import pad_batch
+
+
+@dataclass
+class LoopResult:
+    losses: list[float]
+    seconds: float
+
+
+def _check_rows(dataset, columns: tuple[str, ...]) -> None:
+    missing = [c for c in columns if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"dataset is missing column(s) {missing}; it has {dataset.column_names}")
+    for index, ids in enumerate(dataset["input_ids"]):
+        if not ids:
+            raise ValueError(f"dataset row {index} has empty input_ids")
+
+
+def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, warmup_steps: int,
+                    use_labels: bool, seed: int, desc: str, show_progress: bool = True) -> LoopResult:
+    """One pass over ``dataset`` in order, ``batch_size`` rows a step, AdamW + warmup + cosine.
+
+    ``use_labels=False``: next-token loss on real tokens (padding ignored, labels = -100).
+    ``use_labels=True``: sequence classification on the ``label`` column.
+    """
+    import time
+
+    _check_rows(dataset, ("input_ids", "label") if use_labels else ("input_ids",))
+    steps = len(dataset) // batch_size
+    if steps == 0:
+        raise ValueError(f"dataset of {len(dataset)} rows is smaller than one batch of {batch_size}")
+    torch.manual_seed(seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = get_cosine_schedule_with_warmup(optimizer, min(warmup_steps, steps // 2), steps)
+    losses = []
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc=desc, disable=None if show_progress else True, leave=False, mininterval=1.0)
+    for step in bar:
+        rows = dataset[step * batch_size:(step + 1) * batch_size]
+        input_ids, attention_mask = pad_batch(rows["input_ids"], pad_id, side="right")
+        if use_labels:
+            labels = torch.as_tensor(rows["label"], dtype=torch.long)
+        else:
+            labels = input_ids.masked_fill(attention_mask == 0, -100)
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+    model.eval()
+    return LoopResult(losses, time.perf_counter() - start)
