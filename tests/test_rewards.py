@@ -1,0 +1,192 @@
+import math
+import pickle
+
+import pytest
+import torch
+
+from trl_ext.rewards import (
+    CharsetCompliance, ClassifierReward, Clipped, ExactMatch, RewardError, RunningNormalized, ValueCorrect,
+    WeightedSum, as_ppo_reward_model, call_reward, doubling_classifier_reward,
+)
+
+PROMPTS = ["S数字:3320x2="] * 5 + ["S大写:3164x2="]
+COMPLETIONS = ["6640E", "六六四〇E", "6641E", "x=E", "E", "陆叁贰捌E"]
+
+
+def test_rule_rewards_exact_values():
+    assert ValueCorrect()(PROMPTS, COMPLETIONS) == [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    assert CharsetCompliance()(PROMPTS, COMPLETIONS) == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    assert ExactMatch()(PROMPTS, COMPLETIONS) == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    # columns, when given, win over what the prompt says
+    assert ExactMatch()(PROMPTS[:1], ["六六四〇E"], label=[1], question=[3320]) == [1.0]
+    assert ExactMatch.__name__ != "" and ExactMatch().__name__ == "doubling_exact"
+
+
+def test_combinators():
+    both = WeightedSum([ValueCorrect(), CharsetCompliance()], [1.0, 2.0])
+    assert both(PROMPTS, COMPLETIONS) == [3.0, 1.0, 2.0, 0.0, 0.0, 3.0]
+    assert Clipped(both, 0.5, 2.0)(PROMPTS, COMPLETIONS) == [2.0, 1.0, 2.0, 0.5, 0.5, 2.0]
+    norm = RunningNormalized(ValueCorrect())
+    out = norm(PROMPTS, COMPLETIONS)
+    assert sum(out) == pytest.approx(0.0, abs=1e-6) and norm.count == 6
+
+
+def test_rewards_pickle_round_trip(trained_artifacts):
+    from trl_ext.artifacts import load_classifier
+
+    model, tok = load_classifier(trained_artifacts["reward"])
+    for fn in [ValueCorrect(), WeightedSum([ExactMatch(), CharsetCompliance()]), doubling_classifier_reward(model, tok)]:
+        again = pickle.loads(pickle.dumps(fn))
+        assert again.__name__ == fn.__name__
+        assert again(PROMPTS, COMPLETIONS) == pytest.approx(fn(PROMPTS, COMPLETIONS))
+
+
+def test_classifier_reward_rewards_the_requested_set(trained_artifacts):
+    from trl_ext.artifacts import load_classifier
+
+    model, tok = load_classifier(trained_artifacts["reward"])
+    reward = doubling_classifier_reward(model, tok)
+    scores = reward(PROMPTS, COMPLETIONS)
+    assert scores[0] > 1.0 and scores[5] > 1.0  # right set
+    assert scores[1] < 0.0  # lower-case answer to a digits prompt
+    by_column = doubling_classifier_reward(model, tok, label_column="label")(PROMPTS, COMPLETIONS, label=[0] * 5 + [2])
+    assert by_column == pytest.approx(scores, abs=1e-6)
+
+
+def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
+    from trl.experimental.utils import get_reward
+
+    from trl_ext.batching import pad_batch
+
+    queries, _ = pad_batch(dataset["input_ids"], tokenizer.pad_token_id, side="left")
+    responses, _ = pad_batch([tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions],
+                             tokenizer.pad_token_id, side="right")
+    module = as_ppo_reward_model(reward_fn, tokenizer, dataset)
+    from trl.trainer.utils import disable_dropout_in_model
+
+    disable_dropout_in_model(module)
+    module = module.to("cpu")
+    _, score, _ = get_reward(module, torch.cat([queries, responses], 1), tokenizer.pad_token_id, queries.shape[1])
+    return score.tolist()
+
+
+def test_same_reward_through_trl_get_reward(trained_artifacts, tokenizer):
+    from trl_ext.artifacts import load_classifier
+    from trl_ext.tasks.doubling import Sample, prompt_dataset
+
+    model, tok = load_classifier(trained_artifacts["reward"])
+    samples = [Sample(3320, 0, True)] * 5 + [Sample(3164, 2, True), Sample(10, 1, True)]
+    dataset = prompt_dataset(tokenizer, samples)  # prompts of two lengths: left padding differs per row
+    completions = COMPLETIONS + ["二〇E"]
+    for reward in (doubling_classifier_reward(model, tok), doubling_classifier_reward(model, tok, "label")):
+        direct = reward(dataset["prompt"], completions, label=dataset["label"])
+        via_trl = _reward_through_trl(reward, tokenizer, dataset, completions)
+        assert via_trl == pytest.approx(direct, abs=1e-5)
+
+
+def test_ppo_adapter_rejects_unknown_prompt(tokenizer):
+    from trl_ext.tasks.doubling import Sample, prompt_dataset
+
+    module = as_ppo_reward_model(ExactMatch(), tokenizer, prompt_dataset(tokenizer, [Sample(3320, 0, True)]))
+    ids = torch.tensor([tokenizer("S小写:1111x2=2222E", add_special_tokens=False)["input_ids"]])
+    with pytest.raises(RewardError, match="does not start with any prompt"):
+        module.reward_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+def _tiny_classifier(kind, num_labels):
+    from transformers import (
+        BertConfig, BertForSequenceClassification, DebertaV2Config, DebertaV2ForSequenceClassification,
+    )
+
+    torch.manual_seed(0)
+    if kind == "bert":
+        cfg = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=16, num_labels=num_labels)
+        return BertForSequenceClassification(cfg)
+    cfg = DebertaV2Config(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_size=16, num_labels=num_labels, type_vocab_size=0, max_position_embeddings=64)
+    return DebertaV2ForSequenceClassification(cfg)
+
+
+def _word_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    core.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]")
+
+
+@pytest.mark.parametrize("kind", ["bert", "deberta"])
+def test_pair_mode_with_tiny_random_classifiers(kind):
+    model, tok = _tiny_classifier(kind, 1), _word_tokenizer()
+    reward = ClassifierReward(model, tok, pair=True, batch_size=2)
+    prompts, completions = ["what is up", "hello", "abc"], ["the sky", "hi there friend", "d"]
+    scores = reward(prompts, completions)
+    assert len(scores) == 3 and all(math.isfinite(s) for s in scores)
+    # batched scoring equals one-at-a-time scoring (padding does not leak into the score)
+    singles = [reward([p], [c])[0] for p, c in zip(prompts, completions)]
+    assert scores == pytest.approx(singles, abs=1e-5)
+    model.eval()
+    enc = tok(prompts[1], completions[1], return_tensors="pt")
+    if kind == "deberta":
+        enc.pop("token_type_ids", None)
+    with torch.no_grad():
+        assert scores[1] == pytest.approx(model(**enc).logits[0, 0].item(), abs=1e-5)
+
+
+def test_grpo_step_with_classifier_reward(trained_artifacts, tmp_path):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ext.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    policy, tok = load_policy(trained_artifacts["policy"])
+    clf, clf_tok = load_classifier(trained_artifacts["reward"])
+    reward = doubling_classifier_reward(clf, clf_tok)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=2, learning_rate=1e-3, use_cpu=True, bf16=False,
+                      report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True)
+    data = ppo_prompt_dataset(tok, 16, seed=0).select_columns(["prompt", "label"])
+    trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok)
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert logged and all(math.isfinite(h["reward"]) for h in logged)
+    assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
+
+
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        ([1.0], r"returned 1 values for 2 completions"),
+        ([1.0, float("nan")], r"'bad' returned nan at index 1"),
+        ([float("inf"), 1.0], r"returned inf at index 0"),
+        (["a", 1.0], r"non-number 'a' at index 0"),
+        ("x", r"returned a str"),
+    ],
+)
+def test_bad_reward_outputs_are_named(returned, message):
+    def bad(prompts, completions, **kw):
+        return returned
+
+    with pytest.raises(RewardError, match=message):
+        call_reward(bad, ["a", "b"], ["c", "d"])
+
+
+def test_bad_reward_inputs(trained_artifacts):
+    from trl_ext.artifacts import load_classifier
+
+    model, tok = load_classifier(trained_artifacts["reward"])
+    with pytest.raises(RewardError, match="column 'label'"):
+        ClassifierReward(model, tok, label_column="label")(["S数字:3320x2="], ["6640E"])
+    with pytest.raises(RewardError, match="1 prompts but 2 completions"):
+        ValueCorrect()(["S数字:3320x2="], ["6640E", "1E"])
+    with pytest.raises(RewardError, match="needs label_column or label_fn"):
+        ClassifierReward(model, tok)
+    with pytest.raises(RewardError, match="label 7 at index 0"):
+        ClassifierReward(model, tok, label_column="label")(["S数字:3320x2="], ["6640E"], label=[7])

@@ -1,0 +1,67 @@
+"""Rule rewards for the doubling task: ground truth for any trainer, and labels for the classifier reward."""
+
+from __future__ import annotations
+
+from trl_ext.rewards.base import RewardFunction
+from trl_ext.tasks.doubling import expected_answer, parse_answer, parse_prompt, truncate_completion
+
+
+def requested_label(prompt: str) -> int:
+    """The character set a prefixed prompt asks for (``S数字:...`` -> 0). A module-level function, so it pickles."""
+    label = parse_prompt(prompt).label
+    if label is None:
+        raise ValueError(f"prompt {prompt!r} has no charset prefix")
+    return label
+
+
+class _DoublingRule(RewardFunction):
+    """1.0 where the rule holds, else 0.0. Uses the ``question``/``label`` columns when given,
+    otherwise reads them from the prompt."""
+
+    def _targets(self, prompts, columns):
+        questions = columns.get("question") or [parse_prompt(p).question for p in prompts]
+        labels = columns.get("label") or [requested_label(p) for p in prompts]
+        return questions, labels
+
+    def score(self, prompts, completions, **columns):
+        questions, labels = self._targets(prompts, columns)
+        return [float(self.holds(q, lab, c)) for q, lab, c in zip(questions, labels, completions)]
+
+
+class ValueCorrect(_DoublingRule):
+    """The answer's number is twice the question, in any character set(s)."""
+
+    name = "doubling_value"
+
+    def holds(self, question, label, completion):
+        return parse_answer(completion).value == 2 * question
+
+
+class CharsetCompliance(_DoublingRule):
+    """The answer is written wholly in the character set the prefix asks for."""
+
+    name = "doubling_charset"
+
+    def holds(self, question, label, completion):
+        return parse_answer(completion).charset == label
+
+
+class ExactMatch(_DoublingRule):
+    """The completion up to its first E is exactly the expected answer (the seed's test)."""
+
+    name = "doubling_exact"
+
+    def holds(self, question, label, completion):
+        return truncate_completion(completion) == expected_answer(question, label)
+
+
+def doubling_classifier_reward(model, tokenizer, label_column: str | None = None):
+    """Seed 000's reward: the classifier's logit for the character set the prompt asks for.
+
+    The requested set comes from the prompt's prefix, or from ``label_column`` when given.
+    """
+    from trl_ext.rewards.classifier import ClassifierReward
+
+    if label_column is not None:
+        return ClassifierReward(model, tokenizer, label_column=label_column, name="charset_classifier")
+    return ClassifierReward(model, tokenizer, label_fn=requested_label, name="charset_classifier")
