@@ -1,0 +1,113 @@
+import math
+
+import pytest
+import torch
+
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.trainer import PPOError, PPOTrainer
+
+
+@pytest.fixture()
+def pieces(trained_artifacts):
+    from trl_ext.artifacts import load_classifier, load_policy
+    from trl_ext.rewards import doubling_classifier_reward
+
+    policy, tok = load_policy(trained_artifacts["policy"])
+    clf, clf_tok = load_classifier(trained_artifacts["reward"])
+    return policy, tok, doubling_classifier_reward(clf, clf_tok)
+
+
+def _params(module):
+    return {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    policy, tok, reward = pieces
+    cfg = PPOConfig(batch_size=16, num_mini_batches=2, total_episodes=32, num_ppo_epochs=2)
+    trainer = PPOTrainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 32, seed=0))
+    before, head_before = _params(trainer.policy), _params(trainer.actor_critic.value_head)
+    history = trainer.train()
+    assert len(history) == 2 and trainer.episode == 32
+    for stats in history:
+        assert all(math.isfinite(v) for v in stats.values() if isinstance(v, float)), stats
+    after = _params(trainer.policy)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    assert any(not torch.equal(head_before[n], p) for n, p in _params(trainer.actor_critic.value_head).items())
+    # the reference policy stays frozen
+    assert all(not p.requires_grad for p in trainer.ref_policy.parameters())
+    path = trainer.save(tmp_path / "out")
+    from transformers import AutoModelForCausalLM
+
+    again = AutoModelForCausalLM.from_pretrained(path)
+    assert torch.equal(again.transformer.wte.weight, trainer.policy.transformer.wte.weight)
+    assert (path / "value_head.safetensors").exists()
+
+
+def test_step_wise_api(pieces):
+    policy, tok, reward = pieces
+    trainer = PPOTrainer(PPOConfig(batch_size=4, num_ppo_epochs=1), policy, tok)
+    queries = [tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]] * 2 + \
+              [tok("S大写:10x2=", add_special_tokens=False)["input_ids"]] * 2
+    responses = trainer.generate(queries)
+    assert len(responses) == 4 and all(0 < len(r) <= 8 for r in responses)
+    assert all(tok.eos_token_id not in r[:-1] for r in responses)  # cut after the first eos
+    texts = tok.batch_decode(responses)
+    scores = reward([tok.decode(q) for q in queries], texts)
+    stats = trainer.step(queries, responses, scores)
+    assert stats["update"] == 1 and math.isfinite(stats["loss/policy_avg"])
+    with pytest.raises(PPOError, match="as many queries, responses and scores"):
+        trainer.step(queries, responses, scores[:2])
+    with pytest.raises(PPOError, match="non-finite score at index 1"):
+        trainer.step(queries, responses, [0.0, float("nan"), 0.0, 0.0])
+
+
+def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch):
+    from trl_ext.ppo import core
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    policy, tok, reward = pieces
+    real = core.clipped_value_loss
+    calls = {"n": 0}
+
+    def sometimes_nan(*args, **kwargs):
+        calls["n"] += 1
+        loss, stats = real(*args, **kwargs)
+        return (loss * float("nan"), stats) if calls["n"] > 1 else (loss, stats)
+
+    monkeypatch.setattr(core, "clipped_value_loss", sometimes_nan)
+    trainer = PPOTrainer(PPOConfig(batch_size=8, num_ppo_epochs=1, total_episodes=32), policy, tok, reward,
+                         ppo_prompt_dataset(tok, 32, seed=0), output_dir=tmp_path)
+    with pytest.raises(PPOError, match="non-finite loss .* update 2.*last good policy is saved"):
+        trainer.train()
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "last_good")
+    assert all(torch.isfinite(p).all() for p in saved.parameters())
+
+
+def test_bad_setup_errors(pieces):
+    policy, tok, reward = pieces
+    with pytest.raises(ValueError, match="not divisible by num_mini_batches"):
+        PPOConfig(batch_size=10, num_mini_batches=4)
+    import copy
+
+    no_pad = copy.deepcopy(tok)
+    no_pad.pad_token = None
+    with pytest.raises(PPOError, match="no pad"):
+        PPOTrainer(PPOConfig(), policy, no_pad, reward)
+
+
+def test_learning_raises_requested_charset_rate(pieces):
+    """A small budget (40 updates of 64) must clearly lift the requested-charset rate."""
+    from trl_ext.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    policy, tok, reward = pieces
+    before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
+    cfg = PPOConfig(batch_size=64, total_episodes=64 * 40, learning_rate=3e-4, seed=1)
+    trainer = PPOTrainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, cfg.total_episodes, seed=1))
+    trainer.train()
+    after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
+    assert after >= before + 0.25, (before, after)

@@ -1,0 +1,159 @@
+"""Pure PPO math for language models: tensors in, tensors out.
+
+Shapes: ``B`` sequences, ``T`` response tokens. A ``mask`` is 1.0 (or True) on real response
+tokens and 0 on padding; masked positions never change a result. No models, no config
+objects, no accelerate: everything here can be checked by hand.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[tokens]``: ``(B, T, V), (B, T) -> (B, T)``.
+
+    Gather-then-logsumexp never materialises the ``(B, T, V)`` log-softmax.
+    """
+    picked = torch.gather(logits, -1, tokens.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-token entropy of the categorical distribution: ``(B, T, V) -> (B, T)``."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean over positions where ``mask`` is set (no epsilon: an all-zero mask gives nan).
+
+    ``where`` rather than ``values * mask``, so inf/nan on masked positions cannot leak in.
+    """
+    kept = torch.where(mask.bool(), values, torch.zeros_like(values))
+    count = mask.to(values.dtype)
+    if dim is None:
+        return kept.sum() / count.sum()
+    return kept.sum(dim) / count.sum(dim)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance over masked positions; ``unbiased`` applies Bessel's correction ``n / (n - 1)``."""
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        count = mask.to(values.dtype).sum()
+        if count < 2:
+            raise ValueError(f"unbiased variance needs at least 2 unmasked values, got {int(count)}")
+        variance = variance * count / (count - 1)
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + 1e-8)`` over masked positions (unbiased variance, as TRL).
+
+    ``shift_mean=False`` scales but keeps the mean (used for rewards).
+    """
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    return whitened if shift_mean else whitened + mean
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
+    """Per-token estimate of KL(policy || ref) from samples of the policy (Schulman, "Approximating KL").
+
+    k1: ``log p - log q`` (unbiased, can be negative; seed 000); k3: ``(r - 1) - log r`` with
+    ``r = q / p`` (unbiased, non-negative, lower variance).
+    """
+    log_ratio = ref_logprobs - logprobs
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k3":
+        return torch.expm1(log_ratio) - log_ratio
+    raise ValueError(f"kl estimator must be 'k1' or 'k3', got {estimator!r}")
+
+
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last set position of each row of a right-padded mask (0 for an empty row)."""
+    return (mask.long().sum(-1) - 1).clamp(min=0)
+
+
+def token_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
+                     kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed 000 / classic TRL shaping: ``-kl_coef * kl`` on every token, the score added on the last one.
+
+    Returns ``(rewards, non_score_rewards)``, both ``(B, T)`` and zero on padding.
+    """
+    mask = mask.to(kl.dtype)
+    non_score = -kl_coef * kl * mask
+    rewards = non_score.clone()
+    rows = torch.arange(rewards.shape[0], device=rewards.device)
+    rewards[rows, last_token_index(mask)] += scores.to(rewards.dtype)
+    return rewards * mask, non_score
+
+
+def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
+                        kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seed 004 shaping: one reward ``score - kl_coef * sum(kl)`` on the last token, zero elsewhere."""
+    mask = mask.to(kl.dtype)
+    penalty = -kl_coef * (kl * mask).sum(-1)
+    rewards = torch.zeros_like(kl)
+    rows = torch.arange(rewards.shape[0], device=rewards.device)
+    last = last_token_index(mask)
+    rewards[rows, last] = scores.to(rewards.dtype) + penalty
+    non_score = torch.zeros_like(kl)
+    non_score[rows, last] = penalty
+    return rewards * mask, non_score * mask
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
+                   lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016) over right-padded responses.
+
+    ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lam A_{t+1}``; values and
+    rewards are zeroed on padding, so the value after the last token is 0. Returns
+    ``(advantages, returns = advantages + values)``, both ``(B, T)``.
+    """
+    mask = mask.to(values.dtype)
+    values, rewards = values * mask, rewards * mask
+    steps = rewards.shape[-1]
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(steps)):
+        next_value = values[:, t + 1] if t + 1 < steps else torch.zeros_like(running)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = delta + gamma * lam * running
+        advantages[:, t] = running
+    return advantages, advantages + values
+
+
+def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, cliprange: float) -> tuple[torch.Tensor, dict]:
+    """PPO's clipped surrogate, negated for minimisation, averaged over masked tokens.
+
+    ``max(-A r, -A clip(r, 1-eps, 1+eps))`` with ``r = exp(logp - logp_old)``.
+    """
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    with torch.no_grad():
+        stats = {
+            "clipfrac": masked_mean((clipped > unclipped).float(), mask),
+            "approxkl": 0.5 * masked_mean(log_ratio ** 2, mask),
+            "ratio": masked_mean(ratio, mask),
+        }
+    return loss, stats
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       mask: torch.Tensor, cliprange_value: float) -> tuple[torch.Tensor, dict]:
+    """``0.5 * max((V - R)^2, (clip(V, V_old +- eps) - R)^2)`` averaged over masked tokens."""
+    clipped_values = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
+    unclipped = (values - returns) ** 2
+    clipped = (clipped_values - returns) ** 2
+    loss = 0.5 * masked_mean(torch.maximum(unclipped, clipped), mask)
+    with torch.no_grad():
+        stats = {"clipfrac": masked_mean((clipped > unclipped).float(), mask)}
+    return loss, stats

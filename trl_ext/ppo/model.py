@@ -1,0 +1,56 @@
+"""Actor-critic for language models: a causal LM plus a linear value head.
+
+Shared (default, seed 000's ``PPO_Model``): the value head reads the policy's own last hidden
+state, so one forward pass gives logits and values. Separate (seed 003): the value head sits on
+a copy of the policy's backbone, a critic that shares nothing with the actor.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+def hidden_size(model) -> int:
+    return model.get_input_embeddings().embedding_dim
+
+
+def base_backbone(model):
+    """The transformer under the LM head (``model.transformer`` for GPT-2, ``model.model`` for Qwen)."""
+    return getattr(model, model.base_model_prefix)
+
+
+class ActorCritic(nn.Module):
+    def __init__(self, policy, separate_critic: bool = False):
+        super().__init__()
+        self.policy = policy
+        self.critic_backbone = copy.deepcopy(base_backbone(policy)) if separate_critic else None
+        self.value_head = nn.Linear(hidden_size(policy), 1)
+        nn.init.zeros_(self.value_head.weight)  # start at V = 0: no spurious advantages on update 1
+        nn.init.zeros_(self.value_head.bias)
+
+    @property
+    def separate_critic(self) -> bool:
+        return self.critic_backbone is not None
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        """Return ``(logits (B, L, V), values (B, L))`` for the whole sequence."""
+        out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          output_hidden_states=not self.separate_critic, use_cache=False)
+        if self.separate_critic:
+            hidden = self.critic_backbone(input_ids=input_ids, attention_mask=attention_mask,
+                                          position_ids=position_ids, use_cache=False).last_hidden_state
+        else:
+            hidden = out.hidden_states[-1]
+        return out.logits, self.value_head(hidden).squeeze(-1)
+
+    def save_value_head(self, path: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
+                  str(Path(path) / VALUE_HEAD_FILE))

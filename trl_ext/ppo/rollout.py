@@ -1,0 +1,82 @@
+"""Sampling responses with a KV cache, and the experience of one PPO batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 on the first real token of a left-padded row."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *, max_new_tokens: int,
+                     eos_token_id: int, pad_token_id: int, temperature: float = 1.0,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+    """Sample up to ``max_new_tokens`` per left-padded query; ``(B, R)`` ids, pad after the first eos.
+
+    A plain loop over the model with its KV cache: for small models ``generate``'s per-step
+    machinery costs more than the forward pass. ``temperature == 0`` is greedy.
+    """
+    batch = query_ids.shape[0]
+    mask = query_mask.long()
+    positions = positions_from_mask(mask)
+    inputs, past = query_ids, None
+    done = torch.zeros(batch, dtype=torch.bool, device=query_ids.device)
+    out = []
+    for _ in range(max_new_tokens):
+        result = model(input_ids=inputs, attention_mask=mask, position_ids=positions, past_key_values=past,
+                       use_cache=True)
+        logits = result.logits[:, -1, :].float()
+        past = result.past_key_values
+        if temperature == 0:
+            token = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        token = torch.where(done, torch.full_like(token, pad_token_id), token)
+        out.append(token)
+        done |= token == eos_token_id
+        if bool(done.all()):
+            break
+        inputs = token[:, None]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = positions[:, -1:] + 1
+    return torch.stack(out, dim=1)
+
+
+def response_mask(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """1 on every token up to and including the first eos; 0 after it (the seed's answer_length)."""
+    is_eos = (responses == eos_token_id).long()
+    after_eos = (is_eos.cumsum(-1) - is_eos) > 0
+    return (~after_eos).long()
+
+
+@dataclass
+class Experience:
+    """One batch of rollouts and everything PPO derives from it before the update epochs."""
+
+    query_response: torch.Tensor  # (B, P + R) left-padded query followed by the response
+    attention_mask: torch.Tensor  # (B, P + R) 1 on real tokens
+    position_ids: torch.Tensor  # (B, P + R)
+    responses: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
+    mask: torch.Tensor  # (B, R) 1 on response tokens up to and including eos
+    old_logprobs: torch.Tensor  # (B, R) log pi_old(token)
+    ref_logprobs: torch.Tensor  # (B, R) log pi_ref(token)
+    old_values: torch.Tensor  # (B, R) V_old before each response token
+    scores: torch.Tensor  # (B,) reward-function scores
+    rewards: torch.Tensor  # (B, R) KL-shaped per-token rewards
+    non_score_rewards: torch.Tensor  # (B, R) the KL part alone
+    kl: torch.Tensor  # (B, R) per-token KL estimate
+    advantages: torch.Tensor  # (B, R) whitened GAE advantages
+    returns: torch.Tensor  # (B, R) advantages + values (pre-whitening)
+
+    @property
+    def query_length(self) -> int:
+        return self.query_response.shape[1] - self.responses.shape[1]
+
+    def __len__(self) -> int:
+        return self.responses.shape[0]

@@ -1,0 +1,293 @@
+"""The in-house PPO trainer: the loop of seed 000's ``PPOTrainer.step``, batched, on accelerate.
+
+One update, as the tutorials number it:
+  1. generate responses for a batch of prompts (KV-cache sampling, stop at eos)
+  2. score them with a reward function
+  3. log-probs of the policy (and values) and of the frozen reference, one pass each
+  4. KL-shaped rewards
+  5. GAE advantages and returns, advantages whitened
+  6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates
+Every formula is a call into ``trl_ext.ppo.core``. It does not import ``trl.experimental.ppo``:
+it is trl-ext's PPO for users on TRL >= 1.13 too.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trl_ext.batching import pad_batch
+from trl_ext.ppo import core
+from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates
+from trl_ext.ppo.model import ActorCritic
+from trl_ext.ppo.rollout import Experience, positions_from_mask, response_mask, sample_responses
+from trl_ext.rewards.base import call_reward
+
+
+class PPOError(RuntimeError):
+    """Training cannot go on (bad model setup, non-finite loss)."""
+
+
+def _disable_dropout(module: nn.Module) -> None:
+    for sub in module.modules():
+        if isinstance(sub, nn.Dropout):
+            sub.p = 0.0
+
+
+def _collate(rows: list[dict]) -> dict:
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+class PPOTrainer:
+    """From-scratch PPO. ``train()`` runs the whole loop over ``train_dataset``; ``generate`` and
+    ``step`` are the classic step-wise API (bring your own rewards)."""
+
+    def __init__(self, config: PPOConfig, policy, tokenizer, reward_fn: Callable | None = None,
+                 train_dataset=None, ref_policy=None, accelerator=None, output_dir: str | Path | None = None):
+        from accelerate import Accelerator
+
+        for attr in ("pad_token_id", "eos_token_id"):
+            if getattr(tokenizer, attr) is None:
+                raise PPOError(f"the tokenizer has no {attr[:-3]}: set tokenizer.{attr[:-3]} before PPO "
+                               "(the eos token ends a response, the pad token fills after it)")
+        if train_dataset is not None and "input_ids" not in train_dataset.column_names:
+            raise PPOError(f"train_dataset needs an 'input_ids' column; it has {train_dataset.column_names}")
+        self.config, self.tokenizer, self.reward_fn = config, tokenizer, reward_fn
+        self.train_dataset, self.output_dir = train_dataset, output_dir
+        self.accelerator = accelerator or Accelerator()
+        torch.manual_seed(config.seed)
+        self.ref_policy = copy.deepcopy(policy) if ref_policy is None else ref_policy
+        self.ref_policy.eval().requires_grad_(False)
+        model = ActorCritic(policy, separate_critic=config.separate_critic)
+        _disable_dropout(model)
+        _disable_dropout(self.ref_policy)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, eps=1e-5)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.ref_policy.to(self.accelerator.device)
+        device = self.accelerator.device
+        self.generator = torch.Generator(device=device).manual_seed(
+            config.seed + 100003 * self.accelerator.process_index)
+        self.episode, self.update_index = 0, 0
+
+    # ------------------------------------------------------------------ public step-wise API
+
+    @property
+    def actor_critic(self) -> ActorCritic:
+        return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def policy(self):
+        return self.actor_critic.policy
+
+    def generate(self, queries: list[list[int]], temperature: float | None = None) -> list[list[int]]:
+        """Sample a response (token ids up to and including eos) for each query."""
+        query_ids, query_mask = self._pad_queries(queries)
+        responses = self._sample(query_ids, query_mask, temperature)
+        mask = response_mask(responses, self.tokenizer.eos_token_id)
+        return [row[: int(m.sum())].tolist() for row, m in zip(responses, mask)]
+
+    def step(self, queries: list[list[int]], responses: list[list[int]], scores) -> dict:
+        """One PPO update on given rollouts and their scores (classic TRL ``step``); returns stats."""
+        if not (len(queries) == len(responses) == len(scores)):
+            raise PPOError(f"step needs as many queries, responses and scores (got {len(queries)}, "
+                           f"{len(responses)}, {len(scores)})")
+        if len(queries) != self.config.batch_size:
+            raise PPOError(f"step expects batch_size={self.config.batch_size} rollouts, got {len(queries)}")
+        if any(len(r) == 0 for r in responses):
+            raise PPOError("every response needs at least one token")
+        query_ids, query_mask = self._pad_queries(queries)
+        device = self.accelerator.device
+        response_ids, _ = pad_batch(responses, self.tokenizer.pad_token_id, side="right")
+        scores = torch.as_tensor([float(s) for s in scores], dtype=torch.float32, device=device)
+        if not torch.isfinite(scores).all():
+            raise PPOError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
+        return self._update(self._experience(query_ids, query_mask, response_ids.to(device), scores))
+
+    # ------------------------------------------------------------------ the training loop
+
+    def train(self, on_update: Callable[[int, dict], bool | None] | None = None) -> list[dict]:
+        """Run ``num_updates`` updates over ``train_dataset`` in order; ``on_update(update, stats)``
+        returning True stops early. Returns the per-update stats."""
+        if self.train_dataset is None or self.reward_fn is None:
+            raise PPOError("train() needs a train_dataset and a reward_fn")
+        from torch.utils.data import DataLoader
+
+        loader = self.accelerator.prepare(DataLoader(self.train_dataset, batch_size=self.config.batch_size,
+                                                     shuffle=False, drop_last=True, collate_fn=_collate))
+        if len(loader) == 0:
+            raise PPOError(f"train_dataset of {len(self.train_dataset)} rows is smaller than one batch")
+        history = []
+
+        def batches():
+            while True:
+                yield from loader
+
+        start = time.perf_counter()
+        for update, rows in zip(range(num_updates(self.config, self.accelerator.num_processes)), batches()):
+            stats = self.train_step(rows)
+            stats["timing/elapsed"] = time.perf_counter() - start
+            stats["eps"] = self.episode / stats["timing/elapsed"]
+            history.append(stats)
+            if on_update is not None and on_update(update + 1, stats):
+                break
+        return history
+
+    def train_step(self, rows: dict) -> dict:
+        """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns)."""
+        timings = {}
+        tick = time.perf_counter()
+        query_ids, query_mask = self._pad_queries(rows["input_ids"])
+        responses = self._sample(query_ids, query_mask)
+        timings["timing/generate"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        mask = response_mask(responses, self.tokenizer.eos_token_id)
+        responses = responses.masked_fill(mask == 0, self.tokenizer.pad_token_id)
+        prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
+        completions = self.tokenizer.batch_decode(responses, skip_special_tokens=False)
+        completions = [c.replace(self.tokenizer.pad_token, "") for c in completions]
+        columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
+        scores = call_reward(self.reward_fn, prompts, completions, **columns)
+        scores = torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device)
+        timings["timing/reward"] = time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        experience = self._experience(query_ids, query_mask, responses, scores)
+        timings["timing/experience"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        stats = self._update(experience)
+        timings["timing/update"] = time.perf_counter() - tick
+        stats.update(timings)
+        stats["samples"] = [p + c for p, c in zip(prompts[:2], completions[:2])]
+        return stats
+
+    # ------------------------------------------------------------------ internals
+
+    def _pad_queries(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(queries) == 0 or any(len(q) == 0 for q in queries):
+            raise PPOError("every query needs at least one token")
+        ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
+        return ids.to(self.accelerator.device), mask.to(self.accelerator.device)
+
+    def _sample(self, query_ids, query_mask, temperature: float | None = None) -> torch.Tensor:
+        policy = self.policy
+        was_training = policy.training
+        policy.eval()
+        try:
+            return sample_responses(policy, query_ids, query_mask, max_new_tokens=self.config.response_length,
+                                    eos_token_id=self.tokenizer.eos_token_id,
+                                    pad_token_id=self.tokenizer.pad_token_id,
+                                    temperature=self.config.temperature if temperature is None else temperature,
+                                    generator=self.generator)
+        finally:
+            policy.train(was_training)
+
+    def _response_logprobs(self, logits: torch.Tensor, responses: torch.Tensor, query_length: int):
+        logits = logits[:, query_length - 1:-1].float() / self.config.temperature
+        return core.logprobs_from_logits(logits, responses), logits
+
+    @torch.no_grad()
+    def _experience(self, query_ids, query_mask, responses, scores) -> Experience:
+        cfg = self.config
+        mask = response_mask(responses, self.tokenizer.eos_token_id)
+        query_response = torch.cat([query_ids, responses], dim=1)
+        attention_mask = torch.cat([query_mask.long(), mask], dim=1)
+        position_ids = positions_from_mask(attention_mask)
+        length = query_ids.shape[1]
+
+        logits, values = self.actor_critic(query_response, attention_mask, position_ids)
+        old_logprobs, _ = self._response_logprobs(logits, responses, length)
+        old_values = values[:, length - 1:-1].float() * mask
+        ref_logits = self.ref_policy(input_ids=query_response, attention_mask=attention_mask,
+                                     position_ids=position_ids, use_cache=False).logits
+        ref_logprobs, _ = self._response_logprobs(ref_logits, responses, length)
+
+        kl = core.kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator) * mask
+        shaping = core.token_kl_rewards if cfg.kl_mode == "token" else core.sequence_kl_rewards
+        rewards, non_score = shaping(scores, kl, mask, cfg.kl_coef)
+        if cfg.whiten_rewards:
+            rewards = core.masked_whiten(rewards, mask, shift_mean=False) * mask
+        advantages, returns = core.gae_advantages(rewards, old_values, mask, cfg.gamma, cfg.lam)
+        advantages = core.masked_whiten(advantages, mask) * mask
+        return Experience(query_response, attention_mask, position_ids, responses, mask, old_logprobs,
+                          ref_logprobs, old_values, scores, rewards, non_score, kl, advantages, returns)
+
+    def _update(self, exp: Experience) -> dict:
+        cfg = self.config
+        size = mini_batch_size(cfg)
+        keys = ("loss/policy", "loss/value", "policy/clipfrac", "policy/approxkl", "val/clipfrac", "val/ratio",
+                "policy/entropy")
+        stats = torch.zeros(cfg.num_ppo_epochs, cfg.num_mini_batches, len(keys), device=exp.mask.device)
+        self.model.train()
+        for epoch in range(cfg.num_ppo_epochs):
+            order = torch.randperm(len(exp), generator=self.generator, device=self.generator.device)
+            for mb in range(cfg.num_mini_batches):
+                idx = order[mb * size:(mb + 1) * size].to(exp.mask.device)
+                mb_mask = exp.mask[idx]
+                logits, values = self.model(exp.query_response[idx], exp.attention_mask[idx], exp.position_ids[idx])
+                logprobs, response_logits = self._response_logprobs(logits, exp.responses[idx], exp.query_length)
+                new_values = values[:, exp.query_length - 1:-1].float()
+                pg_loss, pg = core.clipped_policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx],
+                                                       mb_mask, cfg.cliprange)
+                vf_loss, vf = core.clipped_value_loss(new_values, exp.old_values[idx], exp.returns[idx], mb_mask,
+                                                      cfg.cliprange_value)
+                with torch.set_grad_enabled(cfg.ent_coef > 0):
+                    entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb_mask)
+                loss = pg_loss + cfg.vf_coef * vf_loss - cfg.ent_coef * entropy
+                if not torch.isfinite(loss):
+                    self._stop_on_bad_loss(loss, epoch, mb)
+                self.accelerator.backward(loss)
+                if cfg.max_grad_norm:
+                    self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                stats[epoch, mb] = torch.stack([pg_loss.detach(), vf_loss.detach(), pg["clipfrac"], pg["approxkl"],
+                                                vf["clipfrac"], pg["ratio"], entropy.detach()])
+        self.update_index += 1
+        self.episode += len(exp) * self.accelerator.num_processes
+        return self._metrics(exp, keys, stats)
+
+    def _metrics(self, exp: Experience, keys, stats: torch.Tensor) -> dict:
+        per_rollout = torch.stack([
+            exp.kl.sum(1).mean(), (-exp.old_logprobs * exp.mask).sum(1).mean(), exp.non_score_rewards.sum(1).mean(),
+            exp.scores.mean(), exp.mask.sum(1).float().mean(),
+        ])
+        gathered = self.accelerator.gather_for_metrics(torch.cat([per_rollout, stats.mean((0, 1))])[None])
+        values = gathered.mean(0).tolist()
+        names = ["objective/kl", "objective/entropy", "objective/non_score_reward", "objective/scores",
+                 "val/response_length"] + [k + "_avg" if not k.startswith("val/ratio") else k for k in keys]
+        metrics = dict(zip(names, values))
+        metrics["objective/rlhf_reward"] = metrics["objective/scores"] + metrics["objective/non_score_reward"]
+        metrics["episode"] = self.episode
+        metrics["update"] = self.update_index
+        return metrics
+
+    def _stop_on_bad_loss(self, loss, epoch: int, minibatch: int) -> None:
+        where = f"update {self.update_index + 1}, epoch {epoch + 1}, minibatch {minibatch + 1}"
+        message = f"non-finite loss ({loss.item()}) at {where}"
+        if self.output_dir is not None and self.accelerator.is_main_process:
+            # No optimizer step has used this loss yet: the weights are the last good ones.
+            path = self.save(Path(self.output_dir) / "last_good")
+            message += f"; the last good policy is saved in {path}"
+        raise PPOError(message)
+
+    def save(self, path: str | Path) -> Path:
+        """Policy and tokenizer with ``save_pretrained``, the value head as safetensors beside them."""
+        path = Path(path)
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            path.mkdir(parents=True, exist_ok=True)
+            self.policy.save_pretrained(path, safe_serialization=True)
+            self.tokenizer.save_pretrained(path)
+            self.actor_critic.save_value_head(path)
+        return path
+
+
+def check_finite_stats(stats: dict) -> bool:
+    return all(math.isfinite(v) for v in stats.values() if isinstance(v, float))

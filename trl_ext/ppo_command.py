@@ -1,0 +1,137 @@
+"""``trl-ext ppo``: PPO on the doubling task with either backend, the same inputs and outputs.
+
+Writes to ``--out``: the tuned policy (``save_pretrained``) with its value head, ``metrics.jsonl``
+(one line per update), ``eval.json`` (greedy and sampled on held-out prompts) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trl_ext.config import field
+from trl_ext.ppo.config import PPOConfig
+
+BACKENDS = ("scratch", "trl")
+
+
+@dataclass
+class PPOCommandConfig(PPOConfig):
+    backend: str = field("scratch", help="'trl' (TRL's PPOTrainer) or 'scratch' (trl-ext's own)", choices=BACKENDS)
+    policy: str | None = field(None, help="directory of the pretrained policy")
+    reward: str | None = field(None, help="directory of the reward classifier")
+    out: str | None = field(None, help="output directory")
+    probe_every: int = field(10, help="updates between held-out greedy probes (0: never)")
+    probe_n: int = field(200, help="held-out prompts per probe")
+    eval_n: int = field(1000, help="held-out prompts for the final evaluation")
+    stop_at_target: bool = field(False, help="stop once the probe's greedy exact-match reaches 0.99")
+    overwrite: bool = field(False, help="write into an output directory that already holds files")
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("policy", "reward", "out"):
+            if not getattr(self, name):
+                raise ValueError(f"missing required option --{name}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
+            raise ValueError("eval_n and probe_n must be in 1..1000")
+
+
+def trainer_config(cfg: PPOCommandConfig) -> PPOConfig:
+    names = PPOConfig.__dataclass_fields__
+    return PPOConfig(**{k: v for k, v in asdict(cfg).items() if k in names})
+
+
+def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = ()) -> Path:
+    """Refuse a directory that holds anything but our own outputs unless ``overwrite``; never delete."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"output path {str(path)!r} is a file")
+    if path.exists() and not overwrite:
+        foreign = sorted(p.name for p in path.iterdir() if p.name not in owned)
+        if foreign:
+            raise FileExistsError(f"output directory {str(path)!r} already holds {foreign[:5]}: "
+                                  "pass --overwrite to write into it")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_inputs(cfg: PPOCommandConfig):
+    """Policy, tokenizer and reward function, checked before any training starts."""
+    from trl_ext.artifacts import load_classifier, load_policy
+    from trl_ext.rewards import doubling_classifier_reward
+
+    policy, tokenizer = load_policy(cfg.policy)
+    classifier, classifier_tokenizer = load_classifier(cfg.reward)
+    return policy, tokenizer, doubling_classifier_reward(classifier, classifier_tokenizer)
+
+
+def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path, recorder, accelerator=None):
+    """Run one backend to the end of its budget (or the target); returns the trained policy module."""
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    dataset = ppo_prompt_dataset(tokenizer, cfg.total_episodes, cfg.seed)
+    if cfg.backend == "scratch":
+        from trl_ext.ppo.trainer import PPOTrainer
+
+        trainer = PPOTrainer(trainer_config(cfg), policy, tokenizer, reward_fn, dataset, accelerator=accelerator,
+                             output_dir=out)
+        trainer.train(lambda update, stats: recorder.record(update, stats, trainer.policy))
+        trainer.save(out)
+        return trainer.policy, trainer.accelerator
+    from transformers import TrainerCallback
+
+    from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
+
+    class _Stop(Exception):
+        pass
+
+    class _Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs is not None and "objective/scores" in logs and recorder.record(state.global_step, logs, policy):
+                raise _Stop  # TRL's PPO loop ignores control.should_training_stop
+
+    trainer = build_trl_trainer(trainer_config(cfg), policy, tokenizer, reward_fn, dataset, out,
+                                callbacks=[_Record()])
+    try:
+        trainer.train()
+    except _Stop:
+        pass
+    save_trl_policy(trainer, tokenizer, out)
+    return policy, trainer.accelerator
+
+
+def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
+    from trl_ext.evaluate import evaluate_policy
+    from trl_ext.run_log import RunRecorder
+
+    policy, tokenizer, reward_fn = load_inputs(cfg)
+    out = prepare_out_dir(cfg.out, cfg.overwrite)
+    recorder = RunRecorder(tokenizer, backend=cfg.backend, probe_every=cfg.probe_every, probe_n=cfg.probe_n,
+                           stop_at_target=cfg.stop_at_target, log_path=out / "metrics.jsonl", print_fn=print_fn,
+                           seed=cfg.seed)
+    trained, accelerator = train_backend(cfg, policy, tokenizer, reward_fn, out, recorder)
+    train_seconds = recorder.train_seconds
+    summary = {"backend": cfg.backend, "config": asdict(cfg)}
+    if accelerator.is_main_process:
+        report = evaluate_policy(trained, tokenizer, n=cfg.eval_n, seed=cfg.seed, sample=True)
+        (out / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        last = recorder.history[-1] if recorder.history else {}
+        summary.update(
+            updates=len(recorder.history), episodes=last.get("episode"), train_seconds=round(train_seconds, 2),
+            episodes_per_second=round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
+            reached_0_99=recorder.reached, final_kl=last.get("objective/kl"),
+            greedy=_headline(report["greedy"]), sampled=_headline(report["sampled"]),
+            world_size=accelerator.num_processes,
+        )
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+        summary["summary"] = (f"ppo[{cfg.backend}]: greedy exact={report['greedy']['exact']:.3f} sampled "
+                              f"exact={report['sampled']['exact']:.3f} after {summary['episodes']} episodes in "
+                              f"{summary['train_seconds']}s ({summary['episodes_per_second']} episodes/s)")
+    return summary
+
+
+def _headline(metrics: dict) -> dict:
+    return {k: metrics[k] for k in ("exact", "value_acc", "charset_acc", "finished")}

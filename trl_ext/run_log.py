@@ -1,0 +1,65 @@
+"""What a PPO run records, the same way for both backends: metrics per update, held-out probes,
+the first point where greedy exact-match reaches the target, and a JSON-lines log."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from trl_ext.evaluate import evaluate_policy
+
+KEY_METRICS = ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "loss/value_avg")
+
+
+class RunRecorder:
+    """Call ``record(update, metrics, policy)`` after every update; it returns True to stop.
+
+    Every ``probe_every`` updates it measures greedy exact-match (and the requested-charset rate)
+    on ``probe_n`` held-out prompts. Probe time is kept out of ``train_seconds``.
+    """
+
+    def __init__(self, tokenizer, *, backend: str, probe_every: int = 10, probe_n: int = 200,
+                 target_exact: float = 0.99, stop_at_target: bool = False, log_path: str | Path | None = None,
+                 print_fn=print, seed: int = 0):
+        self.tokenizer, self.backend = tokenizer, backend
+        self.probe_every, self.probe_n, self.seed = probe_every, probe_n, seed
+        self.target_exact, self.stop_at_target = target_exact, stop_at_target
+        self.log_path = Path(log_path) if log_path else None
+        self.print_fn = print_fn
+        self.history: list[dict] = []
+        self.start = time.perf_counter()
+        self.probe_seconds = 0.0
+        self.reached: dict | None = None
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.log_path.write_text("")
+
+    @property
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self.start - self.probe_seconds
+
+    def record(self, update: int, metrics: dict, policy) -> bool:
+        row = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        row.update(backend=self.backend, update=update, train_seconds=round(self.train_seconds, 3))
+        bad = [k for k in KEY_METRICS if k in row and not math.isfinite(row[k])]
+        if bad:
+            raise RuntimeError(f"{self.backend} PPO: non-finite {bad} at update {update}")
+        if self.probe_every and update % self.probe_every == 0:
+            tick = time.perf_counter()
+            probe = evaluate_policy(policy, self.tokenizer, n=self.probe_n, seed=self.seed + 1, sample=False)
+            self.probe_seconds += time.perf_counter() - tick
+            row["probe/exact"] = probe["greedy"]["exact"]
+            row["probe/charset_acc"] = probe["greedy"]["charset_acc"]
+            if self.reached is None and row["probe/exact"] >= self.target_exact:
+                self.reached = {"update": update, "episode": row.get("episode"), "train_seconds": row["train_seconds"]}
+            self.print_fn(f"[{self.backend}] update {update} episode {row.get('episode')} "
+                          f"score {row.get('objective/scores', float('nan')):.3f} kl {row.get('objective/kl', float('nan')):.3f} "
+                          f"probe exact {row['probe/exact']:.3f} charset {row['probe/charset_acc']:.3f} "
+                          f"({row['train_seconds']:.1f}s)")
+        self.history.append(row)
+        if self.log_path is not None:
+            with self.log_path.open("a") as handle:
+                handle.write(json.dumps(row) + "\n")
+        return self.stop_at_target and self.reached is not None

@@ -1,0 +1,135 @@
+"""Launch TRL's own ``PPOTrainer`` (``trl.experimental.ppo``, TRL <= 1.12) on our pieces.
+
+TRL's PPO reads both the reward model and the value model through ``base_model_prefix``
+and ``score``. The reward is a reward function behind ``as_ppo_reward_model``; the value model
+is TRL's ``AutoModelForCausalLMWithValueHead`` presented the same way: its backbone is the
+policy's own transformer (shared, seed 000's ``PPO_Model``) or a copy of it (separate, seed 003).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trl_ext.ppo.model import base_backbone
+from trl_ext.rewards.ppo_adapter import as_ppo_reward_model
+
+
+class ValueModelView(nn.Module):
+    """``AutoModelForCausalLMWithValueHead`` in the shape TRL's PPO reads: ``backbone`` + ``score``."""
+
+    base_model_prefix = "backbone"
+
+    def __init__(self, with_value_head):
+        super().__init__()
+        self.with_value_head = with_value_head
+        self.backbone = base_backbone(with_value_head.pretrained_model)
+
+    def score(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.with_value_head.v_head(hidden_states)
+
+
+def build_value_model(policy, separate_critic: bool) -> ValueModelView:
+    from trl.experimental.ppo import AutoModelForCausalLMWithValueHead
+
+    base = copy.deepcopy(policy) if separate_critic else policy
+    return ValueModelView(AutoModelForCausalLMWithValueHead(base))
+
+
+def trl_ppo_config(cfg, output_dir: str | Path):
+    """Our ``PPOConfig`` -> TRL's, with the CPU-safe settings TRL's defaults get wrong."""
+    from trl.experimental.ppo import PPOConfig as TRLPPOConfig
+
+    return TRLPPOConfig(
+        output_dir=str(output_dir),
+        learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size,
+        local_rollout_forward_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=1,
+        num_mini_batches=cfg.num_mini_batches,
+        num_ppo_epochs=cfg.num_ppo_epochs,
+        total_episodes=cfg.total_episodes,
+        kl_coef=cfg.kl_coef,
+        kl_estimator=cfg.kl_estimator,
+        cliprange=cfg.cliprange,
+        cliprange_value=cfg.cliprange_value,
+        vf_coef=cfg.vf_coef,
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        whiten_rewards=cfg.whiten_rewards,
+        response_length=cfg.response_length,
+        temperature=cfg.temperature,
+        stop_token="eos",
+        missing_eos_penalty=None,
+        seed=cfg.seed,
+        bf16=False,
+        fp16=False,
+        use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing=False,
+        num_sample_generations=0,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_dir, callbacks=()):
+    """A ready ``trl.experimental.ppo.PPOTrainer`` that visits ``train_dataset`` in order.
+
+    ``train_dataset`` holds ``input_ids`` plus any columns the reward function reads (``label``...);
+    TRL's loader sees only ``input_ids``, the reward adapter sees the rest through its prompt index.
+    """
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from torch.utils.data import DataLoader
+    from transformers import PrinterCallback, ProgressCallback
+    from trl.experimental.ppo import PPOTrainer as TRLPPOTrainer
+
+    if cfg.kl_mode != "token":
+        raise ValueError("TRL's PPO shapes rewards per token only: kl_mode must be 'token' for the trl backend")
+    if cfg.ent_coef:
+        raise ValueError("TRL's PPO has no entropy bonus: ent_coef must be 0 for the trl backend")
+    torch.manual_seed(cfg.seed)
+    reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
+    value_model = build_value_model(policy, cfg.separate_critic)
+    ids_only = train_dataset.select_columns(["input_ids"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = TRLPPOTrainer(
+            args=trl_ppo_config(cfg, output_dir), processing_class=tokenizer, model=policy,
+            ref_model=copy.deepcopy(policy), reward_model=reward_model, value_model=value_model,
+            train_dataset=ids_only, eval_dataset=ids_only.select(range(min(len(ids_only), cfg.batch_size))),
+            callbacks=list(callbacks),
+        )
+    # Quiet by default: our recorder prints a short line now and then instead of every log dict.
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    # Same prompts in the same order as the in-house trainer: TRL would reshuffle with its own RNG.
+    trainer.dataloader = trainer.accelerator.prepare(DataLoader(
+        ids_only, batch_size=cfg.batch_size, shuffle=False, collate_fn=trainer.data_collator, drop_last=True))
+    return trainer
+
+
+def save_trl_policy(trainer, tokenizer, path: str | Path) -> Path:
+    """The tuned policy and tokenizer with ``save_pretrained``; TRL's value head as safetensors beside them."""
+    from safetensors.torch import save_file
+
+    from trl_ext.ppo.model import VALUE_HEAD_FILE
+
+    path = Path(path)
+    trainer.accelerator.wait_for_everyone()
+    if trainer.accelerator.is_main_process:
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        unwrapped.policy.save_pretrained(path, safe_serialization=True)
+        tokenizer.save_pretrained(path)
+        head = unwrapped.value_model.with_value_head.v_head.summary
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
+                  str(path / VALUE_HEAD_FILE))
+    return path
