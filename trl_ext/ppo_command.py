@@ -13,12 +13,13 @@ from pathlib import Path
 from trl_ext.config import field
 from trl_ext.ppo.config import PPOConfig
 
-BACKENDS = ("scratch", "trl")
+BACKENDS = ("scratch", "trl", "grpo", "rloo")  # the last two: TRL's critic-free baselines, for comparison
 
 
 @dataclass
 class PPOCommandConfig(PPOConfig):
-    backend: str = field("scratch", help="'trl' (TRL's PPOTrainer) or 'scratch' (trl-ext's own)", choices=BACKENDS)
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer), or TRL's critic-free "
+                         "'grpo'/'rloo' for comparison", choices=BACKENDS)
     policy: str | None = field(None, help="directory of the pretrained policy")
     reward: str | None = field(None, help="directory of the reward classifier")
     out: str | None = field(None, help="output directory")
@@ -81,6 +82,15 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
         trainer.train(lambda update, stats: recorder.record(update, stats, trainer.policy))
         trainer.save(out)
         return trainer.policy, trainer.accelerator
+    if cfg.backend in ("grpo", "rloo"):
+        from trl_ext.group_baselines import train_group_baseline
+
+        train_group_baseline(cfg.backend, trainer_config(cfg), policy, tokenizer, reward_fn, out, recorder)
+        policy.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+        from accelerate import PartialState
+
+        return policy, PartialState()
     from transformers import TrainerCallback
 
     from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
@@ -103,17 +113,41 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
     return policy, trainer.accelerator
 
 
+def _rank_checksums(model, accelerator) -> list[float]:
+    """One parameter checksum per process: equal numbers mean the ranks' weights are in sync."""
+    import torch
+
+    local = torch.tensor([sum(float(p.detach().double().sum()) for p in model.parameters())],
+                         device=accelerator.device, dtype=torch.float64)
+    return accelerator.gather(local).tolist() if accelerator.num_processes > 1 else local.tolist()
+
+
 def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
+    from accelerate import PartialState
+
     from trl_ext.evaluate import evaluate_policy
     from trl_ext.run_log import RunRecorder
 
+    import torch
+
+    # cpu=True when there is no GPU: under a multi-process launch that makes the ranks join over gloo
+    # instead of each silently running alone.
+    state = PartialState(cpu=not torch.cuda.is_available())
+    if cfg.stop_at_target and state.num_processes > 1:
+        raise ValueError("stop_at_target probes on the main process only: use it with one process")
     policy, tokenizer, reward_fn = load_inputs(cfg)
-    out = prepare_out_dir(cfg.out, cfg.overwrite)
-    recorder = RunRecorder(tokenizer, backend=cfg.backend, probe_every=cfg.probe_every, probe_n=cfg.probe_n,
-                           stop_at_target=cfg.stop_at_target, log_path=out / "metrics.jsonl", print_fn=print_fn,
-                           seed=cfg.seed)
+    if state.is_main_process:
+        prepare_out_dir(cfg.out, cfg.overwrite)
+    state.wait_for_everyone()
+    out = Path(cfg.out)
+    main = state.is_main_process
+    recorder = RunRecorder(tokenizer, backend=cfg.backend, probe_every=cfg.probe_every if main else 0,
+                           probe_n=cfg.probe_n, stop_at_target=cfg.stop_at_target,
+                           log_path=out / "metrics.jsonl" if main else None,
+                           print_fn=print_fn if main else (lambda *_: None), seed=cfg.seed)
     trained, accelerator = train_backend(cfg, policy, tokenizer, reward_fn, out, recorder)
     train_seconds = recorder.train_seconds
+    checksums = _rank_checksums(trained, accelerator)
     summary = {"backend": cfg.backend, "config": asdict(cfg)}
     if accelerator.is_main_process:
         report = evaluate_policy(trained, tokenizer, n=cfg.eval_n, seed=cfg.seed, sample=True)
@@ -124,7 +158,7 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
             episodes_per_second=round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
             reached_0_99=recorder.reached, final_kl=last.get("objective/kl"),
             greedy=_headline(report["greedy"]), sampled=_headline(report["sampled"]),
-            world_size=accelerator.num_processes,
+            world_size=accelerator.num_processes, rank_checksums=checksums,
         )
         (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         summary["summary"] = (f"ppo[{cfg.backend}]: greedy exact={report['greedy']['exact']:.3f} sampled "

@@ -13,9 +13,10 @@ from trl_ext.config import field
 class PretrainConfig:
     out: str = field(help="directory for the pretrained policy (save_pretrained)")
     seed: int = field(0, help="seed for data and initialisation")
-    steps: int = field(600, help="optimizer steps")
+    steps: int = field(2500, help="optimizer steps (600 already give greedy value_acc 1.0; the extra steps sharpen "
+                       "sampled answers, which PPO's sampled exact-match depends on)")
     batch_size: int = field(64, help="sequences a step")
-    lr: float = field(2e-3, help="peak learning rate (the seed's 1e-4 needs ~15,000 steps)")
+    lr: float = field(3e-3, help="peak learning rate (the seed's 1e-4 needs ~15,000 steps)")
     warmup_steps: int = field(100, help="linear warmup before the cosine decay")
     eval_n: int = field(1000, help="held-out questions for the final check")
 

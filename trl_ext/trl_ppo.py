@@ -47,6 +47,7 @@ def trl_ppo_config(cfg, output_dir: str | Path):
     return TRLPPOConfig(
         output_dir=str(output_dir),
         learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
         per_device_train_batch_size=cfg.batch_size,
         local_rollout_forward_batch_size=cfg.batch_size,
         gradient_accumulation_steps=1,

@@ -60,14 +60,22 @@ class PPOTrainer:
             raise PPOError(f"train_dataset needs an 'input_ids' column; it has {train_dataset.column_names}")
         self.config, self.tokenizer, self.reward_fn = config, tokenizer, reward_fn
         self.train_dataset, self.output_dir = train_dataset, output_dir
-        self.accelerator = accelerator or Accelerator()
+        # cpu=True without a GPU: several launched processes then form a gloo group, not N lone runs.
+        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         torch.manual_seed(config.seed)
         self.ref_policy = copy.deepcopy(policy) if ref_policy is None else ref_policy
         self.ref_policy.eval().requires_grad_(False)
         model = ActorCritic(policy, separate_critic=config.separate_critic)
         _disable_dropout(model)
         _disable_dropout(self.ref_policy)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, eps=1e-5)
+        # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, eps=1e-8, weight_decay=0.0,
+                                      foreach=True)
+        total = num_updates(config, self.accelerator.num_processes)
+        decay = (lambda step: max(0.0, 1.0 - step / total)) if config.lr_scheduler_type == "linear" else \
+            (lambda step: 1.0)
+        # Stepped once per update, as TRL does: lr falls linearly to 0 at the end of the run.
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.ref_policy.to(self.accelerator.device)
         device = self.accelerator.device
@@ -148,7 +156,9 @@ class PPOTrainer:
 
         tick = time.perf_counter()
         mask = response_mask(responses, self.tokenizer.eos_token_id)
-        responses = responses.masked_fill(mask == 0, self.tokenizer.pad_token_id)
+        # Drop columns that are padding in every row: later passes then cost less.
+        responses = responses[:, : int(mask.sum(1).max())].masked_fill(mask[:, : int(mask.sum(1).max())] == 0,
+                                                                       self.tokenizer.pad_token_id)
         prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
         completions = self.tokenizer.batch_decode(responses, skip_special_tokens=False)
         completions = [c.replace(self.tokenizer.pad_token, "") for c in completions]
@@ -243,7 +253,7 @@ class PPOTrainer:
                 if not torch.isfinite(loss):
                     self._stop_on_bad_loss(loss, epoch, mb)
                 self.accelerator.backward(loss)
-                if cfg.max_grad_norm:
+                if cfg.max_grad_norm > 0:
                     self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -251,7 +261,10 @@ class PPOTrainer:
                                                 vf["clipfrac"], pg["ratio"], entropy.detach()])
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
-        return self._metrics(exp, keys, stats)
+        metrics = self._metrics(exp, keys, stats)
+        metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
+        self.lr_scheduler.step()
+        return metrics
 
     def _metrics(self, exp: Experience, keys, stats: torch.Tensor) -> dict:
         per_rollout = torch.stack([

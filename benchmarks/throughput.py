@@ -1,0 +1,123 @@
+"""PPO throughput of both backends, side by side, identical settings, one run.
+
+    OMP_NUM_THREADS=1 python benchmarks/throughput.py --policy runs/policy --reward runs/reward
+    python benchmarks/throughput.py --build   # pretrain a policy and classifier first (into runs/bench)
+
+Measures episodes/s and tokens/s (prompt + response tokens through the rollout) over
+``--updates`` updates after ``--warmup`` untimed ones, and writes JSON with the machine described
+to ``benchmarks/results/throughput-<device>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, warmup: int) -> dict:
+    import torch
+
+    from trl_ext.ppo_command import PPOCommandConfig, load_inputs, trainer_config
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    run = PPOCommandConfig(**cfg, backend=backend, policy=policy_dir, reward=reward_dir, out="unused")
+    policy, tokenizer, reward_fn = load_inputs(run)
+    total = (updates + warmup) * run.batch_size
+    run_cfg = trainer_config(run)
+    run_cfg.total_episodes = total
+    dataset = ppo_prompt_dataset(tokenizer, total, run.seed)
+    stamps: list[float] = []
+    tokens: list[int] = []
+
+    def tick(update: int, stats: dict) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        stamps.append(time.perf_counter())
+        length = stats.get("val/response_length") or stats.get("val/num_eos_tokens", 0) / run.batch_size
+        tokens.append(run.batch_size * (11 + float(length)))
+
+    if backend == "scratch":
+        from trl_ext.ppo.trainer import PPOTrainer
+
+        trainer = PPOTrainer(run_cfg, policy, tokenizer, reward_fn, dataset)
+        trainer.train(lambda u, s: tick(u, s))
+    else:
+        import tempfile
+
+        from transformers import TrainerCallback
+
+        from trl_ext.trl_ppo import build_trl_trainer
+
+        class _Tick(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "objective/scores" in logs:
+                    tick(state.global_step, logs)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer = build_trl_trainer(run_cfg, policy, tokenizer, reward_fn, dataset, tmp, callbacks=[_Tick()])
+            trainer.train()
+    timed = stamps[warmup:]
+    seconds = timed[-1] - stamps[warmup - 1] if warmup else timed[-1] - timed[0]
+    count = len(timed) if warmup else len(timed) - 1
+    return {
+        "backend": backend, "updates_timed": count, "seconds": round(seconds, 3),
+        "seconds_per_update": round(seconds / count, 4),
+        "episodes_per_second": round(count * run.batch_size / seconds, 2),
+        "tokens_per_second": round(sum(tokens[warmup:][-count:]) / seconds, 1),
+    }
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--policy", default=str(ROOT / "runs/bench/policy"))
+    parser.add_argument("--reward", default=str(ROOT / "runs/bench/reward"))
+    parser.add_argument("--build", action="store_true", help="pretrain policy and reward first")
+    parser.add_argument("--backends", default="trl,scratch")
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--num-ppo-epochs", type=int, default=4)
+    parser.add_argument("--num-mini-batches", type=int, default=1)
+    parser.add_argument("--separate-critic", action="store_true")
+    parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/throughput-<device>.json)")
+    args = parser.parse_args(argv)
+
+    from trl_ext.demo import machine
+
+    if args.build:
+        from trl_ext.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
+
+        run_pretrain(PretrainConfig(out=args.policy))
+        run_train_reward(RewardConfig(out=args.reward))
+    cfg = {"batch_size": args.batch_size, "num_ppo_epochs": args.num_ppo_epochs,
+           "num_mini_batches": args.num_mini_batches, "separate_critic": args.separate_critic}
+    rows = [measure(b.strip(), cfg, args.policy, args.reward, args.updates, args.warmup)
+            for b in args.backends.split(",")]
+    info = machine()
+    result = {"benchmark": "ppo-throughput", "settings": {**cfg, "updates": args.updates, "warmup": args.warmup},
+              "machine": info, "rows": rows}
+    by = {r["backend"]: r for r in rows}
+    if "trl" in by and "scratch" in by:
+        result["scratch_over_trl_episodes_per_second"] = round(
+            by["scratch"]["episodes_per_second"] / by["trl"]["episodes_per_second"], 2)
+    device = "gpu-" + info["device"].replace(" ", "_") if info["device"] != "cpu" else "cpu"
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"throughput-{device}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    for r in rows:
+        print(f"{r['backend']:8s} {r['episodes_per_second']:8.1f} episodes/s {r['tokens_per_second']:9.1f} tokens/s "
+              f"({r['seconds_per_update']:.3f} s/update)")
+    if "scratch_over_trl_episodes_per_second" in result:
+        print(f"scratch / trl episodes per second: {result['scratch_over_trl_episodes_per_second']}x")
+    print(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trl_ext.ppo.config import PPOConfig
+
+
+@pytest.fixture()
+def pieces(trained_artifacts):
+    from trl_ext.artifacts import load_classifier, load_policy
+    from trl_ext.rewards import doubling_classifier_reward
+
+    policy, tok = load_policy(trained_artifacts["policy"])
+    clf, clf_tok = load_classifier(trained_artifacts["reward"])
+    return policy, tok, doubling_classifier_reward(clf, clf_tok)
+
+
+@pytest.mark.parametrize("separate_critic", [False, True])
+def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
+
+    policy, tok, reward = pieces
+    cfg = PPOConfig(batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16,
+                    separate_critic=separate_critic)
+    trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 16, 0), tmp_path)
+    value_model = trainer.accelerator.unwrap_model(trainer.model).value_model
+    assert (value_model.backbone is policy.transformer) != separate_critic
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    head_before = value_model.with_value_head.v_head.summary.weight.detach().clone()
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "objective/scores" in h]
+    assert len(logs) == 2
+    assert all(math.isfinite(v) for h in logs for v in h.values() if isinstance(v, float))
+    assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
+    assert not torch.equal(head_before, value_model.with_value_head.v_head.summary.weight)
+    out = save_trl_policy(trainer, tok, tmp_path / "policy")
+    from trl_ext.artifacts import load_policy
+
+    again, _ = load_policy(out)
+    assert torch.equal(again.lm_head.weight, policy.lm_head.weight)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy"]  # TRL left nothing else behind
+
+
+def test_trl_backend_learns_requested_charset(pieces, tmp_path):
+    """30 TRL updates of 64 must clearly lift the requested-charset rate (the reward is wired right)."""
+    from trl_ext.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.trl_ppo import build_trl_trainer
+
+    policy, tok, reward = pieces
+    before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
+    cfg = PPOConfig(batch_size=64, total_episodes=64 * 30, learning_rate=3e-4, separate_critic=True,
+                    lr_scheduler_type="constant", seed=1)
+    trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, cfg.total_episodes, 1), tmp_path)
+    trainer.train()
+    after = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
+    assert after >= before + 0.25, (before, after)
+
+
+def _cli(*args):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "trl_ext.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("backend", ["trl", "scratch"])
+def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
+    out = tmp_path / backend
+    run = _cli("ppo", "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",
+               str(trained_artifacts["reward"]), "--out", str(out), "--batch-size", "8", "--total-episodes", "16",
+               "--probe-every", "1", "--probe-n", "10", "--eval-n", "20")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"ppo[{backend}]: greedy exact=" in run.stdout
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in lines] == [1, 2] and all("probe/exact" in r for r in lines)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 16 and 0 <= summary["greedy"]["exact"] <= 1
+    assert (out / "model.safetensors").exists() and (out / "value_head.safetensors").exists()
+    assert json.loads((out / "eval.json").read_text())["n"] == 20
+
+
+def test_ppo_cli_bad_input(trained_artifacts, tmp_path):
+    policy, reward = str(trained_artifacts["policy"]), str(trained_artifacts["reward"])
+    run = _cli("ppo", "--backend", "trl", "--policy", policy, "--out", str(tmp_path / "a"))
+    assert run.returncode == 2 and "missing required option --reward" in run.stderr
+    run = _cli("ppo", "--policy", policy, "--reward", reward, "--out", str(tmp_path / "b"), "--batch-size", "10",
+               "--num-mini-batches", "4")
+    assert run.returncode == 2 and "not divisible by num_mini_batches" in run.stderr
+    run = _cli("ppo", "--policy", policy, "--reward", policy, "--out", str(tmp_path / "c"))
+    assert run.returncode == 2 and "not a sequence classifier" in run.stderr
+    # a 2-label classifier cannot say which of the 3 charsets was asked for
+    from transformers import AutoModelForSequenceClassification
+
+    two = AutoModelForSequenceClassification.from_pretrained(reward, num_labels=2, ignore_mismatched_sizes=True)
+    two.save_pretrained(tmp_path / "two")
+    from trl_ext.tasks.tokenizer import build_tokenizer
+
+    build_tokenizer().save_pretrained(tmp_path / "two")
+    run = _cli("ppo", "--policy", policy, "--reward", str(tmp_path / "two"), "--out", str(tmp_path / "d"))
+    assert run.returncode == 2 and "has 2 labels" in run.stderr
+    # a policy whose vocabulary does not match the tokenizer
+    from trl_ext.artifacts import load_policy
+
+    model, tok = load_policy(policy)
+    model.resize_token_embeddings(30)
+    model.save_pretrained(tmp_path / "small")
+    tok.save_pretrained(tmp_path / "small")
+    run = _cli("ppo", "--policy", str(tmp_path / "small"), "--reward", reward, "--out", str(tmp_path / "e"))
+    assert run.returncode == 2 and "30 embeddings but its tokenizer has 42" in run.stderr
+    for name in "abcde":
+        assert not (tmp_path / name).exists()  # nothing written before the checks

@@ -1,0 +1,62 @@
+"""TRL's GRPO and RLOO on the doubling task, driven by the very same reward-function object.
+
+They are extra rows of ``trl-ext compare``: policy-gradient baselines without a critic, with
+the same policy, prompts, reward and episode budget as the two PPO backends.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+GROUP_TRAINERS = ("grpo", "rloo")
+
+
+def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, output_dir: str | Path, recorder,
+                         num_generations: int = 8):
+    """Run GRPO or RLOO for ``cfg.total_episodes`` completions; ``recorder`` sees every step.
+
+    One gradient step per generated batch (``num_iterations=1``, their default), so an episode is a
+    completion used once; ``kl_coef`` becomes their ``beta``.
+    """
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    if kind not in GROUP_TRAINERS:
+        raise ValueError(f"kind must be one of {GROUP_TRAINERS}, got {kind!r}")
+    if cfg.batch_size % num_generations:
+        raise ValueError(f"batch_size {cfg.batch_size} is not divisible by num_generations {num_generations}")
+    if kind == "grpo":
+        from trl import GRPOConfig as Config, GRPOTrainer as Trainer
+    else:
+        from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+    steps = max(1, cfg.total_episodes // cfg.batch_size)
+    args = Config(
+        output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,
+        max_completion_length=cfg.response_length, max_steps=steps, learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=1,
+        beta=cfg.kl_coef, seed=cfg.seed, use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
+        report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
+    )
+    prompts = ppo_prompt_dataset(tokenizer, steps * cfg.batch_size // num_generations + 1, cfg.seed)
+
+    class _Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                metrics = {"objective/scores": logs["reward"], "objective/kl": logs.get("kl", 0.0),
+                           "episode": state.global_step * cfg.batch_size}
+                if recorder.record(state.global_step, metrics, policy):
+                    control.should_training_stop = True
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args,
+                          train_dataset=prompts.select_columns(["prompt", "label", "question"]),
+                          processing_class=tokenizer, callbacks=[_Record()])
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.train()
+    return policy

@@ -1,0 +1,74 @@
+"""Rendering results: a terminal table, ``report.md`` and a PNG of learning curves."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+COLUMNS = (
+    ("backend", "backend", "{}"),
+    ("greedy exact", "greedy_exact", "{:.3f}"),
+    ("sampled exact", "sampled_exact", "{:.3f}"),
+    ("episodes to 0.99", "episodes_to_target", "{:.0f}"),
+    ("seconds to 0.99", "seconds_to_target", "{:.1f}"),
+    ("episodes/s", "episodes_per_second", "{:.1f}"),
+    ("train s", "train_seconds", "{:.1f}"),
+    ("final KL", "final_kl", "{:.3f}"),
+)
+
+
+def _cell(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, dict):  # mean and spread over seeds
+        if value.get("mean") is None:
+            return "-"
+        return (fmt.format(value["mean"]) + " ± " + fmt.format(value["std"])) if value.get("n", 1) > 1 \
+            else fmt.format(value["mean"])
+    return fmt.format(value)
+
+
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    return [[title for title, _, _ in COLUMNS]] + [[_cell(r.get(key), fmt) for _, key, fmt in COLUMNS] for r in rows]
+
+
+def text_table(rows: list[dict]) -> str:
+    cells = table_rows(rows)
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    cells = table_rows(rows)
+    out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(COLUMNS)]
+    out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+    return "\n".join(out)
+
+
+def plot_curves(histories: dict[str, list[dict]], path: str | Path) -> Path:
+    """Score, held-out requested-charset rate and KL against episodes, one line per backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("objective/scores", "reward score"), ("probe/charset_acc", "requested-charset rate (held-out)"),
+              ("objective/kl", "KL to reference"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
+    for ax, (key, title) in zip(axes, panels):
+        for name, history in histories.items():
+            points = [(h["episode"], h[key]) for h in history if key in h and h.get("episode") is not None]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, label=name, marker="o" if key.startswith("probe/") else None, markersize=3)
+        ax.set_title(title)
+        ax.set_xlabel("episodes")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
