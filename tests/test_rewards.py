@@ -108,22 +108,11 @@ def _tiny_classifier(kind, num_labels):
     return DebertaV2ForSequenceClassification(cfg)
 
 
-def _word_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    core.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]",
-                                   cls_token="[CLS]", sep_token="[SEP]")
-
-
 @pytest.mark.parametrize("kind", ["bert", "deberta"])
 def test_pair_mode_with_tiny_random_classifiers(kind):
-    model, tok = _tiny_classifier(kind, 1), _word_tokenizer()
+    from tiny_models import word_tokenizer
+
+    model, tok = _tiny_classifier(kind, 1), word_tokenizer()
     reward = ClassifierReward(model, tok, pair=True, batch_size=2)
     prompts, completions = ["what is up", "hello", "abc"], ["the sky", "hi there friend", "d"]
     scores = reward(prompts, completions)

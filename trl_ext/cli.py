@@ -27,6 +27,12 @@ def _commands() -> dict:
     except ImportError:  # pragma: no cover - only while the PPO stage is absent
         pass
     try:
+        from trl_ext import rlhf
+
+        commands["rlhf"] = (rlhf.RLHFConfig, rlhf.run_rlhf, "real-LLM PPO with LoRA and a scalar reward model")
+    except ImportError:  # pragma: no cover
+        pass
+    try:
         from trl_ext import demo
 
         commands["demo"] = (demo.DemoConfig, demo.run_demo, "the whole pipeline end to end, both backends")

@@ -80,11 +80,12 @@ def trl_ppo_config(cfg, output_dir: str | Path):
     )
 
 
-def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_dir, callbacks=()):
+def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_dir, callbacks=(), peft_config=None):
     """A ready ``trl.experimental.ppo.PPOTrainer`` that visits ``train_dataset`` in order.
 
     ``train_dataset`` holds ``input_ids`` plus any columns the reward function reads (``label``...);
     TRL's loader sees only ``input_ids``, the reward adapter sees the rest through its prompt index.
+    With ``peft_config`` TRL wraps the policy in LoRA and uses it, adapter disabled, as the reference.
     """
     import warnings
 
@@ -105,7 +106,8 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
         warnings.simplefilter("ignore")
         trainer = TRLPPOTrainer(
             args=trl_ppo_config(cfg, output_dir), processing_class=tokenizer, model=policy,
-            ref_model=copy.deepcopy(policy), reward_model=reward_model, value_model=value_model,
+            ref_model=None if peft_config is not None else copy.deepcopy(policy), reward_model=reward_model,
+            value_model=value_model, peft_config=peft_config,
             train_dataset=ids_only, eval_dataset=ids_only.select(range(min(len(ids_only), cfg.batch_size))),
             callbacks=list(callbacks),
         )

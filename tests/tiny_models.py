@@ -1,0 +1,54 @@
+"""Tiny, randomly initialised models of real architectures, and character tokenizers for them."""
+
+import string
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
+
+CHARS = sorted(set(string.printable) - set("\x0b\x0c"))
+
+
+def char_tokenizer(specials: list[str], template: bool = False, **special_roles) -> PreTrainedTokenizerFast:
+    """One token per printable character; ``template`` adds BERT-style [CLS] A [SEP] (B [SEP]) framing."""
+    vocab = {tok: i for i, tok in enumerate(specials + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token=special_roles.get("unk_token", specials[0])))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    if template:
+        cls, sep = special_roles["cls_token"], special_roles["sep_token"]
+        core.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+    return PreTrainedTokenizerFast(tokenizer_object=core, **special_roles)
+
+
+def word_tokenizer():
+    return char_tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], template=True, pad_token="[PAD]",
+                          unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+
+
+def tiny_qwen2(path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+                      tie_word_embeddings=False)
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def tiny_deberta_reward(path):
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    tok = word_tokenizer()
+    torch.manual_seed(0)
+    cfg = DebertaV2Config(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_size=16, num_labels=1, type_vocab_size=0, max_position_embeddings=512,
+                          pad_token_id=tok.pad_token_id)
+    DebertaV2ForSequenceClassification(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

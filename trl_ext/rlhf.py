@@ -1,0 +1,162 @@
+"""Real-LLM PPO (seeds 001-004): a causal LM policy with LoRA, a scalar reward model such as a
+DeBERTa reward model scored on (prompt, response) pairs, either backend.
+
+The policy and the value head share one LoRA-adapted backbone (seed 001: "one large model,
+LoRA layers, different heads"); the reference policy is the base model without the adapter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trl_ext.config import field
+from trl_ext.ppo.config import PPOConfig
+
+
+@dataclass
+class RLHFConfig(PPOConfig):
+    policy: str | None = field(None, help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout)")
+    reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
+    prompts: str | None = field(None, help="prompts: a .jsonl file with a 'prompt' field per line, or a .txt file")
+    out: str | None = field(None, help="output directory")
+    backend: str = field("trl", help="'trl' or 'scratch'", choices=("trl", "scratch"))
+    lora_r: int = field(16, help="LoRA rank")
+    lora_alpha: int = field(32, help="LoRA alpha")
+    lora_dropout: float = field(0.05, help="LoRA dropout")
+    lora_target_modules: str = field("all-linear", help="LoRA targets: 'all-linear' or comma-separated names")
+    max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
+    reward_max_length: int = field(512, help="reward model input length")
+    pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect")
+    learning_rate: float = field(1e-5, help="AdamW learning rate")
+    batch_size: int = field(8, help="rollouts per update on each process")
+    total_episodes: int = field(1024, help="rollouts in the whole run")
+    response_length: int = field(64, help="most new tokens per response")
+    kl_coef: float = field(0.05, help="KL penalty weight")
+    vf_coef: float = field(0.1, help="value loss weight")
+    overwrite: bool = field(False, help="write into an output directory that holds other files")
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("policy", "reward", "prompts", "out"):
+            if not getattr(self, name):
+                raise ValueError(f"missing required option --{name}")
+        if self.separate_critic:
+            raise ValueError("the RLHF recipe shares the LoRA backbone between policy and value head; "
+                             "separate_critic is not supported here")
+
+
+def load_prompts(path: str | Path) -> list[str]:
+    """Prompts from .jsonl (a 'prompt' per line) or .txt (a prompt per line); errors name the line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"prompts file {str(path)!r} does not exist")
+    prompts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        if path.suffix == ".jsonl":
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err})") from err
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+                raise ValueError(f"{path}:{number}: expected an object with a non-empty string 'prompt'")
+            prompts.append(row["prompt"])
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise ValueError(f"prompts file {str(path)!r} holds no prompts")
+    return prompts
+
+
+def load_models(cfg: RLHFConfig):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from trl_ext.rewards import ClassifierReward
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.policy)
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"the policy tokenizer in {cfg.policy!r} has no eos token: responses could never end")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token  # documented default, as TRL's examples do
+    tokenizer.padding_side = "left"
+    policy = AutoModelForCausalLM.from_pretrained(cfg.policy)
+    reward_model = AutoModelForSequenceClassification.from_pretrained(cfg.reward)
+    if reward_model.config.num_labels != 1:
+        raise ValueError(f"reward model {cfg.reward!r} has {reward_model.config.num_labels} labels; "
+                         "the RLHF recipe expects a scalar reward model (num_labels=1)")
+    reward_tokenizer = AutoTokenizer.from_pretrained(cfg.reward)
+    reward_fn = ClassifierReward(reward_model, reward_tokenizer, pair=cfg.pair, max_length=cfg.reward_max_length,
+                                 name="reward_model")
+    return policy, tokenizer, reward_fn
+
+
+def lora_config(cfg: RLHFConfig):
+    from peft import LoraConfig
+
+    targets = cfg.lora_target_modules
+    targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    return LoraConfig(task_type="CAUSAL_LM", r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                      lora_dropout=cfg.lora_dropout, target_modules=targets)
+
+
+def run_rlhf(cfg: RLHFConfig, print_fn=print) -> dict:
+    import torch
+    from accelerate import PartialState
+    from datasets import Dataset
+
+    from trl_ext.ppo_command import prepare_out_dir, trainer_config
+
+    state = PartialState(cpu=not torch.cuda.is_available())
+    prompts = load_prompts(cfg.prompts)
+    policy, tokenizer, reward_fn = load_models(cfg)
+    if state.is_main_process:
+        prepare_out_dir(cfg.out, cfg.overwrite)
+    state.wait_for_everyone()
+    tokenizer.truncation_side = "left"
+    ids = tokenizer(prompts, truncation=True, max_length=cfg.max_prompt_length)["input_ids"]
+    dataset = Dataset.from_dict({"prompt": prompts, "input_ids": ids})
+    need = cfg.total_episodes
+    dataset = dataset.select([i % len(dataset) for i in range(need)])  # cycle the prompts to the budget
+    ppo_cfg = trainer_config(cfg)
+    history: list[dict] = []
+    out = Path(cfg.out)
+    if cfg.backend == "trl":
+        from transformers import TrainerCallback
+
+        from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
+
+        class _Log(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "objective/scores" in logs:
+                    history.append({k: v for k, v in logs.items() if isinstance(v, (int, float))})
+
+        trainer = build_trl_trainer(ppo_cfg, policy, tokenizer, reward_fn, dataset, out, callbacks=[_Log()],
+                                    peft_config=lora_config(cfg))
+        trainer.train()
+        save_trl_policy(trainer, tokenizer, out)
+        accelerator = trainer.accelerator
+    else:
+        from peft import get_peft_model
+
+        from trl_ext.ppo.trainer import PPOTrainer
+
+        reference = copy.deepcopy(policy)
+        trainer = PPOTrainer(ppo_cfg, get_peft_model(policy, lora_config(cfg)), tokenizer, reward_fn, dataset,
+                             ref_policy=reference, output_dir=out)
+        history = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in trainer.train()]
+        trainer.save(out)
+        accelerator = trainer.accelerator
+    summary = {"backend": cfg.backend, "config": asdict(cfg), "updates": len(history),
+               "first_score": history[0].get("objective/scores") if history else None,
+               "last_score": history[-1].get("objective/scores") if history else None,
+               "world_size": accelerator.num_processes}
+    if accelerator.is_main_process:
+        (out / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary["summary"] = (f"rlhf[{cfg.backend}]: {len(history)} updates, reward score "
+                          f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}")
+    return summary
