@@ -98,3 +98,26 @@ def test_recipe_docstrings_give_launch_lines():
         assert text.startswith('"""') and ("python recipes/" in text or "accelerate launch" in text), script
     for name in ("single_gpu", "multi_gpu", "deepspeed_zero2", "deepspeed_zero3", "fsdp", "multi_node", "multi_cpu"):
         assert (ROOT / "recipes/accelerate" / f"{name}.yaml").exists()
+
+
+def test_interrupted_demo_keeps_finished_stages(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "demo"
+    long_run = [sys.executable, "-m", "trl_ext.cli", "demo", "--out", str(out), *TINY[:-6],
+                "--total-episodes", "8000", "--probe-every", "0", "--eval-n", "20"]
+    proc = subprocess.Popen(long_run, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "reward" / "metrics.json").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(3)  # into the first PPO stage
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0 and (out / "policy" / "metrics.json").exists()
+    assert not (out / "ppo_trl" / "summary.json").exists()
+    again = _cli("demo", "--out", str(out), *TINY)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "[policy] reusing" in again.stdout and "[reward] reusing" in again.stdout
+    assert (out / "ppo_trl" / "summary.json").exists() and (out / "results.json").exists()

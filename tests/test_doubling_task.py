@@ -23,9 +23,11 @@ def test_tokenizer_round_trip_and_reload(tokenizer, tmp_path):
     assert again.padding_side == "left"
 
 
-def test_unknown_character_is_named_with_position():
+def test_unknown_character_is_named_with_position(tokenizer):
     with pytest.raises(ValueError, match=r"'A' at position 2"):
         d.check_text("S数A:1")
+    with pytest.raises(Exception, match="UNK"):  # the raw tokenizer refuses too: never a silent UNK
+        tokenizer("S数A:1")
 
 
 def test_samples_are_correct_and_deterministic():

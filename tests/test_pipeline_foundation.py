@@ -19,6 +19,21 @@ def test_pretraining_loss_falls(tokenizer):
     assert sum(result.losses[-5:]) / 5 < 0.7 * sum(result.losses[:5]) / 5
 
 
+def test_malformed_dataset_rows_are_named(tokenizer):
+    from datasets import Dataset
+
+    from trl_ext.models import build_classifier
+    from trl_ext.supervised import supervised_loop
+
+    model = build_classifier(tokenizer)
+    rows = Dataset.from_dict({"input_ids": [[1, 2], [], [1]], "label": [0, 1, 2]})
+    with pytest.raises(ValueError, match="row 1 has empty input_ids"):
+        supervised_loop(model, rows, 0, batch_size=1, lr=1e-3, warmup_steps=0, use_labels=True, seed=0, desc="t")
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['label'\]"):
+        supervised_loop(model, rows.remove_columns("label"), 0, batch_size=1, lr=1e-3, warmup_steps=0,
+                        use_labels=True, seed=0, desc="t")
+
+
 def test_default_recipes_reach_targets(trained_artifacts):
     policy = trained_artifacts["policy_metrics"]
     assert policy["value_acc"] >= 0.99

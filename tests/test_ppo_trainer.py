@@ -111,3 +111,44 @@ def test_learning_raises_requested_charset_rate(pieces):
     trainer.train()
     after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     assert after >= before + 0.25, (before, after)
+
+
+def test_bad_reward_output_inside_training_is_named(pieces):
+    from trl_ext.rewards import RewardError
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    policy, tok, _ = pieces
+
+    def half_nan(prompts, completions, **columns):
+        return [float("nan") if i == 3 else 1.0 for i in range(len(prompts))]
+
+    trainer = PPOTrainer(PPOConfig(batch_size=8, total_episodes=8), policy, tok, half_nan,
+                         ppo_prompt_dataset(tok, 8, seed=0))
+    with pytest.raises(RewardError, match="'half_nan' returned nan at index 3"):
+        trainer.train()
+
+
+def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
+    """The reward the in-house trainer computes for its rollouts is the number TRL's get_reward
+    gets through as_ppo_reward_model for the same token ids."""
+    from trl.experimental.utils import get_reward
+
+    from trl_ext.batching import pad_batch
+    from trl_ext.rewards import as_ppo_reward_model
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    policy, tok, reward = pieces
+    seen = {}
+
+    def recording(prompts, completions, **columns):
+        seen.update(prompts=prompts, completions=completions, scores=reward(prompts, completions, **columns))
+        return seen["scores"]
+
+    recording.__name__ = "recording"
+    data = ppo_prompt_dataset(tok, 16, seed=3)
+    PPOTrainer(PPOConfig(batch_size=16, total_episodes=16), policy, tok, recording, data).train()
+    queries, _ = pad_batch(tok(seen["prompts"], add_special_tokens=False)["input_ids"], tok.pad_token_id, "left")
+    responses, _ = pad_batch(tok(seen["completions"], add_special_tokens=False)["input_ids"], tok.pad_token_id)
+    module = as_ppo_reward_model(reward, tok, data)
+    _, via_trl, _ = get_reward(module, torch.cat([queries, responses], 1), tok.pad_token_id, queries.shape[1])
+    assert via_trl.tolist() == pytest.approx(seen["scores"], abs=1e-5)

@@ -93,17 +93,17 @@ def test_ppo_adapter_rejects_unknown_prompt(tokenizer):
         module.reward_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
 
 
-def _tiny_classifier(kind, num_labels):
+def _tiny_classifier(kind, num_labels, vocab_size):
     from transformers import (
         BertConfig, BertForSequenceClassification, DebertaV2Config, DebertaV2ForSequenceClassification,
     )
 
     torch.manual_seed(0)
     if kind == "bert":
-        cfg = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        cfg = BertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=16, num_labels=num_labels)
         return BertForSequenceClassification(cfg)
-    cfg = DebertaV2Config(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    cfg = DebertaV2Config(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                           intermediate_size=16, num_labels=num_labels, type_vocab_size=0, max_position_embeddings=64)
     return DebertaV2ForSequenceClassification(cfg)
 
@@ -112,7 +112,8 @@ def _tiny_classifier(kind, num_labels):
 def test_pair_mode_with_tiny_random_classifiers(kind):
     from tiny_models import word_tokenizer
 
-    model, tok = _tiny_classifier(kind, 1), word_tokenizer()
+    tok = word_tokenizer()
+    model = _tiny_classifier(kind, 1, len(tok))
     reward = ClassifierReward(model, tok, pair=True, batch_size=2)
     prompts, completions = ["what is up", "hello", "abc"], ["the sky", "hi there friend", "d"]
     scores = reward(prompts, completions)

@@ -62,60 +62,55 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def run_pretrain(cfg: PretrainConfig, show_progress: bool = True) -> dict:
-    """Next-token pretraining on no-prefix data; saves the policy and ``metrics.json`` in ``cfg.out``."""
+def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, evaluate, show_progress: bool) -> dict:
+    """Build, train with ``supervised_loop``, evaluate, save; ``metrics.json`` is written last (the stage's
+    "finished" marker for the demo)."""
     from trl_ext.artifacts import save_artifact
-    from trl_ext.evaluate import evaluate_policy
-    from trl_ext.models import build_policy
     from trl_ext.supervised import supervised_loop
-    from trl_ext.tasks.doubling import pretrain_dataset
     from trl_ext.tasks.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    model = build_policy(tokenizer, seed=cfg.seed)
-    data = pretrain_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed)
+    model = build_model(tokenizer, seed=cfg.seed)
+    data = make_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed)
     result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=cfg.batch_size, lr=cfg.lr,
-                             warmup_steps=cfg.warmup_steps, use_labels=False, seed=cfg.seed,
-                             desc="pretrain", show_progress=show_progress)
-    # Greedy decoding always takes the likeliest set; the spread the policy really has shows when sampling.
-    report = evaluate_policy(model, tokenizer, n=cfg.eval_n, seed=cfg.seed, sample=True, prompt_prefixed=False)
+                             warmup_steps=cfg.warmup_steps, use_labels=use_labels, seed=cfg.seed,
+                             desc=stage, show_progress=show_progress)
     summary = {
-        "stage": "pretrain", "config": asdict(cfg), "seconds": round(result.seconds, 2),
+        "stage": stage, "config": asdict(cfg), "seconds": round(result.seconds, 2),
         "first_loss": result.losses[0], "final_loss": result.losses[-1],
-        "value_acc": report["greedy"]["value_acc"], "sampled_value_acc": report["sampled"]["value_acc"],
-        "charset_spread": report["sampled"]["charset_spread"],
-        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameters": sum(p.numel() for p in model.parameters()), **evaluate(model, tokenizer),
     }
     save_artifact(model, tokenizer, cfg.out)
     _write_json(Path(cfg.out) / "metrics.json", summary)
     return summary
+
+
+def run_pretrain(cfg: PretrainConfig, show_progress: bool = True) -> dict:
+    """Next-token pretraining on no-prefix data; saves the policy and ``metrics.json`` in ``cfg.out``."""
+    from trl_ext.evaluate import evaluate_policy
+    from trl_ext.models import build_policy
+    from trl_ext.tasks.doubling import pretrain_dataset
+
+    def evaluate(model, tokenizer):
+        # Greedy decoding always takes the likeliest set; the spread the policy really has shows when sampling.
+        report = evaluate_policy(model, tokenizer, n=cfg.eval_n, seed=cfg.seed, sample=True, prompt_prefixed=False)
+        return {"value_acc": report["greedy"]["value_acc"], "sampled_value_acc": report["sampled"]["value_acc"],
+                "charset_spread": report["sampled"]["charset_spread"]}
+
+    return _train_stage(cfg, "pretrain", build_policy, pretrain_dataset, False, evaluate, show_progress)
 
 
 def run_train_reward(cfg: RewardConfig, show_progress: bool = True) -> dict:
     """Train the charset classifier on labelled no-prefix sequences; saves it and ``metrics.json``."""
-    from trl_ext.artifacts import save_artifact
     from trl_ext.evaluate import classifier_accuracy
     from trl_ext.models import build_classifier
-    from trl_ext.supervised import supervised_loop
     from trl_ext.tasks.doubling import classifier_dataset
-    from trl_ext.tasks.tokenizer import build_tokenizer
 
-    tokenizer = build_tokenizer()
-    model = build_classifier(tokenizer, seed=cfg.seed)
-    data = classifier_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed)
-    result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=cfg.batch_size, lr=cfg.lr,
-                             warmup_steps=cfg.warmup_steps, use_labels=True, seed=cfg.seed,
-                             desc="reward", show_progress=show_progress)
-    heldout = classifier_dataset(tokenizer, cfg.eval_n, cfg.seed + 1, split="heldout")
-    summary = {
-        "stage": "train-reward", "config": asdict(cfg), "seconds": round(result.seconds, 2),
-        "first_loss": result.losses[0], "final_loss": result.losses[-1],
-        "heldout_accuracy": classifier_accuracy(model, tokenizer, heldout),
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    save_artifact(model, tokenizer, cfg.out)
-    _write_json(Path(cfg.out) / "metrics.json", summary)
-    return summary
+    def evaluate(model, tokenizer):
+        heldout = classifier_dataset(tokenizer, cfg.eval_n, cfg.seed + 1, split="heldout")
+        return {"heldout_accuracy": classifier_accuracy(model, tokenizer, heldout)}
+
+    return _train_stage(cfg, "train-reward", build_classifier, classifier_dataset, True, evaluate, show_progress)
 
 
 def run_eval(cfg: EvalConfig) -> dict:

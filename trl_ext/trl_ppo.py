@@ -122,9 +122,7 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
 
 def save_trl_policy(trainer, tokenizer, path: str | Path) -> Path:
     """The tuned policy and tokenizer with ``save_pretrained``; TRL's value head as safetensors beside them."""
-    from safetensors.torch import save_file
-
-    from trl_ext.ppo.model import VALUE_HEAD_FILE
+    from trl_ext.ppo.model import save_value_head
 
     path = Path(path)
     trainer.accelerator.wait_for_everyone()
@@ -132,7 +130,5 @@ def save_trl_policy(trainer, tokenizer, path: str | Path) -> Path:
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         unwrapped.policy.save_pretrained(path, safe_serialization=True)
         tokenizer.save_pretrained(path)
-        head = unwrapped.value_model.with_value_head.v_head.summary
-        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
-                  str(path / VALUE_HEAD_FILE))
+        save_value_head(unwrapped.value_model.with_value_head.v_head.summary, path)
     return path

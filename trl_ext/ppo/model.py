@@ -50,7 +50,13 @@ class ActorCritic(nn.Module):
         return out.logits, self.value_head(hidden).squeeze(-1)
 
     def save_value_head(self, path: str | Path) -> None:
-        from safetensors.torch import save_file
+        save_value_head(self.value_head, path)
 
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
-                  str(Path(path) / VALUE_HEAD_FILE))
+
+def save_value_head(head: nn.Module, path: str | Path) -> Path:
+    """A value head's weights as ``value_head.safetensors`` beside a saved policy."""
+    from safetensors.torch import save_file
+
+    file = Path(path) / VALUE_HEAD_FILE
+    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(file))
+    return file

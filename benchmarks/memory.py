@@ -1,0 +1,68 @@
+"""Resident memory of the in-house PPO trainer over many updates (it must stay flat).
+
+    OMP_NUM_THREADS=1 python benchmarks/memory.py --policy runs/bench/policy --reward runs/bench/reward
+
+Runs ``--updates`` updates (default 1,000, batch 16 to keep it to a few minutes), reads the
+process's resident set size every ``--every`` updates from /proc, and writes JSON to
+benchmarks/results/memory-<device>.json: the samples, and the growth from the first sample
+after warm-up to the last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as handle:
+        pages = int(handle.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--policy", default=str(ROOT / "runs/bench/policy"))
+    parser.add_argument("--reward", default=str(ROOT / "runs/bench/reward"))
+    parser.add_argument("--updates", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--every", type=int, default=50)
+    args = parser.parse_args(argv)
+
+    from trl_ext.demo import machine
+    from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.ppo_command import PPOCommandConfig, load_inputs, trainer_config
+    from trl_ext.tasks.doubling import ppo_prompt_dataset
+
+    run = PPOCommandConfig(policy=args.policy, reward=args.reward, out="unused", batch_size=args.batch_size,
+                           total_episodes=args.updates * args.batch_size)
+    policy, tokenizer, reward_fn = load_inputs(run)
+    trainer = PPOTrainer(trainer_config(run), policy, tokenizer, reward_fn,
+                         ppo_prompt_dataset(tokenizer, run.total_episodes, 0))
+    samples = []
+
+    def sample(update: int, stats: dict) -> None:
+        if update % args.every == 0:
+            gc.collect()  # measure what is really held, not garbage awaiting collection
+            samples.append({"update": update, "rss_mb": round(rss_mb(), 1)})
+            print(samples[-1], flush=True)
+
+    trainer.train(sample)
+    warm = samples[1] if len(samples) > 1 else samples[0]
+    result = {"benchmark": "ppo-memory", "machine": machine(), "settings": vars(args), "samples": samples,
+              "growth_mb_after_warmup": round(samples[-1]["rss_mb"] - warm["rss_mb"], 1)}
+    out = ROOT / "benchmarks" / "results" / f"memory-{'cpu' if result['machine']['device'] == 'cpu' else 'gpu'}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"growth after warm-up: {result['growth_mb_after_warmup']} MB; written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
