@@ -3,7 +3,8 @@
     OMP_NUM_THREADS=1 python benchmarks/throughput.py --policy runs/policy --reward runs/reward
     python benchmarks/throughput.py --build   # pretrain a policy and classifier first (into runs/bench)
 
-Measures episodes/s and tokens/s (prompt + response tokens through the rollout) over
+Measures episodes/s and tokens/s (prompt + response tokens of the rollouts, counted where both
+backends hand them to the reward function) over
 ``--updates`` updates after ``--warmup`` untimed ones, and writes JSON with the machine described
 to ``benchmarks/results/throughput-<device>.json``.
 """
@@ -26,7 +27,16 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
     from trl_ext.tasks.doubling import ppo_prompt_dataset
 
     run = PPOCommandConfig(**cfg, backend=backend, policy=policy_dir, reward=reward_dir, out="unused")
-    policy, tokenizer, reward_fn = load_inputs(run)
+    policy, tokenizer, inner_reward = load_inputs(run)
+    seen_tokens: list[int] = []
+
+    def reward_fn(prompts, completions, **columns):
+        # Both backends pass every rollout through the reward: count its tokens there, the same way.
+        seen_tokens.append(sum(len(tokenizer(p + c, add_special_tokens=False)["input_ids"])
+                               for p, c in zip(prompts, completions)))
+        return inner_reward(prompts, completions, **columns)
+
+    reward_fn.__name__ = inner_reward.__name__
     total = (updates + warmup) * run.batch_size
     run_cfg = trainer_config(run)
     run_cfg.total_episodes = total
@@ -38,8 +48,7 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         stamps.append(time.perf_counter())
-        length = stats.get("val/response_length") or stats.get("val/num_eos_tokens", 0) / run.batch_size
-        tokens.append(run.batch_size * (11 + float(length)))
+        tokens.append(seen_tokens[-1])
 
     if backend == "scratch":
         from trl_ext.ppo.trainer import PPOTrainer
