@@ -152,3 +152,14 @@ def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
     module = as_ppo_reward_model(reward, tok, data)
     _, via_trl, _ = get_reward(module, torch.cat([queries, responses], 1), tok.pad_token_id, queries.shape[1])
     assert via_trl.tolist() == pytest.approx(seen["scores"], abs=1e-5)
+
+
+def test_in_house_trainer_does_not_need_trl_ppo():
+    """TRL >= 1.13 has no trl.experimental.ppo: the in-house trainer must not import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.ppo_command; "
+            "assert 'trl.experimental.ppo' not in sys.modules, 'imported'")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr

@@ -13,33 +13,17 @@ import sys
 
 
 def _commands() -> dict:
-    from trl_ext import stages
+    from trl_ext import demo, ppo_command, rlhf, stages
 
-    commands = {
+    return {
         "pretrain": (stages.PretrainConfig, stages.run_pretrain, "pretrain the tiny GPT-2 policy on no-prefix data"),
         "train-reward": (stages.RewardConfig, stages.run_train_reward, "train the BERT charset classifier"),
         "eval": (stages.EvalConfig, stages.run_eval, "evaluate a policy on held-out prefix prompts"),
+        "ppo": (ppo_command.PPOCommandConfig, ppo_command.run_ppo, "PPO with the scratch or trl backend"),
+        "demo": (demo.DemoConfig, demo.run_demo, "the whole pipeline end to end, both backends"),
+        "compare": (demo.CompareConfig, demo.run_compare, "both backends side by side over seeds"),
+        "rlhf": (rlhf.RLHFConfig, rlhf.run_rlhf, "real-LLM PPO with LoRA and a scalar reward model"),
     }
-    try:
-        from trl_ext import ppo_command
-
-        commands["ppo"] = (ppo_command.PPOCommandConfig, ppo_command.run_ppo, "PPO with the trl or scratch backend")
-    except ImportError:  # pragma: no cover - only while the PPO stage is absent
-        pass
-    try:
-        from trl_ext import rlhf
-
-        commands["rlhf"] = (rlhf.RLHFConfig, rlhf.run_rlhf, "real-LLM PPO with LoRA and a scalar reward model")
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from trl_ext import demo
-
-        commands["demo"] = (demo.DemoConfig, demo.run_demo, "the whole pipeline end to end, both backends")
-        commands["compare"] = (demo.CompareConfig, demo.run_compare, "both backends side by side over seeds")
-    except ImportError:  # pragma: no cover
-        pass
-    return commands
 
 
 def _summary_line(name: str, result: dict) -> str:
@@ -77,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trl-ext: error: {message}", file=sys.stderr)
         return 2
     if namespace.command == "eval":
-        print(json.dumps({k: v for k, v in result.items()}, ensure_ascii=False, indent=2))
+        print(json.dumps(result, ensure_ascii=False, indent=2))
     print(_summary_line(namespace.command, result))
     return 0
 

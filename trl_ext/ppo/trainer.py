@@ -14,7 +14,6 @@ it is trl-ext's PPO for users on TRL >= 1.13 too.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -156,9 +155,8 @@ class PPOTrainer:
 
         tick = time.perf_counter()
         mask = response_mask(responses, self.tokenizer.eos_token_id)
-        # Drop columns that are padding in every row: later passes then cost less.
-        responses = responses[:, : int(mask.sum(1).max())].masked_fill(mask[:, : int(mask.sum(1).max())] == 0,
-                                                                       self.tokenizer.pad_token_id)
+        width = int(mask.sum(1).max())  # columns past it are padding in every row: drop them, later passes cost less
+        responses = responses[:, :width].masked_fill(mask[:, :width] == 0, self.tokenizer.pad_token_id)
         prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
         completions = self.tokenizer.batch_decode(responses, skip_special_tokens=False)
         completions = [c.replace(self.tokenizer.pad_token, "") for c in completions]
@@ -300,7 +298,3 @@ class PPOTrainer:
             self.tokenizer.save_pretrained(path)
             self.actor_critic.save_value_head(path)
         return path
-
-
-def check_finite_stats(stats: dict) -> bool:
-    return all(math.isfinite(v) for v in stats.values() if isinstance(v, float))
