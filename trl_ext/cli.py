@@ -51,10 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         add_dataclass_arguments(sub.add_parser(name, help=help_text, description=help_text), cls)
     namespace = parser.parse_args(argv)
     cls, run, _ = commands[namespace.command]
+    from trl_ext.ppo.trainer import PPOError
+
     try:
         cfg = build_config(cls, namespace, given_flags(argv))
         result = run(cfg)
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError, PPOError) as err:
         if os.environ.get("TRL_EXT_DEBUG"):
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

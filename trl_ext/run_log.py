@@ -45,7 +45,9 @@ class RunRecorder:
         row.update(backend=self.backend, update=update, train_seconds=round(self.train_seconds, 3))
         bad = [k for k in KEY_METRICS if k in row and not math.isfinite(row[k])]
         if bad:
-            raise RuntimeError(f"{self.backend} PPO: non-finite {bad} at update {update}")
+            from trl_ext.ppo.trainer import PPOError
+
+            raise PPOError(f"{self.backend} PPO: non-finite {bad} at update {update}")
         if self.probe_every and update % self.probe_every == 0:
             tick = time.perf_counter()
             probe = evaluate_policy(policy, self.tokenizer, n=self.probe_n, seed=self.seed + 1, sample=False)
