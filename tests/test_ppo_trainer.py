@@ -163,3 +163,13 @@ def test_in_house_trainer_does_not_need_trl_ppo():
             "assert 'trl.experimental.ppo' not in sys.modules, 'imported'")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_step_masks_padding_of_responses_without_eos(pieces):
+    policy, tok, _ = pieces
+    trainer = PPOTrainer(PPOConfig(batch_size=2, num_ppo_epochs=1), policy, tok)
+    query = tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]
+    six, six_six, zero = tok.convert_tokens_to_ids(["6", "6", "0"])
+    stats = trainer.step([query, query], [[six, six], [six, six_six, zero, tok.eos_token_id, six]], [1.0, 0.0])
+    # lengths 2 (no eos: its own length) and 4 (up to and including the first eos)
+    assert stats["val/response_length"] == pytest.approx(3.0)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trl_ext.config import field
-from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.config import PPOConfig, num_updates
 
 BACKENDS = ("scratch", "trl", "grpo", "rloo")  # the last two: TRL's critic-free baselines, for comparison
 
@@ -144,8 +144,12 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
     recorder = RunRecorder(tokenizer, backend=cfg.backend, probe_every=cfg.probe_every if main else 0,
                            probe_n=cfg.probe_n, stop_at_target=cfg.stop_at_target,
                            log_path=out / "metrics.jsonl" if main else None,
-                           print_fn=print_fn if main else (lambda *_: None), seed=cfg.seed)
-    trained, accelerator = train_backend(cfg, policy, tokenizer, reward_fn, out, recorder)
+                           print_fn=print_fn if main else (lambda *_: None), seed=cfg.seed,
+                           total_updates=num_updates(cfg, state.num_processes))
+    try:
+        trained, accelerator = train_backend(cfg, policy, tokenizer, reward_fn, out, recorder)
+    finally:
+        recorder.close()
     train_seconds = recorder.train_seconds
     checksums = _rank_checksums(trained, accelerator)
     summary = {"backend": cfg.backend, "config": asdict(cfg)}

@@ -22,7 +22,9 @@ class RunRecorder:
 
     def __init__(self, tokenizer, *, backend: str, probe_every: int = 10, probe_n: int = 200,
                  target_exact: float = 0.99, stop_at_target: bool = False, log_path: str | Path | None = None,
-                 print_fn=print, seed: int = 0):
+                 print_fn=print, seed: int = 0, total_updates: int | None = None):
+        from tqdm.auto import tqdm
+
         self.tokenizer, self.backend = tokenizer, backend
         self.probe_every, self.probe_n, self.seed = probe_every, probe_n, seed
         self.target_exact, self.stop_at_target = target_exact, stop_at_target
@@ -35,6 +37,12 @@ class RunRecorder:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log_path.write_text("")
+        # A live bar on a terminal (main process only); logs and CI get the periodic lines alone.
+        self.bar = tqdm(total=total_updates, desc=backend, leave=False, mininterval=1.0,
+                        disable=None if log_path is not None else True)
+
+    def close(self) -> None:
+        self.bar.close()
 
     @property
     def train_seconds(self) -> float:
@@ -60,6 +68,9 @@ class RunRecorder:
                           f"score {row.get('objective/scores', float('nan')):.3f} kl {row.get('objective/kl', float('nan')):.3f} "
                           f"probe exact {row['probe/exact']:.3f} charset {row['probe/charset_acc']:.3f} "
                           f"({row['train_seconds']:.1f}s)")
+        self.bar.update(1)
+        self.bar.set_postfix(score=f"{row.get('objective/scores', float('nan')):.3f}",
+                             kl=f"{row.get('objective/kl', float('nan')):.3f}", refresh=False)
         self.history.append(row)
         if self.log_path is not None:
             with self.log_path.open("a") as handle:

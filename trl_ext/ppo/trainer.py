@@ -110,11 +110,14 @@ class PPOTrainer:
             raise PPOError("every response needs at least one token")
         query_ids, query_mask = self._pad_queries(queries)
         device = self.accelerator.device
-        response_ids, _ = pad_batch(responses, self.tokenizer.pad_token_id, side="right")
+        response_ids, padding = pad_batch(responses, self.tokenizer.pad_token_id, side="right")
+        response_ids = response_ids.to(device)
+        # A response ends at its first eos or at its own length, whichever comes first.
+        mask = response_mask(response_ids, self.tokenizer.eos_token_id) * padding.to(device)
         scores = torch.as_tensor([float(s) for s in scores], dtype=torch.float32, device=device)
         if not torch.isfinite(scores).all():
             raise PPOError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
-        return self._update(self._experience(query_ids, query_mask, response_ids.to(device), scores))
+        return self._update(self._experience(query_ids, query_mask, response_ids, mask, scores))
 
     # ------------------------------------------------------------------ the training loop
 
@@ -156,17 +159,19 @@ class PPOTrainer:
         tick = time.perf_counter()
         mask = response_mask(responses, self.tokenizer.eos_token_id)
         width = int(mask.sum(1).max())  # columns past it are padding in every row: drop them, later passes cost less
-        responses = responses[:, :width].masked_fill(mask[:, :width] == 0, self.tokenizer.pad_token_id)
+        mask = mask[:, :width]
+        responses = responses[:, :width].masked_fill(mask == 0, self.tokenizer.pad_token_id)
         prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
-        completions = self.tokenizer.batch_decode(responses, skip_special_tokens=False)
-        completions = [c.replace(self.tokenizer.pad_token, "") for c in completions]
+        lengths = mask.sum(1).tolist()
+        completions = self.tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)],
+                                                  skip_special_tokens=False)
         columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
         scores = call_reward(self.reward_fn, prompts, completions, **columns)
         scores = torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device)
         timings["timing/reward"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
-        experience = self._experience(query_ids, query_mask, responses, scores)
+        experience = self._experience(query_ids, query_mask, responses, mask, scores)
         timings["timing/experience"] = time.perf_counter() - tick
         tick = time.perf_counter()
         stats = self._update(experience)
@@ -201,9 +206,8 @@ class PPOTrainer:
         return core.logprobs_from_logits(logits, responses), logits
 
     @torch.no_grad()
-    def _experience(self, query_ids, query_mask, responses, scores) -> Experience:
+    def _experience(self, query_ids, query_mask, responses, mask, scores) -> Experience:
         cfg = self.config
-        mask = response_mask(responses, self.tokenizer.eos_token_id)
         query_response = torch.cat([query_ids, responses], dim=1)
         attention_mask = torch.cat([query_mask.long(), mask], dim=1)
         position_ids = positions_from_mask(attention_mask)
