@@ -15,23 +15,19 @@ from pathlib import Path
 
 from trl_ext.config import field
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo_command import BACKENDS, PPOCommandConfig, prepare_out_dir, run_ppo
+from trl_ext.ppo_command import BACKENDS, PPOCommandConfig, RunOptions, prepare_out_dir, run_ppo
 from trl_ext.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
 
 DEMO_FILES = ("policy", "reward", "results.json", "report.md", "curves.png")
 
 
 @dataclass
-class PipelineOptions(PPOConfig):
+class PipelineOptions(RunOptions):
     out: str = field("demo_out", help="output directory")
     backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKENDS)}")
     pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
     reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
-    probe_every: int = field(10, help="updates between held-out greedy probes")
-    probe_n: int = field(200, help="held-out prompts per probe")
-    eval_n: int = field(1000, help="held-out prompts for the final evaluation")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
-    overwrite: bool = field(False, help="write into an output directory that holds other files")
 
     def __post_init__(self):
         super().__post_init__()

@@ -8,13 +8,12 @@ from trl_ext.batching import pad_batch
 
 
 def completion_texts(tokenizer, response_ids: torch.Tensor) -> list[str]:
-    """Decode generated ids, cut at the first eos token (kept), padding dropped."""
-    eos = tokenizer.eos_token
-    texts = []
-    for row in tokenizer.batch_decode(response_ids, skip_special_tokens=False):
-        body, found, _ = row.partition(eos)
-        texts.append(body.replace(tokenizer.pad_token, "") + found)
-    return texts
+    """Decode generated ids up to and including the first eos token; what follows it is dropped."""
+    from trl_ext.ppo.rollout import response_mask
+
+    lengths = response_mask(response_ids, tokenizer.eos_token_id).sum(1).tolist()
+    return tokenizer.batch_decode([row[:n] for row, n in zip(response_ids.tolist(), lengths)],
+                                  skip_special_tokens=False)
 
 
 @torch.no_grad()

@@ -17,17 +17,28 @@ BACKENDS = ("scratch", "trl", "grpo", "rloo")  # the last two: TRL's critic-free
 
 
 @dataclass
-class PPOCommandConfig(PPOConfig):
+class RunOptions(PPOConfig):
+    """PPO options plus how a doubling run is watched and where it may write (``ppo``, ``demo``, ``compare``)."""
+
+    probe_every: int = field(10, help="updates between held-out greedy probes (0: never)")
+    probe_n: int = field(200, help="held-out prompts per probe")
+    eval_n: int = field(1000, help="held-out prompts for the final evaluation")
+    overwrite: bool = field(False, help="write into an output directory that already holds other files")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
+            raise ValueError("eval_n and probe_n must be in 1..1000")
+
+
+@dataclass
+class PPOCommandConfig(RunOptions):
     backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer), or TRL's critic-free "
                          "'grpo'/'rloo' for comparison", choices=BACKENDS)
     policy: str | None = field(None, help="directory of the pretrained policy")
     reward: str | None = field(None, help="directory of the reward classifier")
     out: str | None = field(None, help="output directory")
-    probe_every: int = field(10, help="updates between held-out greedy probes (0: never)")
-    probe_n: int = field(200, help="held-out prompts per probe")
-    eval_n: int = field(1000, help="held-out prompts for the final evaluation")
     stop_at_target: bool = field(False, help="stop once the probe's greedy exact-match reaches 0.99")
-    overwrite: bool = field(False, help="write into an output directory that already holds files")
 
     def __post_init__(self):
         super().__post_init__()
@@ -36,8 +47,6 @@ class PPOCommandConfig(PPOConfig):
                 raise ValueError(f"missing required option --{name}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
-            raise ValueError("eval_n and probe_n must be in 1..1000")
 
 
 def trainer_config(cfg: PPOCommandConfig) -> PPOConfig:

@@ -40,33 +40,25 @@ def build_value_model(policy, separate_critic: bool) -> ValueModelView:
     return ValueModelView(AutoModelForCausalLMWithValueHead(base))
 
 
+# Options whose name and meaning are the same in our PPOConfig and TRL's.
+SHARED_WITH_TRL = ("learning_rate", "lr_scheduler_type", "num_mini_batches", "num_ppo_epochs", "total_episodes",
+                   "kl_coef", "kl_estimator", "cliprange", "cliprange_value", "vf_coef", "gamma", "lam",
+                   "whiten_rewards", "response_length", "temperature", "seed")
+
+
 def trl_ppo_config(cfg, output_dir: str | Path):
     """Our ``PPOConfig`` -> TRL's, with the CPU-safe settings TRL's defaults get wrong."""
     from trl.experimental.ppo import PPOConfig as TRLPPOConfig
 
+    same_meaning = {name: getattr(cfg, name) for name in SHARED_WITH_TRL}
     return TRLPPOConfig(
         output_dir=str(output_dir),
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type,
+        **same_meaning,
         per_device_train_batch_size=cfg.batch_size,
         local_rollout_forward_batch_size=cfg.batch_size,
         gradient_accumulation_steps=1,
-        num_mini_batches=cfg.num_mini_batches,
-        num_ppo_epochs=cfg.num_ppo_epochs,
-        total_episodes=cfg.total_episodes,
-        kl_coef=cfg.kl_coef,
-        kl_estimator=cfg.kl_estimator,
-        cliprange=cfg.cliprange,
-        cliprange_value=cfg.cliprange_value,
-        vf_coef=cfg.vf_coef,
-        gamma=cfg.gamma,
-        lam=cfg.lam,
-        whiten_rewards=cfg.whiten_rewards,
-        response_length=cfg.response_length,
-        temperature=cfg.temperature,
         stop_token="eos",
         missing_eos_penalty=None,
-        seed=cfg.seed,
         bf16=False,
         fp16=False,
         use_cpu=not torch.cuda.is_available(),

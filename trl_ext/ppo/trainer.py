@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from trl_ext.batching import pad_batch
+from trl_ext.generation import completion_texts
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates
 from trl_ext.ppo.model import ActorCritic
@@ -162,9 +163,7 @@ class PPOTrainer:
         mask = mask[:, :width]
         responses = responses[:, :width].masked_fill(mask == 0, self.tokenizer.pad_token_id)
         prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
-        lengths = mask.sum(1).tolist()
-        completions = self.tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)],
-                                                  skip_special_tokens=False)
+        completions = completion_texts(self.tokenizer, responses)
         columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
         scores = call_reward(self.reward_fn, prompts, completions, **columns)
         scores = torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device)
