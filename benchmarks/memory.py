@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     run = PPOCommandConfig(policy=args.policy, reward=args.reward, out="unused", batch_size=args.batch_size,
                            total_episodes=args.updates * args.batch_size)
     policy, tokenizer, reward_fn = load_inputs(run)
-    trainer = PPOTrainer(trainer_config(run), policy, tokenizer, reward_fn,
-                         ppo_prompt_dataset(tokenizer, run.total_episodes, 0))
+    trainer = PPOTrainer(policy, reward_fn, args=trainer_config(run), processing_class=tokenizer,
+                         train_dataset=ppo_prompt_dataset(tokenizer, run.total_episodes, 0))
     samples = []
 
     def sample(update: int, stats: dict) -> None:

@@ -53,14 +53,14 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
     if backend == "scratch":
         from trl_ext.ppo.trainer import PPOTrainer
 
-        trainer = PPOTrainer(run_cfg, policy, tokenizer, reward_fn, dataset)
+        trainer = PPOTrainer(policy, reward_fn, args=run_cfg, train_dataset=dataset, processing_class=tokenizer)
         trainer.train(lambda u, s: tick(u, s))
     else:
         import tempfile
 
         from transformers import TrainerCallback
 
-        from trl_ext.trl_ppo import build_trl_trainer
+        from trl_ext.trl_compat.backend import build_trl_trainer
 
         class _Tick(TrainerCallback):
             def on_log(self, args, state, control, logs=None, **kwargs):

@@ -93,3 +93,35 @@ def test_cli_bad_input_gives_one_line_error(tmp_path, args, message):
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_flags_are_never_abbreviated(tmp_path, capsys):
+    """`--step 2` used to be taken for `--steps` and then lose to the YAML's value, silently."""
+    from trl_ext.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("steps: 5\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", "--out", str(tmp_path / "p"), "--config", str(cfg), "--step", "2"])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --step 2" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+
+
+def test_yaml_values_take_the_field_type_or_name_the_key(tmp_path):
+    import argparse
+
+    from trl_ext.config import ConfigError, add_dataclass_arguments, build_config
+    from trl_ext.stages import PretrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_dataclass_arguments(parser, PretrainConfig)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("out: runs/p\nlr: 1e-3\nsteps: '40'\n")  # YAML reads 1e-3 as the string '1e-3'
+    built = build_config(PretrainConfig, parser.parse_args(["--config", str(cfg)]), set())
+    assert built.lr == 1e-3 and isinstance(built.lr, float) and built.steps == 40
+    cfg.write_text("out: runs/p\nsteps: many\n")
+    with pytest.raises(ConfigError, match="option 'steps': 'many' is not a valid int"):
+        build_config(PretrainConfig, parser.parse_args(["--config", str(cfg)]), set())
+    cfg.write_text("out: runs/p\nsteps: 2.5\n")
+    with pytest.raises(ConfigError, match="option 'steps': 2.5 is not a valid int"):
+        build_config(PretrainConfig, parser.parse_args(["--config", str(cfg)]), set())

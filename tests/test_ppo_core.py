@@ -17,6 +17,7 @@ def test_logprobs_and_entropy_match_log_softmax():
     assert core.entropy_from_logits(uniform).item() == pytest.approx(torch.log(torch.tensor(4.0)).item())
 
 
+@pytest.mark.needs_trl_ppo
 def test_masked_stats_by_hand_and_against_trl():
     from trl.experimental.ppo.ppo_trainer import masked_mean, masked_var, masked_whiten
 
@@ -99,6 +100,7 @@ def test_clipped_losses_by_hand():
     assert vloss.item() == pytest.approx(0.5 * (0.2 - 2.0) ** 2) and vstats["clipfrac"].item() == 1.0
 
 
+@pytest.mark.needs_trl_ppo
 def test_ppo_loss_equals_trl_formula_on_same_tensors():
     """TRL 1.12's PPO loss lines (ppo_trainer.py, inside train()) applied to the same tensors."""
     from trl.experimental.ppo.ppo_trainer import masked_mean

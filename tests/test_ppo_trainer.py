@@ -17,6 +17,11 @@ def pieces(trained_artifacts):
     return policy, tok, doubling_classifier_reward(clf, clf_tok)
 
 
+def doubling_config(**options) -> PPOConfig:
+    """The doubling classifier was trained on answers that end in E (the eos): keep it in completions."""
+    return PPOConfig(skip_special_tokens=False, **options)
+
+
 def _params(module):
     return {n: p.detach().clone() for n, p in module.named_parameters()}
 
@@ -25,8 +30,9 @@ def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
     from trl_ext.tasks.doubling import ppo_prompt_dataset
 
     policy, tok, reward = pieces
-    cfg = PPOConfig(batch_size=16, num_mini_batches=2, total_episodes=32, num_ppo_epochs=2)
-    trainer = PPOTrainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 32, seed=0))
+    cfg = doubling_config(batch_size=16, num_mini_batches=2, total_episodes=32, num_ppo_epochs=2)
+    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0),
+                         processing_class=tok)
     before, head_before = _params(trainer.policy), _params(trainer.actor_critic.value_head)
     history = trainer.train()
     assert len(history) == 2 and trainer.episode == 32
@@ -47,7 +53,7 @@ def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
 
 def test_step_wise_api(pieces):
     policy, tok, reward = pieces
-    trainer = PPOTrainer(PPOConfig(batch_size=4, num_ppo_epochs=1), policy, tok)
+    trainer = PPOTrainer(policy, args=PPOConfig(batch_size=4, num_ppo_epochs=1), processing_class=tok)
     queries = [tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]] * 2 + \
               [tok("S大写:10x2=", add_special_tokens=False)["input_ids"]] * 2
     responses = trainer.generate(queries)
@@ -77,8 +83,9 @@ def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch
         return (loss * float("nan"), stats) if calls["n"] > 1 else (loss, stats)
 
     monkeypatch.setattr(core, "clipped_value_loss", sometimes_nan)
-    trainer = PPOTrainer(PPOConfig(batch_size=8, num_ppo_epochs=1, total_episodes=32), policy, tok, reward,
-                         ppo_prompt_dataset(tok, 32, seed=0), output_dir=tmp_path)
+    cfg = doubling_config(batch_size=8, num_ppo_epochs=1, total_episodes=32, output_dir=str(tmp_path))
+    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0),
+                         processing_class=tok)
     with pytest.raises(PPOError, match="non-finite loss .* update 2.*last good policy is saved"):
         trainer.train()
     from transformers import AutoModelForCausalLM
@@ -93,10 +100,14 @@ def test_bad_setup_errors(pieces):
         PPOConfig(batch_size=10, num_mini_batches=4)
     import copy
 
-    no_pad = copy.deepcopy(tok)
-    no_pad.pad_token = None
-    with pytest.raises(PPOError, match="no pad"):
-        PPOTrainer(PPOConfig(), policy, no_pad, reward)
+    no_eos = copy.deepcopy(tok)
+    no_eos.eos_token = None
+    with pytest.raises(PPOError, match="no eos"):
+        PPOTrainer(policy, reward, processing_class=no_eos)
+    with pytest.raises(PPOError, match="reward_weights has 2 values for 1 reward functions"):
+        PPOTrainer(policy, reward, args=PPOConfig(reward_weights=[1.0, 2.0]), processing_class=tok)
+    with pytest.raises(PPOError, match="reward_funcs holds a int"):
+        PPOTrainer(policy, [reward, 3], processing_class=tok)
 
 
 def test_learning_raises_requested_charset_rate(pieces):
@@ -106,8 +117,9 @@ def test_learning_raises_requested_charset_rate(pieces):
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
-    cfg = PPOConfig(batch_size=64, total_episodes=64 * 40, learning_rate=3e-4, seed=1)
-    trainer = PPOTrainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, cfg.total_episodes, seed=1))
+    cfg = doubling_config(batch_size=64, total_episodes=64 * 40, learning_rate=3e-4, seed=1)
+    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
+                         processing_class=tok)
     trainer.train()
     after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     assert after >= before + 0.25, (before, after)
@@ -122,20 +134,21 @@ def test_bad_reward_output_inside_training_is_named(pieces):
     def half_nan(prompts, completions, **columns):
         return [float("nan") if i == 3 else 1.0 for i in range(len(prompts))]
 
-    trainer = PPOTrainer(PPOConfig(batch_size=8, total_episodes=8), policy, tok, half_nan,
-                         ppo_prompt_dataset(tok, 8, seed=0))
+    trainer = PPOTrainer(policy, half_nan, args=PPOConfig(batch_size=8, total_episodes=8),
+                         train_dataset=ppo_prompt_dataset(tok, 8, seed=0), processing_class=tok)
     with pytest.raises(RewardError, match="'half_nan' returned nan at index 3"):
         trainer.train()
 
 
+@pytest.mark.needs_trl_ppo
 def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
     """The reward the in-house trainer computes for its rollouts is the number TRL's get_reward
     gets through as_ppo_reward_model for the same token ids."""
     from trl.experimental.utils import get_reward
 
     from trl_ext.batching import pad_batch
-    from trl_ext.rewards import as_ppo_reward_model
     from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     policy, tok, reward = pieces
     seen = {}
@@ -146,7 +159,8 @@ def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
 
     recording.__name__ = "recording"
     data = ppo_prompt_dataset(tok, 16, seed=3)
-    PPOTrainer(PPOConfig(batch_size=16, total_episodes=16), policy, tok, recording, data).train()
+    PPOTrainer(policy, recording, args=doubling_config(batch_size=16, total_episodes=16), train_dataset=data,
+               processing_class=tok).train()
     queries, _ = pad_batch(tok(seen["prompts"], add_special_tokens=False)["input_ids"], tok.pad_token_id, "left")
     responses, _ = pad_batch(tok(seen["completions"], add_special_tokens=False)["input_ids"], tok.pad_token_id)
     module = as_ppo_reward_model(reward, tok, data)
@@ -167,9 +181,27 @@ def test_in_house_trainer_does_not_need_trl_ppo():
 
 def test_step_masks_padding_of_responses_without_eos(pieces):
     policy, tok, _ = pieces
-    trainer = PPOTrainer(PPOConfig(batch_size=2, num_ppo_epochs=1), policy, tok)
+    trainer = PPOTrainer(policy, args=PPOConfig(batch_size=2, num_ppo_epochs=1), processing_class=tok)
     query = tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]
     six, six_six, zero = tok.convert_tokens_to_ids(["6", "6", "0"])
     stats = trainer.step([query, query], [[six, six], [six, six_six, zero, tok.eos_token_id, six]], [1.0, 0.0])
     # lengths 2 (no eos: its own length) and 4 (up to and including the first eos)
     assert stats["val/response_length"] == pytest.approx(3.0)
+
+
+def test_bad_loss_on_one_rank_stops_every_rank(tmp_path):
+    """With 2 processes, a NaN loss on rank 0 alone must stop both ranks (it used to hang in save's barrier)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(root / "recipes/accelerate/multi_cpu.yaml"), str(root / "tests/scripts/bad_loss_two_ranks.py"),
+           str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    out = run.stdout + run.stderr
+    assert "rank 0 of 2: non-finite loss" in out and "rank 1 of 2: non-finite loss" in out, out[-3000:]
+    assert "update 2, epoch 1, minibatch 1" in out and (tmp_path / "last_good" / "model.safetensors").exists()

@@ -16,3 +16,21 @@ def test_reward_adapter_example_runs(trained_artifacts, capsys):
     exec(block.replace('"runs/reward"', repr(str(trained_artifacts["reward"]))), {})
     high, low = eval(capsys.readouterr().out.strip().splitlines()[-1])
     assert high > 2.0 > low
+
+
+def test_current_trl_example_runs(tmp_path):
+    """The "With TRL >= 1.13" example, with tiny models of the same architectures in place of the paths."""
+    from tiny_models import tiny_deberta_reward, tiny_qwen2
+
+    policy = tiny_qwen2(tmp_path / "qwen2", chat_template=True)
+    reward = tiny_deberta_reward(tmp_path / "deberta")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "policy_dir, reward_dir =" in b)
+    block = (block.replace('"runs/qwen2.5-0.5b-instruct"', repr(str(policy)))
+             .replace('"runs/deberta-v3-reward-model"', repr(str(reward)))
+             .replace('"runs/ppo_chat"', repr(str(tmp_path / "out"))))
+    scope = {}
+    exec(block, scope)
+    history = scope["history"]
+    assert len(history) == 2 and "rewards/says_the_word/mean" in history[-1]
+    assert "rewards/deberta/mean" in history[-1] and "rewards/brevity/mean" in history[-1]
+    assert (tmp_path / "out" / "adapter_config.json").exists() or (tmp_path / "out" / "config.json").exists()

@@ -6,7 +6,7 @@ import torch
 
 from trl_ext.rewards import (
     CharsetCompliance, ClassifierReward, Clipped, ExactMatch, RewardError, RunningNormalized, ValueCorrect,
-    WeightedSum, as_ppo_reward_model, call_reward, doubling_classifier_reward,
+    WeightedSum, call_reward, doubling_classifier_reward,
 )
 
 PROMPTS = ["S数字:3320x2="] * 5 + ["S大写:3164x2="]
@@ -20,6 +20,28 @@ def test_rule_rewards_exact_values():
     # columns, when given, win over what the prompt says
     assert ExactMatch()(PROMPTS[:1], ["六六四〇E"], label=[1], question=[3320]) == [1.0]
     assert ExactMatch.__name__ != "" and ExactMatch().__name__ == "doubling_exact"
+
+
+def test_weighted_sum_leaves_out_none_as_grpo_does():
+    def only_digits(prompts, completions, **kw):
+        return [1.0 if p.startswith("S数字") else None for p in prompts]
+
+    def never(prompts, completions, **kw):
+        return [None] * len(prompts)
+
+    mixed = WeightedSum([only_digits, ValueCorrect()], [2.0, 1.0])
+    assert mixed(PROMPTS, COMPLETIONS) == [3.0, 3.0, 2.0, 2.0, 2.0, 1.0]
+    with pytest.raises(RewardError, match=r"every reward function \(never\) returned None for row 0"):
+        WeightedSum([never])(PROMPTS, COMPLETIONS)
+    with pytest.raises(RewardError, match="non-number None at index 0"):
+        call_reward(never, PROMPTS, COMPLETIONS)  # None is an error unless the caller allows it
+
+
+def test_reward_functions_are_called_by_keyword_like_grpo():
+    def accuracy(completions, solution, **kwargs):  # trl.rewards style: no `prompts` parameter
+        return [float(c == s) for c, s in zip(completions, solution)]
+
+    assert call_reward(accuracy, ["p", "q"], ["a", "b"], solution=["a", "c"]) == [1.0, 0.0]
 
 
 def test_combinators():
@@ -57,6 +79,7 @@ def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
     from trl.experimental.utils import get_reward
 
     from trl_ext.batching import pad_batch
+    from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     queries, _ = pad_batch(dataset["input_ids"], tokenizer.pad_token_id, side="left")
     responses, _ = pad_batch([tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions],
@@ -70,6 +93,7 @@ def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
     return score.tolist()
 
 
+@pytest.mark.needs_trl_ppo
 def test_same_reward_through_trl_get_reward(trained_artifacts, tokenizer):
     from trl_ext.artifacts import load_classifier
     from trl_ext.tasks.doubling import Sample, prompt_dataset
@@ -86,6 +110,7 @@ def test_same_reward_through_trl_get_reward(trained_artifacts, tokenizer):
 
 def test_ppo_adapter_rejects_unknown_prompt(tokenizer):
     from trl_ext.tasks.doubling import Sample, prompt_dataset
+    from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     module = as_ppo_reward_model(ExactMatch(), tokenizer, prompt_dataset(tokenizer, [Sample(3320, 0, True)]))
     ids = torch.tensor([tokenizer("S小写:1111x2=2222E", add_special_tokens=False)["input_ids"]])

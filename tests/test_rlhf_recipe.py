@@ -20,7 +20,7 @@ def tiny_models(tmp_path_factory):
     return tiny_qwen2(root / "qwen2"), tiny_deberta_reward(root / "deberta")
 
 
-@pytest.mark.parametrize("backend", ["trl", "scratch"])
+@pytest.mark.parametrize("backend", [pytest.param("trl", marks=pytest.mark.needs_trl_ppo), "scratch"])
 def test_rlhf_recipe_with_lora(tiny_models, tmp_path, backend):
     policy, reward = tiny_models
     out = tmp_path / backend

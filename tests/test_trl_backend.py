@@ -19,10 +19,11 @@ def pieces(trained_artifacts):
     return policy, tok, doubling_classifier_reward(clf, clf_tok)
 
 
+@pytest.mark.needs_trl_ppo
 @pytest.mark.parametrize("separate_critic", [False, True])
 def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
     from trl_ext.tasks.doubling import ppo_prompt_dataset
-    from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
+    from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
     policy, tok, reward = pieces
     cfg = PPOConfig(batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16,
@@ -46,11 +47,12 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy"]  # TRL left nothing else behind
 
 
+@pytest.mark.needs_trl_ppo
 def test_trl_backend_learns_requested_charset(pieces, tmp_path):
     """30 TRL updates of 64 must clearly lift the requested-charset rate (the reward is wired right)."""
     from trl_ext.evaluate import evaluate_policy
     from trl_ext.tasks.doubling import ppo_prompt_dataset
-    from trl_ext.trl_ppo import build_trl_trainer
+    from trl_ext.trl_compat.backend import build_trl_trainer
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
@@ -69,7 +71,7 @@ def _cli(*args):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize("backend", ["trl", "scratch"])
+@pytest.mark.parametrize("backend", [pytest.param("trl", marks=pytest.mark.needs_trl_ppo), "scratch"])
 def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
     out = tmp_path / backend
     run = _cli("ppo", "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",

@@ -27,10 +27,17 @@ def word_tokenizer():
                           unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
 
 
-def tiny_qwen2(path):
+# A ChatML-like template written in printable characters, so the character tokenizer can spell it.
+CHAT_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}[assistant]{% endif %}")
+
+
+def tiny_qwen2(path, chat_template: bool = False):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    if chat_template:
+        tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
@@ -41,10 +48,12 @@ def tiny_qwen2(path):
     return path
 
 
-def tiny_deberta_reward(path):
+def tiny_deberta_reward(path, chat_template: bool = False):
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
 
     tok = word_tokenizer()
+    if chat_template:
+        tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
     cfg = DebertaV2Config(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                           intermediate_size=16, num_labels=1, type_vocab_size=0, max_position_embeddings=512,

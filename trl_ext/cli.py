@@ -45,10 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = _commands()
-    parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.")
+    parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.",
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (cls, _, help_text) in commands.items():
-        add_dataclass_arguments(sub.add_parser(name, help=help_text, description=help_text), cls)
+        # allow_abbrev=False: `--step 2` must not silently mean `--steps` (and lose to a YAML value).
+        add_dataclass_arguments(sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False), cls)
     namespace = parser.parse_args(argv)
     cls, run, _ = commands[namespace.command]
     from trl_ext.ppo.trainer import PPOError

@@ -1,7 +1,9 @@
 """Dataclass configs from the command line and YAML files (TRL's ``TrlParser`` style).
 
 Values come from, in rising priority: the dataclass defaults, ``--config FILE.yaml``, flags.
-A YAML key that is not a field is an error naming the key.
+A YAML key that is not a field is an error naming the key; a YAML value is converted to the
+field's type (YAML reads ``1e-3`` as a string) or refused with the key named. Flags must be
+written out in full: argparse's abbreviations are off, so ``--step`` never stands for ``--steps``.
 """
 
 from __future__ import annotations
@@ -33,10 +35,34 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
 
 
+def convert_value(key: str, value, tp):
+    """A YAML value as the field's type ``tp`` (str, int, float, bool); ConfigError naming ``key`` otherwise."""
+    if value is None:
+        return None
+    try:
+        if tp is bool:
+            return value if isinstance(value, bool) else _bool(value)
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if tp is str:
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except (ValueError, TypeError, argparse.ArgumentTypeError):
+        raise ConfigError(f"option {key!r}: {value!r} is not a valid {tp.__name__}") from None
+    return value
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
     hints = typing.get_type_hints(cls)
     parser.add_argument("--config", type=Path, default=None, help="YAML file of options (flags override it)")
-    for field in dataclasses.fields(cls):
+    for field in cli_fields(cls):
         tp = _arg_type(hints[field.name])
         flag = "--" + field.name.replace("_", "-")
         help_text = field.metadata.get("help", "")
@@ -67,7 +93,8 @@ def _load_yaml(path: Path) -> dict:
 
 def build_config(cls, namespace: argparse.Namespace, argv_flags: set[str]):
     """Merge defaults, the YAML file and explicitly given flags into a ``cls`` instance."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in cli_fields(cls)}
+    hints = typing.get_type_hints(cls)
     values = {}
     if namespace.config is not None:
         for key, value in _load_yaml(namespace.config).items():
@@ -75,13 +102,13 @@ def build_config(cls, namespace: argparse.Namespace, argv_flags: set[str]):
             if key_name not in names:
                 raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} "
                                   f"(known: {', '.join(sorted(names))})")
-            values[key_name] = value
+            values[key_name] = convert_value(str(key), value, _arg_type(hints[key_name]))
     for name in names:
         if name in argv_flags or name not in values:
             value = getattr(namespace, name)
             if value is not None or name not in values:
                 values[name] = value
-    missing = [f.name for f in dataclasses.fields(cls) if values.get(f.name) is None
+    missing = [f.name for f in cli_fields(cls) if values.get(f.name) is None
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join('--' + m.replace('_', '-') for m in missing)}")
@@ -93,8 +120,13 @@ def given_flags(argv: list[str]) -> set[str]:
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
 
 
-def field(default=dataclasses.MISSING, help: str = "", choices=None, **kwargs):
-    metadata = {"help": help}
+def cli_fields(cls) -> list[dataclasses.Field]:
+    """The fields a command line or YAML file may set (``field(..., cli=False)`` marks the others)."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
+
+
+def field(default=dataclasses.MISSING, help: str = "", choices=None, cli: bool = True, **kwargs):
+    metadata = {"help": help, "cli": cli}
     if choices is not None:
         metadata["choices"] = choices
     return dataclasses.field(default=default, metadata=metadata, **kwargs)

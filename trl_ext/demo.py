@@ -98,6 +98,15 @@ def _ppo_stage(cfg: PipelineOptions, out: Path, backend: str, seed: int, folder:
     return summary
 
 
+def _unavailable(backend: str) -> str | None:
+    """Why ``backend`` cannot run with the installed TRL (and how to get it), or None."""
+    if backend != "trl":
+        return None
+    from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
+
+    return None if trl_ppo_available() else trl_ppo_unavailable_reason()
+
+
 def _row(summary: dict) -> dict:
     reached = summary.get("reached_0_99") or {}
     return {
@@ -154,6 +163,12 @@ def run_demo(cfg: DemoConfig, print_fn=print) -> dict:
     results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
     rows, histories = [], {}
     for backend in cfg.backend_list:
+        reason = _unavailable(backend)
+        if reason:
+            print_fn(f"[{backend}] not run: {reason}")
+            results["backends"][backend] = {"not_run": reason}
+            rows.append({"backend": backend, "not_run": reason})
+            continue
         summary = _ppo_stage(cfg, out, backend, cfg.seed, f"ppo_{backend}", print_fn)
         results["backends"][backend] = summary
         rows.append(_row(summary))
@@ -190,6 +205,12 @@ def run_compare(cfg: CompareConfig, print_fn=print) -> dict:
     results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
     rows, histories = [], {}
     for backend in cfg.backend_list:
+        reason = _unavailable(backend)
+        if reason:
+            print_fn(f"[{backend}] not run: {reason}")
+            results["backends"][backend] = {"not_run": reason}
+            rows.append({"backend": backend, "not_run": reason})
+            continue
         per_seed = []
         for s in range(cfg.seeds):
             seed = cfg.seed + s

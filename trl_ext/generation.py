@@ -5,15 +5,13 @@ from __future__ import annotations
 import torch
 
 from trl_ext.batching import pad_batch
+from trl_ext.ppo.rollout import completion_token_ids, response_mask
 
 
 def completion_texts(tokenizer, response_ids: torch.Tensor) -> list[str]:
     """Decode generated ids up to and including the first eos token; what follows it is dropped."""
-    from trl_ext.ppo.rollout import response_mask
-
-    lengths = response_mask(response_ids, tokenizer.eos_token_id).sum(1).tolist()
-    return tokenizer.batch_decode([row[:n] for row, n in zip(response_ids.tolist(), lengths)],
-                                  skip_special_tokens=False)
+    ids = completion_token_ids(response_ids, response_mask(response_ids, tokenizer.eos_token_id))
+    return tokenizer.batch_decode(ids, skip_special_tokens=False)
 
 
 @torch.no_grad()

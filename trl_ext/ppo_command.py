@@ -24,6 +24,8 @@ class RunOptions(PPOConfig):
     probe_n: int = field(200, help="held-out prompts per probe")
     eval_n: int = field(1000, help="held-out prompts for the final evaluation")
     overwrite: bool = field(False, help="write into an output directory that already holds other files")
+    skip_special_tokens: bool = field(False, help="decode completions without special tokens; the doubling "
+                                      "classifier was trained on answers ending in the eos E, so it is kept")
 
     def __post_init__(self):
         super().__post_init__()
@@ -49,9 +51,12 @@ class PPOCommandConfig(RunOptions):
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
 
 
-def trainer_config(cfg: PPOCommandConfig) -> PPOConfig:
+def trainer_config(cfg) -> PPOConfig:
+    """The trainer's options out of a command's config; the command's ``out`` becomes ``output_dir``."""
     names = PPOConfig.__dataclass_fields__
-    return PPOConfig(**{k: v for k, v in asdict(cfg).items() if k in names})
+    options = {k: v for k, v in asdict(cfg).items() if k in names}
+    options["output_dir"] = getattr(cfg, "out", None)
+    return PPOConfig(**options)
 
 
 def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = ()) -> Path:
@@ -86,8 +91,8 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
     if cfg.backend == "scratch":
         from trl_ext.ppo.trainer import PPOTrainer
 
-        trainer = PPOTrainer(trainer_config(cfg), policy, tokenizer, reward_fn, dataset, accelerator=accelerator,
-                             output_dir=out)
+        trainer = PPOTrainer(policy, reward_fn, args=trainer_config(cfg), train_dataset=dataset,
+                             processing_class=tokenizer, accelerator=accelerator)
         trainer.train(lambda update, stats: recorder.record(update, stats, trainer.policy))
         trainer.save(out)
         return trainer.policy, trainer.accelerator
@@ -102,7 +107,7 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
         return policy, PartialState()
     from transformers import TrainerCallback
 
-    from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
+    from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
     class _Stop(Exception):
         pass
@@ -141,6 +146,10 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
 
     # cpu=True when there is no GPU: under a multi-process launch that makes the ranks join over gloo
     # instead of each silently running alone.
+    if cfg.backend == "trl":
+        from trl_ext.trl_compat import require_trl_ppo
+
+        require_trl_ppo()
     state = PartialState(cpu=not torch.cuda.is_available())
     if cfg.stop_at_target and state.num_processes > 1:
         raise ValueError("stop_at_target probes on the main process only: use it with one process")

@@ -32,19 +32,25 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
     return [[title for title, _, _ in COLUMNS]] + [[_cell(r.get(key), fmt) for _, key, fmt in COLUMNS] for r in rows]
 
 
+def not_run_notes(rows: list[dict]) -> list[str]:
+    """One line per row that could not run (``{"backend", "not_run"}``), saying why and how to get it."""
+    return [f"{r['backend']}: not run. {r['not_run']}" for r in rows if r.get("not_run")]
+
+
 def text_table(rows: list[dict]) -> str:
     cells = table_rows(rows)
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(lines + not_run_notes(rows))
 
 
 def markdown_table(rows: list[dict]) -> str:
     cells = table_rows(rows)
     out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
-    return "\n".join(out)
+    notes = not_run_notes(rows)
+    return "\n".join(out + ([""] + [f"* {n}" for n in notes] if notes else []))
 
 
 def plot_curves(histories: dict[str, list[dict]], path: str | Path) -> Path:

@@ -7,7 +7,6 @@ LoRA layers, different heads"); the reference policy is the base model without t
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +21,8 @@ class RLHFConfig(PPOConfig):
     reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
     prompts: str | None = field(None, help="prompts: a .jsonl file with a 'prompt' field per line, or a .txt file")
     out: str | None = field(None, help="output directory")
-    backend: str = field("trl", help="'trl' or 'scratch'", choices=("trl", "scratch"))
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPO, any TRL) or 'trl' (TRL's PPOTrainer, TRL <= 1.12)",
+                         choices=("scratch", "trl"))
     lora_r: int = field(16, help="LoRA rank")
     lora_alpha: int = field(32, help="LoRA alpha")
     lora_dropout: float = field(0.05, help="LoRA dropout")
@@ -110,6 +110,10 @@ def run_rlhf(cfg: RLHFConfig, print_fn=print) -> dict:
 
     from trl_ext.ppo_command import prepare_out_dir, trainer_config
 
+    if cfg.backend == "trl":
+        from trl_ext.trl_compat import require_trl_ppo
+
+        require_trl_ppo()
     state = PartialState(cpu=not torch.cuda.is_available())
     prompts = load_prompts(cfg.prompts)
     policy, tokenizer, reward_fn = load_models(cfg)
@@ -127,7 +131,7 @@ def run_rlhf(cfg: RLHFConfig, print_fn=print) -> dict:
     if cfg.backend == "trl":
         from transformers import TrainerCallback
 
-        from trl_ext.trl_ppo import build_trl_trainer, save_trl_policy
+        from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
         class _Log(TrainerCallback):
             def on_log(self, args, state, control, logs=None, **kwargs):
@@ -140,13 +144,11 @@ def run_rlhf(cfg: RLHFConfig, print_fn=print) -> dict:
         save_trl_policy(trainer, tokenizer, out)
         accelerator = trainer.accelerator
     else:
-        from peft import get_peft_model
-
         from trl_ext.ppo.trainer import PPOTrainer
 
-        reference = copy.deepcopy(policy)
-        trainer = PPOTrainer(ppo_cfg, get_peft_model(policy, lora_config(cfg)), tokenizer, reward_fn, dataset,
-                             ref_policy=reference, output_dir=out)
+        # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
+        trainer = PPOTrainer(policy, reward_fn, args=ppo_cfg, train_dataset=dataset, processing_class=tokenizer,
+                             peft_config=lora_config(cfg))
         history = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in trainer.train()]
         trainer.save(out)
         accelerator = trainer.accelerator

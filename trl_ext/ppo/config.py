@@ -9,6 +9,8 @@ from trl_ext.config import field
 
 @dataclass
 class PPOConfig:
+    output_dir: str | None = field(None, help="where a bad loss saves the last good policy (the CLI sets it from --out)",
+                                   cli=False)
     learning_rate: float = field(3e-4, help="AdamW learning rate")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
                                    choices=("linear", "constant"))
@@ -33,6 +35,10 @@ class PPOConfig:
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
     seed: int = field(0, help="seed for prompt order, sampling and initialisation")
+    reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
+                                               "default: all 1.0", cli=False)
+    skip_special_tokens: bool = field(True, help="decode completions for reward functions without special tokens, "
+                                      "as TRL's GRPO does; False keeps the eos the reward model may expect")
 
     def __post_init__(self):
         for name in ("learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
@@ -49,6 +55,11 @@ class PPOConfig:
             raise ValueError(f"lr_scheduler_type must be 'linear' or 'constant', got {self.lr_scheduler_type!r}")
         if self.kl_estimator not in ("k1", "k3"):
             raise ValueError(f"kl_estimator must be 'k1' or 'k3', got {self.kl_estimator!r}")
+        if self.reward_weights is not None:
+            if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
+                    not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):
+                raise ValueError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
+            self.reward_weights = [float(w) for w in self.reward_weights]
         if self.kl_mode not in ("token", "sequence"):
             raise ValueError(f"kl_mode must be 'token' or 'sequence', got {self.kl_mode!r}")
 

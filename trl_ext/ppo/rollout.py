@@ -55,6 +55,12 @@ def response_mask(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
     return (~after_eos).long()
 
 
+def completion_token_ids(responses: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each row's response tokens up to and including eos, as lists (GRPO's ``completion_ids``)."""
+    lengths = mask.long().sum(1).tolist()
+    return [row[:n] for row, n in zip(responses.tolist(), lengths)]
+
+
 @dataclass
 class Experience:
     """One batch of rollouts and everything PPO derives from it before the update epochs."""

@@ -2,32 +2,36 @@
 
 One update, as the tutorials number it:
   1. generate responses for a batch of prompts (KV-cache sampling, stop at eos)
-  2. score them with a reward function
+  2. score them with the reward functions
   3. log-probs of the policy (and values) and of the frozen reference, one pass each
   4. KL-shaped rewards
   5. GAE advantages and returns, advantages whitened
   6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates
 Every formula is a call into ``trl_ext.ppo.core``. It does not import ``trl.experimental.ppo``:
-it is trl-ext's PPO for users on TRL >= 1.13 too.
+it is trl-ext's PPO for users on TRL >= 1.13 too, and it is built like TRL's ``GRPOTrainer``
+(``model``, ``reward_funcs``, ``args``, ``train_dataset``, ``processing_class``, ``peft_config``).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from trl_ext.batching import pad_batch
-from trl_ext.generation import completion_texts
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates
+from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.model import ActorCritic
-from trl_ext.ppo.rollout import Experience, positions_from_mask, response_mask, sample_responses
-from trl_ext.rewards.base import call_reward
+from trl_ext.ppo.rollout import (
+    Experience, completion_token_ids, positions_from_mask, response_mask, sample_responses,
+)
+from trl_ext.rewards.base import call_reward, combine_rewards, reward_name
+from trl_ext.rewards.classifier import is_conversation
 
 
 class PPOError(RuntimeError):
@@ -44,44 +48,116 @@ def _collate(rows: list[dict]) -> dict:
     return {key: [row[key] for row in rows] for key in rows[0]}
 
 
-class PPOTrainer:
-    """From-scratch PPO. ``train()`` runs the whole loop over ``train_dataset``; ``generate`` and
-    ``step`` are the classic step-wise API (bring your own rewards)."""
+def load_causal_lm(model, processing_class):
+    """``model`` as a module (loaded when it is a path) and its tokenizer, with pad = eos when it has none (as GRPO)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    def __init__(self, config: PPOConfig, policy, tokenizer, reward_fn: Callable | None = None,
-                 train_dataset=None, ref_policy=None, accelerator=None, output_dir: str | Path | None = None):
+    if isinstance(model, (str, Path)):
+        from trl_ext.model_dirs import read_model_config, require_architecture
+
+        config = read_model_config(model, "policy")
+        require_architecture(model, config, ("ForCausalLM", "LMHeadModel"), "policy", "causal LM")
+        path, model = str(model), AutoModelForCausalLM.from_pretrained(model)
+    else:
+        path = getattr(model.config, "_name_or_path", None)
+    if processing_class is None:
+        if not path:
+            raise PPOError("pass processing_class: the model was not loaded from a path, so its tokenizer is unknown")
+        processing_class = AutoTokenizer.from_pretrained(path)
+    if processing_class.eos_token_id is None:
+        raise PPOError("the tokenizer has no eos token: set tokenizer.eos_token before PPO (it ends a response)")
+    if processing_class.pad_token_id is None:
+        processing_class.pad_token = processing_class.eos_token
+    return model, processing_class
+
+
+def resolve_reward_funcs(reward_funcs) -> list[Callable]:
+    """A callable, a path to a sequence classifier, or a list of them -> a list of callables."""
+    from trl_ext.rewards.classifier import ClassifierReward
+
+    if reward_funcs is None:
+        return []
+    items = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    resolved = []
+    for item in items:
+        if isinstance(item, (str, Path)):
+            item = ClassifierReward.from_pretrained(item)
+        if not callable(item):
+            raise PPOError(f"reward_funcs holds a {type(item).__name__}: expected a callable or a path to a "
+                           "sequence classifier")
+        resolved.append(item)
+    return resolved
+
+
+def _trainer_state(max_steps: int):
+    """The ``trainer_state`` TRL's GRPO hands reward functions (for schedules on training progress)."""
+    from transformers import TrainerState
+
+    return TrainerState(max_steps=max_steps, global_step=0)
+
+
+class PPOTrainer:
+    """From-scratch PPO, constructed like TRL's ``GRPOTrainer``.
+
+    ``model``: a causal LM or the path of one. ``reward_funcs``: a callable, a path to a sequence
+    classifier, or a list of them, summed with ``args.reward_weights`` (``None`` rewards are left
+    out, as GRPO does). ``train_dataset``: a ``prompt`` column (text or a conversation) or an
+    ``input_ids`` column, plus any columns the reward functions read. ``train()`` runs the whole
+    loop; ``generate`` and ``step`` are the classic step-wise API (bring your own scores).
+    """
+
+    def __init__(self, model, reward_funcs=None, args: PPOConfig | None = None, train_dataset=None,
+                 processing_class=None, peft_config=None, ref_model=None, accelerator=None):
         from accelerate import Accelerator
 
-        for attr in ("pad_token_id", "eos_token_id"):
-            if getattr(tokenizer, attr) is None:
-                raise PPOError(f"the tokenizer has no {attr[:-3]}: set tokenizer.{attr[:-3]} before PPO "
-                               "(the eos token ends a response, the pad token fills after it)")
-        if train_dataset is not None and "input_ids" not in train_dataset.column_names:
-            raise PPOError(f"train_dataset needs an 'input_ids' column; it has {train_dataset.column_names}")
-        self.config, self.tokenizer, self.reward_fn = config, tokenizer, reward_fn
-        self.train_dataset, self.output_dir = train_dataset, output_dir
+        config = args if args is not None else PPOConfig()
+        policy, tokenizer = load_causal_lm(model, processing_class)
+        self.config, self.tokenizer = config, tokenizer
+        self.reward_funcs = resolve_reward_funcs(reward_funcs)
+        self.reward_names = [reward_name(f) for f in self.reward_funcs]
+        weights = config.reward_weights or [1.0] * len(self.reward_funcs)
+        if len(weights) != len(self.reward_funcs):
+            raise PPOError(f"reward_weights has {len(weights)} values for {len(self.reward_funcs)} reward functions")
+        self.reward_weights = weights
+        self.train_dataset = None if train_dataset is None else prepare_prompt_dataset(train_dataset, tokenizer)
+        self.output_dir = config.output_dir
         # cpu=True without a GPU: several launched processes then form a gloo group, not N lone runs.
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         torch.manual_seed(config.seed)
-        self.ref_policy = copy.deepcopy(policy) if ref_policy is None else ref_policy
-        self.ref_policy.eval().requires_grad_(False)
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            policy = get_peft_model(policy, peft_config)
+        # A PEFT policy's reference is the same model with its adapters off (seed 001): no second copy.
+        self.uses_adapter_reference = ref_model is None and hasattr(policy, "disable_adapter")
+        if self.uses_adapter_reference:
+            self.ref_policy = None
+        else:
+            self.ref_policy = copy.deepcopy(policy) if ref_model is None else ref_model
+            self.ref_policy.eval().requires_grad_(False)
+            _disable_dropout(self.ref_policy)
         model = ActorCritic(policy, separate_critic=config.separate_critic)
         _disable_dropout(model)
-        _disable_dropout(self.ref_policy)
         # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, eps=1e-8, weight_decay=0.0,
-                                      foreach=True)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, eps=1e-8, weight_decay=0.0, foreach=True)
         total = num_updates(config, self.accelerator.num_processes)
         decay = (lambda step: max(0.0, 1.0 - step / total)) if config.lr_scheduler_type == "linear" else \
             (lambda step: 1.0)
         # Stepped once per update, as TRL does: lr falls linearly to 0 at the end of the run.
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.ref_policy.to(self.accelerator.device)
         device = self.accelerator.device
+        if self.ref_policy is not None:
+            self.ref_policy.to(device)
+        for fn in self.reward_funcs:  # a reward model scores where the policy runs
+            if hasattr(fn, "to") and not isinstance(fn, nn.Module):
+                fn.to(device)
         self.generator = torch.Generator(device=device).manual_seed(
             config.seed + 100003 * self.accelerator.process_index)
         self.episode, self.update_index = 0, 0
+        self.state = _trainer_state(total)
+        self._logged: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ public step-wise API
 
@@ -125,8 +201,8 @@ class PPOTrainer:
     def train(self, on_update: Callable[[int, dict], bool | None] | None = None) -> list[dict]:
         """Run ``num_updates`` updates over ``train_dataset`` in order; ``on_update(update, stats)``
         returning True stops early. Returns the per-update stats."""
-        if self.train_dataset is None or self.reward_fn is None:
-            raise PPOError("train() needs a train_dataset and a reward_fn")
+        if self.train_dataset is None or not self.reward_funcs:
+            raise PPOError("train() needs a train_dataset and reward_funcs")
         from torch.utils.data import DataLoader
 
         loader = self.accelerator.prepare(DataLoader(self.train_dataset, batch_size=self.config.batch_size,
@@ -163,10 +239,9 @@ class PPOTrainer:
         mask = mask[:, :width]
         responses = responses[:, :width].masked_fill(mask == 0, self.tokenizer.pad_token_id)
         prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
-        completions = completion_texts(self.tokenizer, responses)
-        columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
-        scores = call_reward(self.reward_fn, prompts, completions, **columns)
-        scores = torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device)
+        completion_ids = completion_token_ids(responses, mask)
+        completions = self._completions(prompts, completion_ids)
+        scores, reward_stats = self._score(rows, prompts, completions, completion_ids)
         timings["timing/reward"] = time.perf_counter() - tick
 
         tick = time.perf_counter()
@@ -175,9 +250,48 @@ class PPOTrainer:
         tick = time.perf_counter()
         stats = self._update(experience)
         timings["timing/update"] = time.perf_counter() - tick
+        stats.update(reward_stats)
         stats.update(timings)
-        stats["samples"] = [p + c for p, c in zip(prompts[:2], completions[:2])]
+        stats["samples"] = [(p, c) for p, c in zip(prompts[:2], completions[:2])]
         return stats
+
+    # ------------------------------------------------------------------ rewards
+
+    def _completions(self, prompts: list, completion_ids: list[list[int]]) -> list:
+        """Completions in the form TRL's GRPO hands them: text, or one assistant message for conversations."""
+        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=self.config.skip_special_tokens)
+        if is_conversation(prompts[0]):
+            return [[{"role": "assistant", "content": text}] for text in texts]
+        return texts
+
+    def _score(self, rows: dict, prompts: list, completions: list, completion_ids: list[list[int]]):
+        """Every reward function called as GRPO calls it; their weighted sum (GRPO's None rule) as a tensor."""
+        columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
+        self.state.global_step = self.update_index
+        kwargs = dict(columns, completion_ids=completion_ids, trainer_state=self.state,
+                      log_metric=self._log_metric, log_extra=self._log_extra)
+        per_function = [call_reward(fn, prompts, completions, allow_none=True, **kwargs) for fn in self.reward_funcs]
+        scores = combine_rewards(per_function, self.reward_weights, self.reward_names, prompts)
+        stats = {}
+        for name, values in zip(self.reward_names, per_function):
+            scored = [v for v in values if v is not None]
+            if scored:
+                stats[f"rewards/{name}/mean"] = sum(scored) / len(scored)
+        for name, values in self._logged.items():
+            stats[name] = sum(values) / len(values)
+        self._logged = {}
+        return torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device), stats
+
+    def _log_metric(self, name: str, value: float) -> None:
+        """``log_metric`` for reward functions (GRPO's keyword): averaged into this update's stats."""
+        self._logged.setdefault(name, []).append(float(value))
+
+    def _log_extra(self, column: str, values: Sequence) -> None:
+        """``log_extra`` for reward functions (GRPO's keyword): numeric values are averaged into
+        ``extra/COLUMN``; there is no completions table here, so text values are not kept."""
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers:
+            self._logged.setdefault(f"extra/{column}", []).extend(numbers)
 
     # ------------------------------------------------------------------ internals
 
@@ -204,6 +318,14 @@ class PPOTrainer:
         logits = logits[:, query_length - 1:-1].float() / self.config.temperature
         return core.logprobs_from_logits(logits, responses), logits
 
+    def _reference_logits(self, query_response, attention_mask, position_ids) -> torch.Tensor:
+        inputs = dict(input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids,
+                      use_cache=False)
+        if self.ref_policy is not None:
+            return self.ref_policy(**inputs).logits
+        with self.policy.disable_adapter():  # the base model under the LoRA adapters is the reference
+            return self.policy(**inputs).logits
+
     @torch.no_grad()
     def _experience(self, query_ids, query_mask, responses, mask, scores) -> Experience:
         cfg = self.config
@@ -215,10 +337,8 @@ class PPOTrainer:
         logits, values = self.actor_critic(query_response, attention_mask, position_ids)
         old_logprobs, _ = self._response_logprobs(logits, responses, length)
         old_values = values[:, length - 1:-1].float() * mask
-        ref_logits = self.ref_policy(input_ids=query_response, attention_mask=attention_mask,
-                                     position_ids=position_ids, use_cache=False).logits
+        ref_logits = self._reference_logits(query_response, attention_mask, position_ids)
         ref_logprobs, _ = self._response_logprobs(ref_logits, responses, length)
-
         kl = core.kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator) * mask
         shaping = core.token_kl_rewards if cfg.kl_mode == "token" else core.sequence_kl_rewards
         rewards, non_score = shaping(scores, kl, mask, cfg.kl_coef)
@@ -251,7 +371,7 @@ class PPOTrainer:
                 with torch.set_grad_enabled(cfg.ent_coef > 0):
                     entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb_mask)
                 loss = pg_loss + cfg.vf_coef * vf_loss - cfg.ent_coef * entropy
-                if not torch.isfinite(loss):
+                if self._any_rank_non_finite(loss):
                     self._stop_on_bad_loss(loss, epoch, mb)
                 self.accelerator.backward(loss)
                 if cfg.max_grad_norm > 0:
@@ -282,11 +402,19 @@ class PPOTrainer:
         metrics["update"] = self.update_index
         return metrics
 
+    def _any_rank_non_finite(self, loss: torch.Tensor) -> bool:
+        """True on every rank when the loss of any rank is not finite, so that all of them stop together."""
+        bad = (~torch.isfinite(loss.detach())).float().reshape(1)
+        if self.accelerator.num_processes > 1:
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        return bool(bad.item() > 0)
+
     def _stop_on_bad_loss(self, loss, epoch: int, minibatch: int) -> None:
         where = f"update {self.update_index + 1}, epoch {epoch + 1}, minibatch {minibatch + 1}"
-        message = f"non-finite loss ({loss.item()}) at {where}"
-        if self.output_dir is not None and self.accelerator.is_main_process:
-            # No optimizer step has used this loss yet: the weights are the last good ones.
+        message = f"non-finite loss (this rank: {loss.item()}) at {where}"
+        if self.output_dir is not None:
+            # Every rank calls save(): it starts with a barrier. No optimizer step has used this
+            # loss yet, so the weights are the last good ones.
             path = self.save(Path(self.output_dir) / "last_good")
             message += f"; the last good policy is saved in {path}"
         raise PPOError(message)

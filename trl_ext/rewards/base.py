@@ -1,8 +1,11 @@
 """The reward-function protocol shared by TRL's GRPO/RLOO, our PPO adapter and the in-house trainer.
 
-A reward function is any callable ``fn(prompts, completions, **columns) -> list[float]``
-with a ``__name__`` (TRL's ``reward_funcs`` convention). ``call_reward`` is the one place
-that calls such a function and checks what comes back.
+A reward function is any callable ``fn(prompts=..., completions=..., **kwargs) -> list[float]``
+with a ``__name__`` (TRL's ``reward_funcs`` convention: called by keyword, extra keyword
+arguments such as ``completion_ids``, ``trainer_state`` and the dataset's other columns;
+``None`` where a function does not apply to a row). ``call_reward`` is the one place that
+calls such a function and checks what comes back; ``combine_rewards`` the one place that
+adds several up, by GRPO's rule.
 """
 
 from __future__ import annotations
@@ -49,15 +52,41 @@ def validate_rewards(name: str, values, expected: int, allow_none: bool = False)
     return out
 
 
-def call_reward(fn: Callable, prompts: Sequence[str], completions: Sequence[str], **columns) -> list[float]:
-    """Call any reward function and insist on one finite float per completion (None is an error here)."""
+def call_reward(fn: Callable, prompts: Sequence, completions: Sequence, allow_none: bool = False,
+                **columns) -> list:
+    """Call any reward function by keyword, as TRL's GRPO does, and insist on one finite float per
+    completion (or ``None`` where ``allow_none``)."""
     name = reward_name(fn)
     check_inputs(name, prompts, completions, columns)
-    return validate_rewards(name, fn(list(prompts), list(completions), **columns), len(prompts))
+    values = fn(prompts=list(prompts), completions=list(completions), **columns)
+    return validate_rewards(name, values, len(prompts), allow_none=allow_none)
+
+
+def combine_rewards(per_function: Sequence[Sequence[float | None]], weights: Sequence[float],
+                    names: Sequence[str], prompts: Sequence | None = None) -> list[float]:
+    """GRPO's rule: per row, the weighted sum over the functions that did not return ``None``.
+
+    A row where every function returned ``None`` has no reward at all: that is an error naming the row.
+    """
+    if len(weights) != len(per_function):
+        raise RewardError(f"{len(weights)} reward weights for {len(per_function)} reward functions")
+    rows = len(per_function[0]) if per_function else 0
+    totals = []
+    for row in range(rows):
+        values = [(w, f[row]) for f, w in zip(per_function, weights) if f[row] is not None]
+        if not values:
+            where = f" (prompt {prompts[row]!r})" if prompts is not None else ""
+            raise RewardError(f"every reward function ({', '.join(names)}) returned None for row {row}{where}: "
+                              "at least one must score each completion")
+        totals.append(sum(w * v for w, v in values))
+    return totals
 
 
 class RewardFunction:
-    """Base for picklable reward callables: subclasses implement ``score``; ``__call__`` checks it."""
+    """Base for picklable reward callables: subclasses implement ``score``; ``__call__`` checks it.
+
+    ``allow_none``: the function may return ``None`` for rows it does not apply to.
+    """
 
     allow_none = False
 
@@ -65,7 +94,7 @@ class RewardFunction:
     def __name__(self) -> str:  # noqa: A003 - TRL reads reward_func.__name__
         return getattr(self, "name", None) or type(self).__name__
 
-    def score(self, prompts: list[str], completions: list[str], **columns) -> list:
+    def score(self, prompts: list, completions: list, **columns) -> list:
         raise NotImplementedError
 
     def __call__(self, prompts, completions, **columns) -> list:

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from trl_ext.rewards.base import RewardError, RewardFunction, require_column
+
+
+def is_conversation(value) -> bool:
+    """TRL's conversational format: a list of ``{"role", "content"}`` messages."""
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def message_text(messages: list[dict]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages)
 
 
 class ClassifierReward(RewardFunction):
@@ -16,9 +26,11 @@ class ClassifierReward(RewardFunction):
     * label-conditional mode: the logit of the class named by ``label_column`` (a dataset
       column) or by ``label_fn(prompt)``, as seed 000 rewards the requested character set.
 
-    ``pair=False`` scores ``prompt + completion`` as one text; ``pair=True`` passes
+    Text: ``pair=False`` scores ``prompt + completion`` as one text; ``pair=True`` passes
     ``(prompt, completion)`` as a text pair, as DeBERTa reward models are called (seed 004).
-    Inputs are padded on the right so position embeddings match training.
+    Conversations (TRL's format): rendered with the reward tokenizer's chat template when it
+    has one, as TRL's GRPO scores with a reward model; otherwise scored as a pair of the
+    prompt's and the completion's message contents. Inputs are padded on the right.
     """
 
     def __init__(self, model, tokenizer, *, label_column: str | None = None,
@@ -40,7 +52,32 @@ class ClassifierReward(RewardFunction):
         self.pair, self.max_length, self.batch_size = pair, max_length, batch_size
         self.name = name or ("classifier_label_logit" if conditional else "classifier_score")
 
-    def _labels(self, prompts: list[str], columns: dict) -> list[int] | None:
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs) -> ClassifierReward:
+        """A scalar reward model from a ``save_pretrained`` directory (what a path in ``reward_funcs`` means)."""
+        from transformers import AutoModelForSequenceClassification
+
+        from trl_ext.model_dirs import ArtifactError, load_tokenizer, read_model_config, require_architecture
+
+        config = read_model_config(path, "reward model")
+        require_architecture(path, config, ("ForSequenceClassification",), "reward model", "sequence classifier")
+        tokenizer = load_tokenizer(path, "reward model", padding_side="right")
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForSequenceClassification.from_pretrained(path)
+        conditional = "label_column" in kwargs or "label_fn" in kwargs
+        if model.config.num_labels != 1 and not conditional:
+            raise ArtifactError(f"reward model {str(path)!r} is a {model.config.num_labels}-label classifier, not a "
+                                "scalar reward model: build ClassifierReward(model, tokenizer, label_column=...) to "
+                                "pick the class whose logit is the reward")
+        return cls(model, tokenizer, name=kwargs.pop("name", Path(path).name), **kwargs)
+
+    def to(self, device) -> ClassifierReward:
+        """Move the classifier (trainers call this so that scoring runs where the policy runs)."""
+        self.model.to(device)
+        return self
+
+    def _labels(self, prompts: list, columns: dict) -> list[int] | None:
         if self.label_column is not None:
             labels = require_column(self.__name__, columns, self.label_column)
         elif self.label_fn is not None:
@@ -54,6 +91,16 @@ class ClassifierReward(RewardFunction):
                                   f"of this {num_labels}-label classifier")
         return labels
 
+    def _texts(self, prompts: list, completions: list) -> tuple[tuple[list[str], ...], bool]:
+        """The classifier's inputs (one text, or a pair) and whether special tokens must still be added."""
+        if not is_conversation(prompts[0]):
+            return ((prompts, completions) if self.pair else ([p + c for p, c in zip(prompts, completions)],)), True
+        if getattr(self.tokenizer, "chat_template", None):
+            rendered = [self.tokenizer.apply_chat_template(list(p) + list(c), tokenize=False)
+                        for p, c in zip(prompts, completions)]
+            return (rendered,), False  # the template already holds the special tokens
+        return ([message_text(p) for p in prompts], [message_text(c) for c in completions]), True
+
     @torch.no_grad()
     def score(self, prompts, completions, **columns):
         labels = self._labels(prompts, columns)
@@ -62,10 +109,9 @@ class ClassifierReward(RewardFunction):
         scores: list[float] = []
         for start in range(0, len(prompts), self.batch_size):
             stop = start + self.batch_size
-            texts = (prompts[start:stop], completions[start:stop]) if self.pair else \
-                ([p + c for p, c in zip(prompts[start:stop], completions[start:stop])],)
+            texts, add_special = self._texts(prompts[start:stop], completions[start:stop])
             encoded = self.tokenizer(*texts, padding=True, truncation=True, max_length=self.max_length,
-                                     padding_side="right", return_tensors="pt")
+                                     padding_side="right", add_special_tokens=add_special, return_tensors="pt")
             if getattr(self.model.config, "type_vocab_size", 2) <= 1:  # no segment embeddings to index
                 encoded.pop("token_type_ids", None)
             logits = self.model(**{k: v.to(device) for k, v in encoded.items()}).logits.float()

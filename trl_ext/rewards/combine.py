@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, reward_name
+from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, combine_rewards, reward_name
 
 
 class WeightedSum(RewardFunction):
-    """``sum_i w_i * f_i(prompts, completions, **columns)``."""
+    """``sum_i w_i * f_i(prompts, completions, **columns)``; a function's ``None`` is left out of its
+    row's sum (GRPO's rule), and a row where all are ``None`` is an error."""
 
     def __init__(self, functions: Sequence[Callable], weights: Sequence[float] | None = None, name: str | None = None):
         weights = [1.0] * len(functions) if weights is None else list(weights)
@@ -20,11 +21,8 @@ class WeightedSum(RewardFunction):
         self.name = name or "+".join(f"{w:g}*{reward_name(f)}" for f, w in zip(functions, weights))
 
     def score(self, prompts, completions, **columns):
-        total = [0.0] * len(prompts)
-        for fn, weight in zip(self.functions, self.weights):
-            for i, value in enumerate(call_reward(fn, prompts, completions, **columns)):
-                total[i] += weight * value
-        return total
+        per_function = [call_reward(fn, prompts, completions, allow_none=True, **columns) for fn in self.functions]
+        return combine_rewards(per_function, self.weights, [reward_name(f) for f in self.functions], prompts)
 
 
 class Clipped(RewardFunction):

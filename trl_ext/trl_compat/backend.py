@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from trl_ext.ppo.model import base_backbone
-from trl_ext.rewards.ppo_adapter import as_ppo_reward_model
+from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
 
 class ValueModelView(nn.Module):

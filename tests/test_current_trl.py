@@ -1,0 +1,197 @@
+"""trl-ext in current TRL's conventions: GRPO-shaped constructor, conversational datasets, reward
+functions called as GRPO calls them, reward-model paths, and the refusal of the `trl` backend on TRL >= 1.13.
+Everything here runs on both TRL lines; tiny models are built in the test (no download)."""
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+from tiny_models import tiny_deberta_reward, tiny_qwen2
+from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer
+from trl_ext.rewards import ClassifierReward, RewardError
+from trl_ext.trl_compat import trl_ppo_available
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("current_trl")
+    return {
+        "chat_policy": tiny_qwen2(root / "qwen2_chat", chat_template=True),
+        "plain_policy": tiny_qwen2(root / "qwen2_plain"),
+        "reward": tiny_deberta_reward(root / "deberta"),
+        "chat_reward": tiny_deberta_reward(root / "deberta_chat", chat_template=True),
+    }
+
+
+def conversations(n: int) -> Dataset:
+    words = ["apple", "river", "stone", "cloud"]
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": f"say {words[i % 4]}"}] for i in range(n)],
+        "target": [words[i % 4] for i in range(n)],
+    })
+
+
+def test_in_house_ppo_on_conversations_with_two_reward_functions(models):
+    calls = []
+
+    def short(completions, completion_ids, **kwargs):
+        calls.append({"completions": completions, "completion_ids": completion_ids, **kwargs,
+                      "step_at_call": kwargs["trainer_state"].global_step})
+        return [-len(ids) / 8 for ids in completion_ids]
+
+    def mentions_target(prompts, completions, target, **kwargs):
+        return [float(t in c[0]["content"]) for c, t in zip(completions, target)]
+
+    args = PPOConfig(batch_size=4, total_episodes=8, response_length=6, num_ppo_epochs=1, learning_rate=1e-2,
+                     reward_weights=[1.0, 0.5])
+    trainer = PPOTrainer(str(models["chat_policy"]), [short, mentions_target], args=args,
+                         train_dataset=conversations(8))
+    before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    history = trainer.train()
+
+    assert len(history) == 2 and trainer.episode == 8
+    seen = calls[0]
+    # GRPO's calling convention: one assistant message per completion, ids up to and including eos
+    assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in seen["completions"])
+    assert all(0 < len(ids) <= 6 for ids in seen["completion_ids"])
+    assert seen["prompts"][0] == [{"role": "user", "content": "say apple"}]
+    assert seen["target"] == ["apple", "river", "stone", "cloud"]
+    assert [c["step_at_call"] for c in calls] == [0, 1]
+    assert callable(seen["log_metric"]) and callable(seen["log_extra"])
+    # the score is the weighted sum of the two functions
+    for stats in history:
+        expected = stats["rewards/short/mean"] * 1.0 + stats["rewards/mentions_target/mean"] * 0.5
+        assert stats["objective/scores"] == pytest.approx(expected, abs=1e-6)
+        assert all(math.isfinite(v) for v in stats.values() if isinstance(v, float))
+    assert any(not torch.equal(before[n], p) for n, p in trainer.policy.named_parameters())
+    # the prompts were rendered with the chat template and its generation prompt
+    tok = trainer.tokenizer
+    rendered = tok.apply_chat_template(conversations(1)[0]["prompt"], add_generation_prompt=True, tokenize=False)
+    assert rendered == "[user]say apple\n[assistant]"
+    assert trainer.train_dataset[0]["input_ids"] == tok(rendered, add_special_tokens=False)["input_ids"]
+
+
+def test_reward_model_path_in_reward_funcs_and_text_prompts(models):
+    data = Dataset.from_dict({"prompt": ["hello there", "what is up", "abc", "xyz"]})
+    args = PPOConfig(batch_size=4, total_episodes=4, response_length=4, num_ppo_epochs=1)
+    trainer = PPOTrainer(str(models["plain_policy"]), str(models["reward"]), args=args, train_dataset=data)
+    assert isinstance(trainer.reward_funcs[0], ClassifierReward)
+    history = trainer.train()
+    assert math.isfinite(history[0]["objective/scores"]) and "rewards/deberta/mean" in history[0]
+
+
+def test_classifier_reward_scores_conversations_with_the_chat_template(models):
+    with_template = ClassifierReward.from_pretrained(models["chat_reward"])
+    prompts = [[{"role": "user", "content": "say apple"}], [{"role": "user", "content": "hi"}]]
+    completions = [[{"role": "assistant", "content": "apple"}], [{"role": "assistant", "content": "hello you"}]]
+    scores = with_template(prompts, completions)
+    tok, model = with_template.tokenizer, with_template.model.eval()
+    text = tok.apply_chat_template(prompts[1] + completions[1], tokenize=False)
+    assert text == "[user]hi\n[assistant]hello you\n"
+    with torch.no_grad():
+        direct = model(**tok(text, add_special_tokens=False, return_tensors="pt")).logits[0, 0].item()
+    assert scores[1] == pytest.approx(direct, abs=1e-5)
+    # no chat template: a pair of the prompt's and the completion's contents
+    pair = ClassifierReward.from_pretrained(models["reward"])
+    enc = pair.tokenizer("hi", "hello you", return_tensors="pt")
+    enc.pop("token_type_ids", None)
+    with torch.no_grad():
+        direct = pair.model.eval()(**enc).logits[0, 0].item()
+    assert pair(prompts, completions)[1] == pytest.approx(direct, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_path, kind):
+    import trl
+
+    Config, Trainer = (trl.GRPOConfig, trl.GRPOTrainer) if kind == "grpo" else (trl.RLOOConfig, trl.RLOOTrainer)
+    reward = ClassifierReward.from_pretrained(models["chat_reward"])
+    args = Config(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
+                  max_completion_length=6, max_steps=1, learning_rate=1e-2, use_cpu=True, bf16=False,
+                  report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=str(models["chat_policy"]), reward_funcs=[reward], args=args,
+                      train_dataset=conversations(8))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert logged and all(math.isfinite(h["reward"]) for h in logged)
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+def test_bad_inputs_are_named(models):
+    from trl_ext.model_dirs import ArtifactError
+    from trl_ext.ppo.data import DatasetError
+
+    args = PPOConfig(batch_size=4, total_episodes=4, response_length=4)
+    with pytest.raises(DatasetError, match=r"row 0 is a conversation, but the tokenizer .*qwen2_plain.* has no chat"):
+        PPOTrainer(str(models["plain_policy"]), lambda **kw: [], args=args, train_dataset=conversations(4))
+    with pytest.raises(ArtifactError, match=r"qwen2_chat' holds a \['Qwen2ForCausalLM'\], not a sequence classifier"):
+        PPOTrainer(str(models["chat_policy"]), str(models["chat_policy"]), args=args)
+    with pytest.raises(PPOError, match="reward_weights has 3 values for 2 reward functions"):
+        PPOTrainer(str(models["chat_policy"]), [len, len], args=PPOConfig(reward_weights=[1, 2, 3]))
+    with pytest.raises(DatasetError, match="needs a 'prompt' column"):
+        PPOTrainer(str(models["chat_policy"]), len, args=args, train_dataset=Dataset.from_dict({"text": ["a"]}))
+
+    def only_first(completions, **kwargs):
+        return [1.0] + [None] * (len(completions) - 1)
+
+    def never(completions, **kwargs):
+        return [None] * len(completions)
+
+    trainer = PPOTrainer(str(models["chat_policy"]), [only_first, never], args=args, train_dataset=conversations(4))
+    with pytest.raises(RewardError, match=r"every reward function \(only_first, never\) returned None for row 1 "
+                                          r"\(prompt \[\{'role': 'user', 'content': 'say river'\}\]\)"):
+        trainer.train()
+
+
+def test_trl_backend_refused_on_newer_trl(monkeypatch, tmp_path, capsys):
+    """Simulated TRL 1.16 in-process (runs on both lines): one line, the version, the install command, exit 2."""
+    import trl_ext.trl_compat as compat
+    from trl_ext.cli import main
+
+    monkeypatch.setattr(compat, "installed_trl_version", lambda: "1.16.0")
+    code = main(["ppo", "--backend", "trl", "--policy", str(tmp_path), "--reward", str(tmp_path),
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "installed TRL is 1.16.0" in err[0] and "pip install 'trl-ext[trl-ppo]'" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(trl_ppo_available(), reason="TRL <= 1.12 is installed: the trl backend is available here")
+def test_trl_backend_refused_by_the_installed_trl(tmp_path):
+    import trl
+
+    run = subprocess.run([sys.executable, "-m", "trl_ext.cli", "ppo", "--backend", "trl", "--policy", str(tmp_path),
+                          "--reward", str(tmp_path), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == run.stderr.strip().splitlines()[0]
+    assert f"installed TRL is {trl.__version__}" in run.stderr and "trl-ext[trl-ppo]" in run.stderr
+
+
+def test_packaging_admits_current_trl_and_keeps_trl_ppo_behind_an_extra():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "trl"]
+    assert len(core) == 1 and core[0].specifier.contains("1.16.0") and core[0].specifier.contains("1.12.0")
+    extra = [Requirement(r) for r in project["optional-dependencies"]["trl-ppo"]]
+    assert [r.name for r in extra] == ["trl"]
+    assert extra[0].specifier.contains("1.12.0") and not extra[0].specifier.contains("1.13.0")
+
+
+def test_library_import_does_not_touch_trl_ppo():
+    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat; "
+            "assert 'trl.experimental.ppo' not in sys.modules")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
