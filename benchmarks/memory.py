@@ -56,7 +56,10 @@ def main(argv=None) -> int:
 
     trainer.train(sample)
     warm = samples[1] if len(samples) > 1 else samples[0]
-    result = {"benchmark": "ppo-memory", "machine": machine(), "settings": vars(args), "samples": samples,
+    # Model directories as given, relative to the repository when inside it: no machine's temp paths.
+    settings = {k: (os.path.relpath(v, ROOT) if k in ("policy", "reward") and Path(v).resolve().is_relative_to(ROOT)
+                    else Path(v).name if k in ("policy", "reward") else v) for k, v in vars(args).items()}
+    result = {"benchmark": "ppo-memory", "machine": machine(), "settings": settings, "samples": samples,
               "growth_mb_after_warmup": round(samples[-1]["rss_mb"] - warm["rss_mb"], 1)}
     out = ROOT / "benchmarks" / "results" / f"memory-{'cpu' if result['machine']['device'] == 'cpu' else 'gpu'}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

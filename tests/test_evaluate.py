@@ -21,3 +21,18 @@ def test_score_completions_on_hand_written_answers():
 def test_score_completions_rejects_ragged_input():
     with pytest.raises(ValueError, match="equally many"):
         score_completions([1], [0], ["2E"], [])
+
+
+def test_run_recorder_counts_training_time_only():
+    import time
+
+    from trl_ext.run_log import RunRecorder
+    from trl_ext.tasks.tokenizer import build_tokenizer
+
+    recorder = RunRecorder(build_tokenizer(), backend="x", probe_every=0)
+    time.sleep(0.3)  # building the trainer
+    recorder.begin()
+    time.sleep(0.05)
+    recorder.end()
+    time.sleep(0.3)  # saving
+    assert recorder.setup_seconds >= 0.3 and 0.04 <= recorder.train_seconds < 0.25

@@ -205,3 +205,29 @@ def test_bad_loss_on_one_rank_stops_every_rank(tmp_path):
     out = run.stdout + run.stderr
     assert "rank 0 of 2: non-finite loss" in out and "rank 1 of 2: non-finite loss" in out, out[-3000:]
     assert "update 2, epoch 1, minibatch 1" in out and (tmp_path / "last_good" / "model.safetensors").exists()
+
+
+def test_reward_model_moves_to_the_trainer_device_and_value_head_is_read_back(pieces, tmp_path):
+    from trl_ext.rewards import RewardFunction
+
+    policy, tok, reward = pieces
+
+    class Placed(RewardFunction):
+        device = None
+
+        def to(self, device):
+            self.device = device
+            return self
+
+        def score(self, prompts, completions, **columns):
+            return [0.0] * len(prompts)
+
+    placed = Placed()
+    trainer = PPOTrainer(policy, placed, args=doubling_config(batch_size=4, num_ppo_epochs=1),
+                         processing_class=tok)
+    assert placed.device == trainer.accelerator.device
+    with torch.no_grad():
+        trainer.actor_critic.value_head.weight.fill_(0.25)
+    saved = trainer.save(tmp_path / "ppo")
+    again = PPOTrainer(str(saved), placed, args=doubling_config(batch_size=4))
+    assert torch.equal(again.actor_critic.value_head.weight, trainer.actor_critic.value_head.weight)

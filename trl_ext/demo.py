@@ -98,13 +98,17 @@ def _ppo_stage(cfg: PipelineOptions, out: Path, backend: str, seed: int, folder:
     return summary
 
 
-def _unavailable(backend: str) -> str | None:
-    """Why ``backend`` cannot run with the installed TRL (and how to get it), or None."""
-    if backend != "trl":
-        return None
+def _skipped_as_unavailable(backend: str, results: dict, rows: list, say) -> bool:
+    """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
     from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
 
-    return None if trl_ppo_available() else trl_ppo_unavailable_reason()
+    if backend != "trl" or trl_ppo_available():
+        return False
+    reason = trl_ppo_unavailable_reason()
+    say(f"[{backend}] not run: {reason}")
+    results["backends"][backend] = {"not_run": reason}
+    rows.append({"backend": backend, "not_run": reason})
+    return True
 
 
 def _row(summary: dict) -> dict:
@@ -163,11 +167,7 @@ def run_demo(cfg: DemoConfig, print_fn=print) -> dict:
     results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
     rows, histories = [], {}
     for backend in cfg.backend_list:
-        reason = _unavailable(backend)
-        if reason:
-            print_fn(f"[{backend}] not run: {reason}")
-            results["backends"][backend] = {"not_run": reason}
-            rows.append({"backend": backend, "not_run": reason})
+        if _skipped_as_unavailable(backend, results, rows, print_fn):
             continue
         summary = _ppo_stage(cfg, out, backend, cfg.seed, f"ppo_{backend}", print_fn)
         results["backends"][backend] = summary
@@ -205,11 +205,7 @@ def run_compare(cfg: CompareConfig, print_fn=print) -> dict:
     results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
     rows, histories = [], {}
     for backend in cfg.backend_list:
-        reason = _unavailable(backend)
-        if reason:
-            print_fn(f"[{backend}] not run: {reason}")
-            results["backends"][backend] = {"not_run": reason}
-            rows.append({"backend": backend, "not_run": reason})
+        if _skipped_as_unavailable(backend, results, rows, print_fn):
             continue
         per_seed = []
         for s in range(cfg.seeds):

@@ -6,10 +6,11 @@ the same policy, prompts, reward and episode budget as the two PPO backends.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
+
+from trl_ext.rewards.base import place_reward
 
 GROUP_TRAINERS = ("grpo", "rloo")
 
@@ -52,12 +53,13 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, output_di
                 if recorder.record(state.global_step, metrics, policy):
                     control.should_training_stop = True
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args,
-                          train_dataset=prompts.select_columns(["prompt", "label", "question"]),
-                          processing_class=tokenizer, callbacks=[_Record()])
+    trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args,
+                      train_dataset=prompts.select_columns(["prompt", "label", "question"]),
+                      processing_class=tokenizer, callbacks=[_Record()])
+    place_reward(reward_fn, trainer.accelerator.device)
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
+    recorder.begin()
     trainer.train()
+    recorder.end()
     return policy

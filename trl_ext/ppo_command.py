@@ -7,6 +7,7 @@ Writes to ``--out``: the tuned policy (``save_pretrained``) with its value head,
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -93,7 +94,9 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
 
         trainer = PPOTrainer(policy, reward_fn, args=trainer_config(cfg), train_dataset=dataset,
                              processing_class=tokenizer, accelerator=accelerator)
+        recorder.begin()
         trainer.train(lambda update, stats: recorder.record(update, stats, trainer.policy))
+        recorder.end()
         trainer.save(out)
         return trainer.policy, trainer.accelerator
     if cfg.backend in ("grpo", "rloo"):
@@ -119,10 +122,12 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
 
     trainer = build_trl_trainer(trainer_config(cfg), policy, tokenizer, reward_fn, dataset, out,
                                 callbacks=[_Record()])
+    recorder.begin()
     try:
         trainer.train()
     except _Stop:
         pass
+    recorder.end()
     save_trl_policy(trainer, tokenizer, out)
     return policy, trainer.accelerator
 
@@ -169,6 +174,7 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
     finally:
         recorder.close()
     train_seconds = recorder.train_seconds
+    save_seconds = time.perf_counter() - recorder.stopped if recorder.stopped is not None else None
     checksums = _rank_checksums(trained, accelerator)
     summary = {"backend": cfg.backend, "config": asdict(cfg)}
     if accelerator.is_main_process:
@@ -177,6 +183,8 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
         last = recorder.history[-1] if recorder.history else {}
         summary.update(
             updates=len(recorder.history), episodes=last.get("episode"), train_seconds=round(train_seconds, 2),
+            setup_seconds=round(recorder.setup_seconds, 2),
+            save_seconds=round(save_seconds, 2) if save_seconds is not None else None,
             episodes_per_second=round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
             reached_0_99=recorder.reached, final_kl=last.get("objective/kl"),
             greedy=_headline(report["greedy"]), sampled=_headline(report["sampled"]),

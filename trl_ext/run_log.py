@@ -17,7 +17,8 @@ class RunRecorder:
     """Call ``record(update, metrics, policy)`` after every update; it returns True to stop.
 
     Every ``probe_every`` updates it measures greedy exact-match (and the requested-charset rate)
-    on ``probe_n`` held-out prompts. Probe time is kept out of ``train_seconds``.
+    on ``probe_n`` held-out prompts. ``train_seconds`` counts from ``begin()`` (after the trainer is
+    built) to ``end()`` (before it saves), probes left out; setup time is kept apart in ``setup_seconds``.
     """
 
     def __init__(self, tokenizer, *, backend: str, probe_every: int = 10, probe_n: int = 200,
@@ -31,7 +32,9 @@ class RunRecorder:
         self.log_path = Path(log_path) if log_path else None
         self.print_fn = print_fn
         self.history: list[dict] = []
-        self.start = time.perf_counter()
+        self.created = self.start = time.perf_counter()
+        self.stopped: float | None = None
+        self.setup_seconds = 0.0
         self.probe_seconds = 0.0
         self.reached: dict | None = None
         if self.log_path is not None:
@@ -44,9 +47,19 @@ class RunRecorder:
     def close(self) -> None:
         self.bar.close()
 
+    def begin(self) -> None:
+        """Training starts now: what came before (loading, building the trainer) is setup."""
+        self.start = time.perf_counter()
+        self.setup_seconds = self.start - self.created
+
+    def end(self) -> None:
+        """Training is over: saving and evaluation do not count as training time."""
+        self.stopped = time.perf_counter()
+
     @property
     def train_seconds(self) -> float:
-        return time.perf_counter() - self.start - self.probe_seconds
+        now = self.stopped if self.stopped is not None else time.perf_counter()
+        return now - self.start - self.probe_seconds
 
     def record(self, update: int, metrics: dict, policy) -> bool:
         row = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -53,6 +53,23 @@ class ActorCritic(nn.Module):
         save_value_head(self.value_head, path)
 
 
+def load_value_head(head: nn.Module, path: str | Path) -> bool:
+    """Load ``value_head.safetensors`` from ``path`` into ``head`` if it is there (a run continued
+    from a saved PPO policy keeps its critic); returns whether it was."""
+    from safetensors.torch import load_file
+
+    file = Path(path) / VALUE_HEAD_FILE
+    if not file.exists():
+        return False
+    state = load_file(str(file))
+    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    if found != expected:
+        raise ValueError(f"{file} holds a value head of shapes {found}; this policy needs {expected}")
+    head.load_state_dict(state)
+    return True
+
+
 def save_value_head(head: nn.Module, path: str | Path) -> Path:
     """A value head's weights as ``value_head.safetensors`` beside a saved policy."""
     from safetensors.torch import save_file

@@ -26,11 +26,11 @@ from trl_ext.batching import pad_batch
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates
 from trl_ext.ppo.data import prepare_prompt_dataset
-from trl_ext.ppo.model import ActorCritic
+from trl_ext.ppo.model import ActorCritic, load_value_head
 from trl_ext.ppo.rollout import (
     Experience, completion_token_ids, positions_from_mask, response_mask, sample_responses,
 )
-from trl_ext.rewards.base import call_reward, combine_rewards, reward_name
+from trl_ext.rewards.base import call_reward, combine_rewards, place_reward, reward_name
 from trl_ext.rewards.classifier import is_conversation
 
 
@@ -111,6 +111,7 @@ class PPOTrainer:
         from accelerate import Accelerator
 
         config = args if args is not None else PPOConfig()
+        model_or_path = model
         policy, tokenizer = load_causal_lm(model, processing_class)
         self.config, self.tokenizer = config, tokenizer
         self.reward_funcs = resolve_reward_funcs(reward_funcs)
@@ -137,6 +138,8 @@ class PPOTrainer:
             self.ref_policy.eval().requires_grad_(False)
             _disable_dropout(self.ref_policy)
         model = ActorCritic(policy, separate_critic=config.separate_critic)
+        if isinstance(model_or_path, (str, Path)):
+            load_value_head(model.value_head, model_or_path)  # continuing from a saved PPO policy
         _disable_dropout(model)
         # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -151,8 +154,7 @@ class PPOTrainer:
         if self.ref_policy is not None:
             self.ref_policy.to(device)
         for fn in self.reward_funcs:  # a reward model scores where the policy runs
-            if hasattr(fn, "to") and not isinstance(fn, nn.Module):
-                fn.to(device)
+            place_reward(fn, device)
         self.generator = torch.Generator(device=device).manual_seed(
             config.seed + 100003 * self.accelerator.process_index)
         self.episode, self.update_index = 0, 0

@@ -103,6 +103,17 @@ class RewardFunction:
         return validate_rewards(self.__name__, values, len(prompts), allow_none=self.allow_none)
 
 
+def place_reward(fn: Callable, device) -> None:
+    """Move a reward function's model (``ClassifierReward.to``) to ``device``, where the trainer runs.
+
+    TRL moves ``nn.Module`` reward models itself; a model held inside a reward *function* it never sees.
+    """
+    import torch.nn
+
+    if hasattr(fn, "to") and not isinstance(fn, torch.nn.Module):
+        fn.to(device)
+
+
 def require_column(name: str, columns: dict, column: str) -> list:
     if column not in columns or columns[column] is None:
         raise RewardError(f"reward {name!r} needs the dataset column {column!r}; got columns {sorted(columns)}")

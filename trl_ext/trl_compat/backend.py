@@ -9,13 +9,13 @@ policy's own transformer (shared, seed 000's ``PPO_Model``) or a copy of it (sep
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from trl_ext.ppo.model import base_backbone
+from trl_ext.rewards.base import place_reward
 from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
 
@@ -79,9 +79,6 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     TRL's loader sees only ``input_ids``, the reward adapter sees the rest through its prompt index.
     With ``peft_config`` TRL wraps the policy in LoRA and uses it, adapter disabled, as the reference.
     """
-    import warnings
-
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from torch.utils.data import DataLoader
     from transformers import PrinterCallback, ProgressCallback
     from trl.experimental.ppo import PPOTrainer as TRLPPOTrainer
@@ -94,15 +91,14 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
     value_model = build_value_model(policy, cfg.separate_critic)
     ids_only = train_dataset.select_columns(["input_ids"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = TRLPPOTrainer(
-            args=trl_ppo_config(cfg, output_dir), processing_class=tokenizer, model=policy,
-            ref_model=None if peft_config is not None else copy.deepcopy(policy), reward_model=reward_model,
-            value_model=value_model, peft_config=peft_config,
-            train_dataset=ids_only, eval_dataset=ids_only.select(range(min(len(ids_only), cfg.batch_size))),
-            callbacks=list(callbacks),
-        )
+    trainer = TRLPPOTrainer(
+        args=trl_ppo_config(cfg, output_dir), processing_class=tokenizer, model=policy,
+        ref_model=None if peft_config is not None else copy.deepcopy(policy), reward_model=reward_model,
+        value_model=value_model, peft_config=peft_config,
+        train_dataset=ids_only, eval_dataset=ids_only.select(range(min(len(ids_only), cfg.batch_size))),
+        callbacks=list(callbacks),
+    )
+    place_reward(reward_fn, trainer.accelerator.device)
     # Quiet by default: our recorder prints a short line now and then instead of every log dict.
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
