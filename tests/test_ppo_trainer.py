@@ -231,3 +231,38 @@ def test_reward_model_moves_to_the_trainer_device_and_value_head_is_read_back(pi
     saved = trainer.save(tmp_path / "ppo")
     again = PPOTrainer(str(saved), placed, args=doubling_config(batch_size=4))
     assert torch.equal(again.actor_critic.value_head.weight, trainer.actor_critic.value_head.weight)
+
+
+def test_advantage_estimator_and_kl_shaping_are_plain_functions_in_core(tokenizer, monkeypatch):
+    """The extension points: a function added to core's dict is a config choice the trainer calls."""
+    from trl_ext.models import build_policy
+    from trl_ext.ppo import core
+
+    calls = []
+
+    def outcome_only(rewards, values, mask, gamma, lam):  # every token gets the sequence's total reward
+        calls.append(rewards.shape)
+        total = (rewards * mask).sum(1, keepdim=True) * mask
+        return total, total
+
+    monkeypatch.setitem(core.ADVANTAGE_ESTIMATORS, "outcome", outcome_only)
+    with pytest.raises(ValueError, match="advantage_estimator must be one of gae, outcome; got 'nope'"):
+        PPOConfig(advantage_estimator="nope")
+    trainer = PPOTrainer(build_policy(tokenizer), args=PPOConfig(batch_size=2, num_ppo_epochs=1, kl_mode="sequence",
+                                                                 advantage_estimator="outcome"),
+                         processing_class=tokenizer)
+    query = tokenizer("S数字:3320x2=", add_special_tokens=False)["input_ids"]
+    stats = trainer.step([query, query], trainer.generate([query, query]), [1.0, 0.0])
+    assert len(calls) == 1 and math.isfinite(stats["loss/policy_avg"])
+
+
+def test_experience_minibatch_takes_the_same_rows_of_every_field():
+    from dataclasses import fields
+
+    from trl_ext.ppo.rollout import Experience
+
+    exp = Experience(**{f.name: torch.arange(12.0).reshape(4, 3) + i for i, f in enumerate(fields(Experience))})
+    mb = exp.minibatch(torch.tensor([2, 0]))
+    assert len(mb) == 2
+    for i, f in enumerate(fields(Experience)):
+        assert torch.equal(getattr(mb, f.name), getattr(exp, f.name)[[2, 0]])

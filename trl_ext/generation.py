@@ -21,20 +21,22 @@ def generate_completions(model, tokenizer, prompt_ids: list[list[int]], *, do_sa
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
     texts: list[str] = []
+    # fork_rng restores the CPU *and* CUDA generators afterwards: a probe mid-run must not change
+    # the training run's own sampling (manual_seed reseeds CUDA too).
     try:
-        for start in range(0, len(prompt_ids), batch_size):
-            ids, mask = pad_batch(prompt_ids[start:start + batch_size], tokenizer.pad_token_id, side="left")
-            sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if do_sample \
-                else {"do_sample": False}
-            out = model.generate(
-                input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **sampling,
-            )
-            texts.extend(completion_texts(tokenizer, out[:, ids.shape[1]:]))
+        cuda_devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda_devices):
+            torch.manual_seed(seed)
+            for start in range(0, len(prompt_ids), batch_size):
+                ids, mask = pad_batch(prompt_ids[start:start + batch_size], tokenizer.pad_token_id, side="left")
+                sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if do_sample \
+                    else {"do_sample": False}
+                out = model.generate(
+                    input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+                    eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **sampling,
+                )
+                texts.extend(completion_texts(tokenizer, out[:, ids.shape[1]:]))
     finally:
-        torch.random.set_rng_state(generator_state)
         model.train(was_training)
     return texts

@@ -48,8 +48,6 @@ class PPOCommandConfig(RunOptions):
         for name in ("policy", "reward", "out"):
             if not getattr(self, name):
                 raise ValueError(f"missing required option --{name}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
 
 
 def trainer_config(cfg) -> PPOConfig:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from trl_ext.config import field
+from trl_ext.ppo import core
+
+LR_SCHEDULES = ("linear", "constant")
 
 
 @dataclass
@@ -13,16 +16,18 @@ class PPOConfig:
                                    cli=False)
     learning_rate: float = field(3e-4, help="AdamW learning rate")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
-                                   choices=("linear", "constant"))
+                                   choices=LR_SCHEDULES)
     batch_size: int = field(64, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
     num_mini_batches: int = field(1, help="minibatches per PPO epoch; batch_size gives the seed's per-sample updates")
     num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
     total_episodes: int = field(19200, help="rollouts in the whole run, over all processes (300 updates of 64)")
     kl_coef: float = field(0.2, help="weight of the KL penalty to the reference policy")
-    kl_estimator: str = field("k1", help="per-token KL estimate", choices=("k1", "k3"))
+    kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
     kl_mode: str = field("token", help="'token': -kl_coef*kl per token (seed 000, TRL); "
                          "'sequence': score - kl_coef*sum(kl) on the last token (seed 004)",
-                         choices=("token", "sequence"))
+                         choices=core.KL_SHAPINGS)  # the live dict: a key added there is a choice
+    advantage_estimator: str = field("gae", help="advantage estimator (trl_ext.ppo.core.ADVANTAGE_ESTIMATORS)",
+                                     choices=core.ADVANTAGE_ESTIMATORS)
     cliprange: float = field(0.2, help="policy ratio clip")
     cliprange_value: float = field(0.2, help="value clip around the old values")
     vf_coef: float = field(0.5, help="value loss weight (the seed uses 0.1; 0.5 learned the shared critic faster)")
@@ -51,17 +56,15 @@ class PPOConfig:
         if self.batch_size % self.num_mini_batches:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")
-        if self.lr_scheduler_type not in ("linear", "constant"):
-            raise ValueError(f"lr_scheduler_type must be 'linear' or 'constant', got {self.lr_scheduler_type!r}")
-        if self.kl_estimator not in ("k1", "k3"):
-            raise ValueError(f"kl_estimator must be 'k1' or 'k3', got {self.kl_estimator!r}")
+        for f in fields(self):  # every set of choices is written once, in its field
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
         if self.reward_weights is not None:
             if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
                     not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):
                 raise ValueError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
             self.reward_weights = [float(w) for w in self.reward_weights]
-        if self.kl_mode not in ("token", "sequence"):
-            raise ValueError(f"kl_mode must be 'token' or 'sequence', got {self.kl_mode!r}")
 
 
 def mini_batch_size(config: PPOConfig) -> int:

@@ -59,6 +59,9 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened if shift_mean else whitened + mean
 
 
+KL_ESTIMATORS = ("k1", "k3")
+
+
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
     """Per-token estimate of KL(policy || ref) from samples of the policy (Schulman, "Approximating KL").
 
@@ -70,7 +73,7 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: s
         return -log_ratio
     if estimator == "k3":
         return torch.expm1(log_ratio) - log_ratio
-    raise ValueError(f"kl estimator must be 'k1' or 'k3', got {estimator!r}")
+    raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
@@ -157,3 +160,10 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     with torch.no_grad():
         stats = {"clipfrac": masked_mean((clipped > unclipped).float(), mask)}
     return loss, stats
+
+
+# Extension points (verl/OpenRLHF users expect them): the trainer looks the shaping and the estimator
+# up here by the config's name, and the command line offers exactly these keys. Add a plain function
+# with the same signature to try another one.
+KL_SHAPINGS = {"token": token_kl_rewards, "sequence": sequence_kl_rewards}
+ADVANTAGE_ESTIMATORS = {"gae": gae_advantages}

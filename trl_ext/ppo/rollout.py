@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -86,3 +86,7 @@ class Experience:
 
     def __len__(self) -> int:
         return self.responses.shape[0]
+
+    def minibatch(self, index: torch.Tensor) -> Experience:
+        """The rows ``index`` of every field (``b_*`` -> ``mb_*`` in cleanrl's words)."""
+        return Experience(**{f.name: getattr(self, f.name)[index] for f in fields(self)})

@@ -342,63 +342,71 @@ class PPOTrainer:
         ref_logits = self._reference_logits(query_response, attention_mask, position_ids)
         ref_logprobs, _ = self._response_logprobs(ref_logits, responses, length)
         kl = core.kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator) * mask
-        shaping = core.token_kl_rewards if cfg.kl_mode == "token" else core.sequence_kl_rewards
-        rewards, non_score = shaping(scores, kl, mask, cfg.kl_coef)
+        rewards, non_score = core.KL_SHAPINGS[cfg.kl_mode](scores, kl, mask, cfg.kl_coef)
         if cfg.whiten_rewards:
             rewards = core.masked_whiten(rewards, mask, shift_mean=False) * mask
-        advantages, returns = core.gae_advantages(rewards, old_values, mask, cfg.gamma, cfg.lam)
+        advantages, returns = core.ADVANTAGE_ESTIMATORS[cfg.advantage_estimator](
+            rewards, old_values, mask, cfg.gamma, cfg.lam)
         advantages = core.masked_whiten(advantages, mask) * mask
-        return Experience(query_response, attention_mask, position_ids, responses, mask, old_logprobs,
-                          ref_logprobs, old_values, scores, rewards, non_score, kl, advantages, returns)
+        return Experience(
+            query_response=query_response, attention_mask=attention_mask, position_ids=position_ids,
+            responses=responses, mask=mask, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
+            old_values=old_values, scores=scores, rewards=rewards, non_score_rewards=non_score, kl=kl,
+            advantages=advantages, returns=returns,
+        )
 
     def _update(self, exp: Experience) -> dict:
         cfg = self.config
         size = mini_batch_size(cfg)
-        keys = ("loss/policy", "loss/value", "policy/clipfrac", "policy/approxkl", "val/clipfrac", "val/ratio",
-                "policy/entropy")
-        stats = torch.zeros(cfg.num_ppo_epochs, cfg.num_mini_batches, len(keys), device=exp.mask.device)
+        stats: dict[str, list[torch.Tensor]] = {}  # name -> one value per (epoch, minibatch)
         self.model.train()
         for epoch in range(cfg.num_ppo_epochs):
             order = torch.randperm(len(exp), generator=self.generator, device=self.generator.device)
-            for mb in range(cfg.num_mini_batches):
-                idx = order[mb * size:(mb + 1) * size].to(exp.mask.device)
-                mb_mask = exp.mask[idx]
-                logits, values = self.model(exp.query_response[idx], exp.attention_mask[idx], exp.position_ids[idx])
-                logprobs, response_logits = self._response_logprobs(logits, exp.responses[idx], exp.query_length)
+            for mb_index in range(cfg.num_mini_batches):
+                mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))
+                logits, values = self.model(mb.query_response, mb.attention_mask, mb.position_ids)
+                logprobs, response_logits = self._response_logprobs(logits, mb.responses, exp.query_length)
                 new_values = values[:, exp.query_length - 1:-1].float()
-                pg_loss, pg = core.clipped_policy_loss(logprobs, exp.old_logprobs[idx], exp.advantages[idx],
-                                                       mb_mask, cfg.cliprange)
-                vf_loss, vf = core.clipped_value_loss(new_values, exp.old_values[idx], exp.returns[idx], mb_mask,
+                pg_loss, pg = core.clipped_policy_loss(logprobs, mb.old_logprobs, mb.advantages, mb.mask,
+                                                       cfg.cliprange)
+                vf_loss, vf = core.clipped_value_loss(new_values, mb.old_values, mb.returns, mb.mask,
                                                       cfg.cliprange_value)
                 with torch.set_grad_enabled(cfg.ent_coef > 0):
-                    entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb_mask)
+                    entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb.mask)
                 loss = pg_loss + cfg.vf_coef * vf_loss - cfg.ent_coef * entropy
                 if self._any_rank_non_finite(loss):
-                    self._stop_on_bad_loss(loss, epoch, mb)
+                    self._stop_on_bad_loss(loss, epoch, mb_index)
                 self.accelerator.backward(loss)
                 if cfg.max_grad_norm > 0:
                     self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
-                stats[epoch, mb] = torch.stack([pg_loss.detach(), vf_loss.detach(), pg["clipfrac"], pg["approxkl"],
-                                                vf["clipfrac"], pg["ratio"], entropy.detach()])
+                step_stats = {"loss/policy_avg": pg_loss, "loss/value_avg": vf_loss,
+                              "policy/clipfrac_avg": pg["clipfrac"], "policy/approxkl_avg": pg["approxkl"],
+                              "val/clipfrac_avg": vf["clipfrac"], "val/ratio": pg["ratio"],
+                              "policy/entropy_avg": entropy}
+                for name, value in step_stats.items():
+                    stats.setdefault(name, []).append(value.detach())
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
-        metrics = self._metrics(exp, keys, stats)
+        metrics = self._metrics(exp, {name: torch.stack(values).mean() for name, values in stats.items()})
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()
         return metrics
 
-    def _metrics(self, exp: Experience, keys, stats: torch.Tensor) -> dict:
-        per_rollout = torch.stack([
-            exp.kl.sum(1).mean(), (-exp.old_logprobs * exp.mask).sum(1).mean(), exp.non_score_rewards.sum(1).mean(),
-            exp.scores.mean(), exp.mask.sum(1).float().mean(),
-        ])
-        gathered = self.accelerator.gather_for_metrics(torch.cat([per_rollout, stats.mean((0, 1))])[None])
-        values = gathered.mean(0).tolist()
-        names = ["objective/kl", "objective/entropy", "objective/non_score_reward", "objective/scores",
-                 "val/response_length"] + [k + "_avg" if not k.startswith("val/ratio") else k for k in keys]
-        metrics = dict(zip(names, values))
+    def _metrics(self, exp: Experience, update_stats: dict[str, torch.Tensor]) -> dict:
+        """Per-rollout objectives and the update's averaged stats, by name, averaged over processes."""
+        local = {
+            "objective/kl": exp.kl.sum(1).mean(),
+            "objective/entropy": (-exp.old_logprobs * exp.mask).sum(1).mean(),
+            "objective/non_score_reward": exp.non_score_rewards.sum(1).mean(),
+            "objective/scores": exp.scores.mean(),
+            "val/response_length": exp.mask.sum(1).float().mean(),
+            **update_stats,
+        }
+        names = list(local)
+        gathered = self.accelerator.gather_for_metrics(torch.stack([local[n].float() for n in names])[None])
+        metrics = dict(zip(names, gathered.mean(0).tolist()))
         metrics["objective/rlhf_reward"] = metrics["objective/scores"] + metrics["objective/non_score_reward"]
         metrics["episode"] = self.episode
         metrics["update"] = self.update_index
