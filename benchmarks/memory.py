@@ -36,10 +36,10 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=50)
     args = parser.parse_args(argv)
 
-    from trl_ext.demo import machine
+    from trl_ext.commands.demo import machine
     from trl_ext.ppo.trainer import PPOTrainer
-    from trl_ext.ppo_command import PPOCommandConfig, load_inputs, trainer_config
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.commands.ppo import PPOCommandConfig, load_inputs, trainer_config
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     run = PPOCommandConfig(policy=args.policy, reward=args.reward, out="unused", batch_size=args.batch_size,
                            total_episodes=args.updates * args.batch_size)

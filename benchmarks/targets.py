@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     parser.add_argument("--extra", nargs="*", default=[], help="extra trl-ext compare flags")
     args = parser.parse_args(argv)
 
-    from trl_ext.cli import main as cli
+    from trl_ext.commands.cli import main as cli
 
     code = cli(["compare", "--out", args.out, "--seeds", str(args.seeds), "--backends", "trl,scratch",
                 "--overwrite", *args.extra])
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         ratio = statistics.fmean(reach["scratch"]) / statistics.fmean(reach["trl"])
         checks.append({"check": "scratch seconds to 0.99 <= 1/3 of trl", "value": round(ratio, 3),
                        "ok": ratio <= 1 / 3})
-    from trl_ext.demo import machine
+    from trl_ext.commands.demo import machine
 
     info = machine()
     device = "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")

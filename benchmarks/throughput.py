@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, warmup: int) -> dict:
     import torch
 
-    from trl_ext.ppo_command import PPOCommandConfig, load_inputs, trainer_config
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.commands.ppo import PPOCommandConfig, load_inputs, trainer_config
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     run = PPOCommandConfig(**cfg, backend=backend, policy=policy_dir, reward=reward_dir, out="unused")
     policy, tokenizer, inner_reward = load_inputs(run)
@@ -97,10 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/throughput-<device>.json)")
     args = parser.parse_args(argv)
 
-    from trl_ext.demo import machine
+    from trl_ext.commands.demo import machine
 
     if args.build:
-        from trl_ext.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
+        from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
 
         run_pretrain(PretrainConfig(out=args.policy))
         run_train_reward(RewardConfig(out=args.reward))

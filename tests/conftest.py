@@ -10,7 +10,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from trl_ext.tasks.tokenizer import build_tokenizer
+    from trl_ext.doubling.tokenizer import build_tokenizer
 
     return build_tokenizer()
 
@@ -18,7 +18,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def trained_artifacts(tmp_path_factory):
     """A pretrained policy and reward classifier with the default recipes (about 30 s, once a session)."""
-    from trl_ext.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
+    from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
 
     root = tmp_path_factory.mktemp("artifacts")
     policy = run_pretrain(PretrainConfig(out=str(root / "policy"), eval_n=200), show_progress=False)

@@ -154,7 +154,7 @@ def test_bad_inputs_are_named(models):
 def test_trl_backend_refused_on_newer_trl(monkeypatch, tmp_path, capsys):
     """Simulated TRL 1.16 in-process (runs on both lines): one line, the version, the install command, exit 2."""
     import trl_ext.trl_compat as compat
-    from trl_ext.cli import main
+    from trl_ext.commands.cli import main
 
     monkeypatch.setattr(compat, "installed_trl_version", lambda: "1.16.0")
     code = main(["ppo", "--backend", "trl", "--policy", str(tmp_path), "--reward", str(tmp_path),
@@ -169,7 +169,7 @@ def test_trl_backend_refused_on_newer_trl(monkeypatch, tmp_path, capsys):
 def test_trl_backend_refused_by_the_installed_trl(tmp_path):
     import trl
 
-    run = subprocess.run([sys.executable, "-m", "trl_ext.cli", "ppo", "--backend", "trl", "--policy", str(tmp_path),
+    run = subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", "ppo", "--backend", "trl", "--policy", str(tmp_path),
                           "--reward", str(tmp_path), "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and "Traceback" not in run.stderr
@@ -190,8 +190,10 @@ def test_packaging_admits_current_trl_and_keeps_trl_ppo_behind_an_extra():
     assert extra[0].specifier.contains("1.12.0") and not extra[0].specifier.contains("1.13.0")
 
 
-def test_library_import_does_not_touch_trl_ppo():
-    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat; "
-            "assert 'trl.experimental.ppo' not in sys.modules")
+def test_library_imports_neither_trl_ppo_nor_the_task_nor_the_command_line():
+    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat, trl_ext.baselines; "
+            "assert 'trl.experimental.ppo' not in sys.modules, 'trl.experimental.ppo'; "
+            "loaded = [m for m in sys.modules if m.startswith(('trl_ext.doubling', 'trl_ext.commands'))]; "
+            "assert not loaded, loaded")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

@@ -22,7 +22,7 @@ def _run(args, timeout=600, env_extra=None):
 
 
 def _cli(*args):
-    return _run([sys.executable, "-m", "trl_ext.cli", *args])
+    return _run([sys.executable, "-m", "trl_ext.commands.cli", *args])
 
 
 def test_demo_end_to_end_tiny_and_resume(tmp_path):
@@ -118,7 +118,7 @@ def test_interrupted_demo_keeps_finished_stages(tmp_path):
     import time
 
     out = tmp_path / "demo"
-    long_run = [sys.executable, "-m", "trl_ext.cli", "demo", "--out", str(out), *TINY[:-6],
+    long_run = [sys.executable, "-m", "trl_ext.commands.cli", "demo", "--out", str(out), *TINY[:-6],
                 "--total-episodes", "8000", "--probe-every", "0", "--eval-n", "20"]
     proc = subprocess.Popen(long_run, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -143,8 +143,8 @@ def test_recipe_yaml_files_keep_the_tuned_defaults():
 
     import yaml
 
-    from trl_ext.ppo_command import PPOCommandConfig
-    from trl_ext.stages import PretrainConfig
+    from trl_ext.commands.ppo import PPOCommandConfig
+    from trl_ext.commands.stages import PretrainConfig
 
     for name, cls in (("pretrain.yaml", PretrainConfig), ("ppo.yaml", PPOCommandConfig)):
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}

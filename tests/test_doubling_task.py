@@ -1,6 +1,6 @@
 import pytest
 
-from trl_ext.tasks import doubling as d
+from trl_ext.doubling import task as d
 
 
 def test_vocab_is_the_seeds_42_characters_in_order(tokenizer):

@@ -7,9 +7,9 @@ import torch
 
 
 def test_pretraining_loss_falls(tokenizer):
-    from trl_ext.models import build_policy
-    from trl_ext.supervised import supervised_loop
-    from trl_ext.tasks.doubling import pretrain_dataset
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.doubling.supervised import supervised_loop
+    from trl_ext.doubling.task import pretrain_dataset
 
     model = build_policy(tokenizer)
     assert sum(p.numel() for p in model.parameters()) == 210_944
@@ -22,8 +22,8 @@ def test_pretraining_loss_falls(tokenizer):
 def test_malformed_dataset_rows_are_named(tokenizer):
     from datasets import Dataset
 
-    from trl_ext.models import build_classifier
-    from trl_ext.supervised import supervised_loop
+    from trl_ext.doubling.models import build_classifier
+    from trl_ext.doubling.supervised import supervised_loop
 
     model = build_classifier(tokenizer)
     rows = Dataset.from_dict({"input_ids": [[1, 2], [], [1]], "label": [0, 1, 2]})
@@ -43,7 +43,7 @@ def test_default_recipes_reach_targets(trained_artifacts):
 
 
 def test_artifacts_reload(trained_artifacts):
-    from trl_ext.artifacts import load_classifier, load_policy
+    from trl_ext.doubling.artifacts import load_classifier, load_policy
 
     model, tok = load_policy(trained_artifacts["policy"])
     assert tok.padding_side == "left" and model.config.vocab_size == 42
@@ -52,7 +52,7 @@ def test_artifacts_reload(trained_artifacts):
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "trl_ext.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", *args], capture_output=True, text=True, cwd=cwd,
                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
 
 
@@ -97,7 +97,7 @@ def test_cli_bad_input_gives_one_line_error(tmp_path, args, message):
 
 def test_flags_are_never_abbreviated(tmp_path, capsys):
     """`--step 2` used to be taken for `--steps` and then lose to the YAML's value, silently."""
-    from trl_ext.cli import main
+    from trl_ext.commands.cli import main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("steps: 5\n")
@@ -110,8 +110,8 @@ def test_flags_are_never_abbreviated(tmp_path, capsys):
 def test_yaml_values_take_the_field_type_or_name_the_key(tmp_path):
     import argparse
 
-    from trl_ext.config import ConfigError, add_dataclass_arguments, build_config
-    from trl_ext.stages import PretrainConfig
+    from trl_ext.commands.parsing import ConfigError, add_dataclass_arguments, build_config
+    from trl_ext.commands.stages import PretrainConfig
 
     parser = argparse.ArgumentParser()
     add_dataclass_arguments(parser, PretrainConfig)

@@ -9,8 +9,8 @@ from trl_ext.ppo.trainer import PPOError, PPOTrainer
 
 @pytest.fixture()
 def pieces(trained_artifacts):
-    from trl_ext.artifacts import load_classifier, load_policy
-    from trl_ext.rewards import doubling_classifier_reward
+    from trl_ext.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.doubling.rewards import doubling_classifier_reward
 
     policy, tok = load_policy(trained_artifacts["policy"])
     clf, clf_tok = load_classifier(trained_artifacts["reward"])
@@ -27,7 +27,7 @@ def _params(module):
 
 
 def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = pieces
     cfg = doubling_config(batch_size=16, num_mini_batches=2, total_episodes=32, num_ppo_epochs=2)
@@ -71,7 +71,7 @@ def test_step_wise_api(pieces):
 
 def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch):
     from trl_ext.ppo import core
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = pieces
     real = core.clipped_value_loss
@@ -112,8 +112,8 @@ def test_bad_setup_errors(pieces):
 
 def test_learning_raises_requested_charset_rate(pieces):
     """A small budget (40 updates of 64) must clearly lift the requested-charset rate."""
-    from trl_ext.evaluate import evaluate_policy
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.doubling.evaluate import evaluate_policy
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
@@ -127,7 +127,7 @@ def test_learning_raises_requested_charset_rate(pieces):
 
 def test_bad_reward_output_inside_training_is_named(pieces):
     from trl_ext.rewards import RewardError
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     policy, tok, _ = pieces
 
@@ -147,7 +147,7 @@ def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
     from trl.experimental.utils import get_reward
 
     from trl_ext.batching import pad_batch
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     policy, tok, reward = pieces
@@ -173,7 +173,7 @@ def test_in_house_trainer_does_not_need_trl_ppo():
     import subprocess
     import sys
 
-    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.ppo_command; "
+    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.commands.ppo; "
             "assert 'trl.experimental.ppo' not in sys.modules, 'imported'")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
@@ -235,7 +235,7 @@ def test_reward_model_moves_to_the_trainer_device_and_value_head_is_read_back(pi
 
 def test_advantage_estimator_and_kl_shaping_are_plain_functions_in_core(tokenizer, monkeypatch):
     """The extension points: a function added to core's dict is a config choice the trainer calls."""
-    from trl_ext.models import build_policy
+    from trl_ext.doubling.models import build_policy
     from trl_ext.ppo import core
 
     calls = []

@@ -43,7 +43,7 @@ def test_rlhf_rejects_bad_prompts_file(tiny_models, tmp_path):
     policy, reward = tiny_models
     bad = tmp_path / "p.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
-    from trl_ext.cli import main
+    from trl_ext.commands.cli import main
 
     code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(bad),
                  "--out", str(tmp_path / "o")])

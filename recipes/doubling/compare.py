@@ -9,7 +9,7 @@ One process: the comparison's timings are only meaningful when each run has the 
 
 import sys
 
-from trl_ext.cli import main
+from trl_ext.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["compare", *sys.argv[1:]]))

@@ -16,7 +16,7 @@ Several GPUs (DDP), DeepSpeed ZeRO-2/3 or FSDP: swap the config file
 
 import sys
 
-from trl_ext.cli import main
+from trl_ext.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["ppo", *sys.argv[1:]]))

@@ -9,7 +9,7 @@ A 210k-parameter model: one process is the right size; the command is the same a
 
 import sys
 
-from trl_ext.cli import main
+from trl_ext.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["pretrain", *sys.argv[1:]]))

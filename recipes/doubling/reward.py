@@ -5,7 +5,7 @@
 
 import sys
 
-from trl_ext.cli import main
+from trl_ext.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["train-reward", *sys.argv[1:]]))

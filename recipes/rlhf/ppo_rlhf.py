@@ -13,7 +13,7 @@ The tests run this script with tiny, randomly initialised Qwen2 and DeBERTa-v2 m
 
 import sys
 
-from trl_ext.cli import main
+from trl_ext.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["rlhf", *sys.argv[1:]]))

@@ -6,9 +6,9 @@ import sys
 import torch
 from datasets import Dataset
 
-from trl_ext.models import build_policy
+from trl_ext.doubling.models import build_policy
 from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer, core
-from trl_ext.tasks.tokenizer import build_tokenizer
+from trl_ext.doubling.tokenizer import build_tokenizer
 
 
 def main(out_dir: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from trl_ext.config import field
+from trl_ext.options import field
 from trl_ext.ppo import core
 
 LR_SCHEDULES = ("linear", "constant")

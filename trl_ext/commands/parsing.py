@@ -13,6 +13,8 @@ import dataclasses
 import typing
 from pathlib import Path
 
+from trl_ext.options import cli_fields
+
 
 class ConfigError(ValueError):
     pass
@@ -118,15 +120,3 @@ def build_config(cls, namespace: argparse.Namespace, argv_flags: set[str]):
 def given_flags(argv: list[str]) -> set[str]:
     """Field names of the flags written on the command line (``--lr 1`` or ``--lr=1``)."""
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
-
-
-def cli_fields(cls) -> list[dataclasses.Field]:
-    """The fields a command line or YAML file may set (``field(..., cli=False)`` marks the others)."""
-    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
-
-
-def field(default=dataclasses.MISSING, help: str = "", choices=None, cli: bool = True, **kwargs):
-    metadata = {"help": help, "cli": cli}
-    if choices is not None:
-        metadata["choices"] = choices
-    return dataclasses.field(default=default, metadata=metadata, **kwargs)

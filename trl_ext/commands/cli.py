@@ -13,13 +13,13 @@ import sys
 
 
 def _commands() -> dict:
-    from trl_ext import demo, ppo_command, rlhf, stages
+    from trl_ext.commands import demo, ppo, rlhf, stages
 
     return {
         "pretrain": (stages.PretrainConfig, stages.run_pretrain, "pretrain the tiny GPT-2 policy on no-prefix data"),
         "train-reward": (stages.RewardConfig, stages.run_train_reward, "train the BERT charset classifier"),
         "eval": (stages.EvalConfig, stages.run_eval, "evaluate a policy on held-out prefix prompts"),
-        "ppo": (ppo_command.PPOCommandConfig, ppo_command.run_ppo, "PPO with the scratch or trl backend"),
+        "ppo": (ppo.PPOCommandConfig, ppo.run_ppo, "PPO with the scratch or trl backend"),
         "demo": (demo.DemoConfig, demo.run_demo, "the whole pipeline end to end, both backends"),
         "compare": (demo.CompareConfig, demo.run_compare, "both backends side by side over seeds"),
         "rlhf": (rlhf.RLHFConfig, rlhf.run_rlhf, "real-LLM PPO with LoRA and a scalar reward model"),
@@ -41,7 +41,7 @@ def _summary_line(name: str, result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl_ext.config import add_dataclass_arguments, build_config, given_flags
+    from trl_ext.commands.parsing import add_dataclass_arguments, build_config, given_flags
 
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = _commands()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel, GenerationConfig
 
-from trl_ext.tasks.doubling import NUM_LABELS
+from trl_ext.doubling.task import NUM_LABELS
 
 
 def build_policy(tokenizer, seed: int = 0) -> GPT2LMHeadModel:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from trl_ext.batching import pad_batch
-from trl_ext.generation import generate_completions
-from trl_ext.tasks.doubling import CHARSET_NAMES, eval_prompt_dataset, parse_answer, truncate_completion
+from trl_ext.doubling.generation import generate_completions
+from trl_ext.doubling.task import CHARSET_NAMES, eval_prompt_dataset, parse_answer, truncate_completion
 
 
 def score_completions(questions: list[int], labels: list[int], answers: list[str],

@@ -13,10 +13,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trl_ext.config import field
+from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo_command import BACKENDS, PPOCommandConfig, RunOptions, prepare_out_dir, run_ppo
-from trl_ext.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
+from trl_ext.commands.ppo import BACKENDS, PPOCommandConfig, RunOptions, prepare_out_dir, run_ppo
+from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
 
 DEMO_FILES = ("policy", "reward", "results.json", "report.md", "curves.png")
 
@@ -150,7 +150,7 @@ def machine() -> dict:
 
 
 def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, results: dict, notes: list[str]) -> None:
-    from trl_ext.report import markdown_table, plot_curves
+    from trl_ext.commands.report import markdown_table, plot_curves
 
     results["rows"] = rows
     results["machine"] = machine()
@@ -161,7 +161,7 @@ def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, res
 
 
 def run_demo(cfg: DemoConfig, print_fn=print) -> dict:
-    from trl_ext.report import text_table
+    from trl_ext.commands.report import text_table
 
     out = prepare_out_dir(cfg.out, cfg.overwrite, owned=DEMO_FILES + tuple(f"ppo_{b}" for b in BACKENDS))
     results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
@@ -198,7 +198,7 @@ def _aggregate(rows: list[dict]) -> dict:
 
 
 def run_compare(cfg: CompareConfig, print_fn=print) -> dict:
-    from trl_ext.report import text_table
+    from trl_ext.commands.report import text_table
 
     folders = tuple(f"{b}_seed{cfg.seed + s}" for b in BACKENDS for s in range(cfg.seeds))
     out = prepare_out_dir(cfg.out, cfg.overwrite, owned=DEMO_FILES + folders)

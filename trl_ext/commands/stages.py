@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trl_ext.config import field
+from trl_ext.options import field
 
 
 @dataclass
@@ -65,9 +65,9 @@ def _write_json(path: Path, data: dict) -> None:
 def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, evaluate, show_progress: bool) -> dict:
     """Build, train with ``supervised_loop``, evaluate, save; ``metrics.json`` is written last (the stage's
     "finished" marker for the demo)."""
-    from trl_ext.artifacts import save_artifact
-    from trl_ext.supervised import supervised_loop
-    from trl_ext.tasks.tokenizer import build_tokenizer
+    from trl_ext.doubling.artifacts import save_artifact
+    from trl_ext.doubling.supervised import supervised_loop
+    from trl_ext.doubling.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=cfg.seed)
@@ -87,9 +87,9 @@ def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, e
 
 def run_pretrain(cfg: PretrainConfig, show_progress: bool = True) -> dict:
     """Next-token pretraining on no-prefix data; saves the policy and ``metrics.json`` in ``cfg.out``."""
-    from trl_ext.evaluate import evaluate_policy
-    from trl_ext.models import build_policy
-    from trl_ext.tasks.doubling import pretrain_dataset
+    from trl_ext.doubling.evaluate import evaluate_policy
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.doubling.task import pretrain_dataset
 
     def evaluate(model, tokenizer):
         # Greedy decoding always takes the likeliest set; the spread the policy really has shows when sampling.
@@ -102,9 +102,9 @@ def run_pretrain(cfg: PretrainConfig, show_progress: bool = True) -> dict:
 
 def run_train_reward(cfg: RewardConfig, show_progress: bool = True) -> dict:
     """Train the charset classifier on labelled no-prefix sequences; saves it and ``metrics.json``."""
-    from trl_ext.evaluate import classifier_accuracy
-    from trl_ext.models import build_classifier
-    from trl_ext.tasks.doubling import classifier_dataset
+    from trl_ext.doubling.evaluate import classifier_accuracy
+    from trl_ext.doubling.models import build_classifier
+    from trl_ext.doubling.task import classifier_dataset
 
     def evaluate(model, tokenizer):
         heldout = classifier_dataset(tokenizer, cfg.eval_n, cfg.seed + 1, split="heldout")
@@ -114,8 +114,8 @@ def run_train_reward(cfg: RewardConfig, show_progress: bool = True) -> dict:
 
 
 def run_eval(cfg: EvalConfig) -> dict:
-    from trl_ext.artifacts import load_policy
-    from trl_ext.evaluate import evaluate_policy
+    from trl_ext.doubling.artifacts import load_policy
+    from trl_ext.doubling.evaluate import evaluate_policy
 
     model, tokenizer = load_policy(cfg.policy)
     report = evaluate_policy(model, tokenizer, n=cfg.n, seed=cfg.seed, sample=cfg.sample)

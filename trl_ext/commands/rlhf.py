@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trl_ext.config import field
+from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
 
 
@@ -108,7 +108,7 @@ def run_rlhf(cfg: RLHFConfig, print_fn=print) -> dict:
     from accelerate import PartialState
     from datasets import Dataset
 
-    from trl_ext.ppo_command import prepare_out_dir, trainer_config
+    from trl_ext.commands.outputs import prepare_out_dir, trainer_config
 
     if cfg.backend == "trl":
         from trl_ext.trl_compat import require_trl_ppo

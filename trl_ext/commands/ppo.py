@@ -11,7 +11,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trl_ext.config import field
+from trl_ext.commands.outputs import prepare_out_dir, trainer_config
+from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
 
 BACKENDS = ("scratch", "trl", "grpo", "rloo")  # the last two: TRL's critic-free baselines, for comparison
@@ -50,32 +51,10 @@ class PPOCommandConfig(RunOptions):
                 raise ValueError(f"missing required option --{name}")
 
 
-def trainer_config(cfg) -> PPOConfig:
-    """The trainer's options out of a command's config; the command's ``out`` becomes ``output_dir``."""
-    names = PPOConfig.__dataclass_fields__
-    options = {k: v for k, v in asdict(cfg).items() if k in names}
-    options["output_dir"] = getattr(cfg, "out", None)
-    return PPOConfig(**options)
-
-
-def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = ()) -> Path:
-    """Refuse a directory that holds anything but our own outputs unless ``overwrite``; never delete."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"output path {str(path)!r} is a file")
-    if path.exists() and not overwrite:
-        foreign = sorted(p.name for p in path.iterdir() if p.name not in owned)
-        if foreign:
-            raise FileExistsError(f"output directory {str(path)!r} already holds {foreign[:5]}: "
-                                  "pass --overwrite to write into it")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def load_inputs(cfg: PPOCommandConfig):
     """Policy, tokenizer and reward function, checked before any training starts."""
-    from trl_ext.artifacts import load_classifier, load_policy
-    from trl_ext.rewards import doubling_classifier_reward
+    from trl_ext.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.doubling.rewards import doubling_classifier_reward
 
     policy, tokenizer = load_policy(cfg.policy)
     classifier, classifier_tokenizer = load_classifier(cfg.reward)
@@ -84,7 +63,7 @@ def load_inputs(cfg: PPOCommandConfig):
 
 def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path, recorder, accelerator=None):
     """Run one backend to the end of its budget (or the target); returns the trained policy module."""
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
+    from trl_ext.doubling.task import ppo_prompt_dataset
 
     dataset = ppo_prompt_dataset(tokenizer, cfg.total_episodes, cfg.seed)
     if cfg.backend == "scratch":
@@ -98,9 +77,11 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
         trainer.save(out)
         return trainer.policy, trainer.accelerator
     if cfg.backend in ("grpo", "rloo"):
-        from trl_ext.group_baselines import train_group_baseline
+        from trl_ext.baselines import group_prompt_count, train_group_baseline
 
-        train_group_baseline(cfg.backend, trainer_config(cfg), policy, tokenizer, reward_fn, out, recorder)
+        prompts = ppo_prompt_dataset(tokenizer, group_prompt_count(cfg), cfg.seed)
+        train_group_baseline(cfg.backend, trainer_config(cfg), policy, tokenizer, reward_fn,
+                             prompts.select_columns(["prompt", "label", "question"]), out, recorder)
         policy.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
         from accelerate import PartialState
@@ -142,8 +123,8 @@ def _rank_checksums(model, accelerator) -> list[float]:
 def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
     from accelerate import PartialState
 
-    from trl_ext.evaluate import evaluate_policy
-    from trl_ext.run_log import RunRecorder
+    from trl_ext.doubling.evaluate import evaluate_policy
+    from trl_ext.commands.run_log import RunRecorder
 
     import torch
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trl_ext.rewards.base import RewardFunction
-from trl_ext.tasks.doubling import expected_answer, parse_answer, parse_prompt, truncate_completion
+from trl_ext.doubling.task import expected_answer, parse_answer, parse_prompt, truncate_completion
 
 
 def requested_label(prompt: str) -> int:

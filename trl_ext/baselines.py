@@ -15,16 +15,20 @@ from trl_ext.rewards.base import place_reward
 GROUP_TRAINERS = ("grpo", "rloo")
 
 
-def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, output_dir: str | Path, recorder,
+def group_prompt_count(cfg, num_generations: int = 8) -> int:
+    """Prompts GRPO/RLOO need for ``cfg.total_episodes`` completions, ``num_generations`` per prompt."""
+    return max(1, cfg.total_episodes // cfg.batch_size) * cfg.batch_size // num_generations + 1
+
+
+def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path, recorder,
                          num_generations: int = 8):
-    """Run GRPO or RLOO for ``cfg.total_episodes`` completions; ``recorder`` sees every step.
+    """Run GRPO or RLOO for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt dataset of
+    at least ``group_prompt_count(cfg)`` rows); ``recorder`` sees every step.
 
     One gradient step per generated batch (``num_iterations=1``, their default), so an episode is a
     completion used once; ``kl_coef`` becomes their ``beta``.
     """
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
-
-    from trl_ext.tasks.doubling import ppo_prompt_dataset
 
     if kind not in GROUP_TRAINERS:
         raise ValueError(f"kind must be one of {GROUP_TRAINERS}, got {kind!r}")
@@ -43,7 +47,6 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, output_di
         report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
         disable_dropout=True,  # as both PPO backends do
     )
-    prompts = ppo_prompt_dataset(tokenizer, steps * cfg.batch_size // num_generations + 1, cfg.seed)
 
     class _Record(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -54,7 +57,7 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, output_di
                     control.should_training_stop = True
 
     trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args,
-                      train_dataset=prompts.select_columns(["prompt", "label", "question"]),
+                      train_dataset=prompts,
                       processing_class=tokenizer, callbacks=[_Record()])
     place_reward(reward_fn, trainer.accelerator.device)
     trainer.remove_callback(PrinterCallback)

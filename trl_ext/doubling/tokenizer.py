@@ -5,7 +5,7 @@ from __future__ import annotations
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from trl_ext.tasks.doubling import BOS, EOS, PAD, VOCAB
+from trl_ext.doubling.task import BOS, EOS, PAD, VOCAB
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -14,7 +14,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     The pre-tokenizer isolates every character so WordLevel sees single characters;
     ``Fuse`` makes decode join them without spaces. There is deliberately no unknown
     token: an unknown character must be an error, never a silent UNK (see
-    ``trl_ext.tasks.doubling.check_text`` for the message that names it).
+    ``trl_ext.doubling.task.check_text`` for the message that names it).
     """
     core = Tokenizer(models.WordLevel({ch: i for i, ch in enumerate(VOCAB)}))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")

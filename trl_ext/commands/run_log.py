@@ -8,7 +8,7 @@ import math
 import time
 from pathlib import Path
 
-from trl_ext.evaluate import evaluate_policy
+from trl_ext.doubling.evaluate import evaluate_policy
 
 KEY_METRICS = ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "loss/value_avg")
 

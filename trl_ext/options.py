@@ -1,0 +1,21 @@
+"""Option dataclass fields with their help text and choices (TRL's ``field(metadata={"help": ...})``).
+
+Library configs declare their fields with ``field``; ``trl_ext.commands.parsing`` turns them into
+flags and YAML keys. Kept apart so the library never imports the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+def cli_fields(cls) -> list[dataclasses.Field]:
+    """The fields a command line or YAML file may set (``field(..., cli=False)`` marks the others)."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
+
+
+def field(default=dataclasses.MISSING, help: str = "", choices=None, cli: bool = True, **kwargs):
+    metadata = {"help": help, "cli": cli}
+    if choices is not None:
+        metadata["choices"] = choices
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
