@@ -38,14 +38,16 @@ def main(argv=None) -> int:
 
     from trl_ext.commands.demo import machine
     from trl_ext.ppo.trainer import PPOTrainer
-    from trl_ext.commands.ppo import PPOCommandConfig, load_inputs, trainer_config
+    from trl_ext.commands.outputs import train_options
+    from trl_ext.commands.ppo import DOUBLING_DEFAULTS, load_inputs, ppo_options
     from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.ppo.config import PPOConfig
 
-    run = PPOCommandConfig(policy=args.policy, reward=args.reward, out="unused", batch_size=args.batch_size,
-                           total_episodes=args.updates * args.batch_size)
+    train = PPOConfig(**DOUBLING_DEFAULTS, batch_size=args.batch_size, total_episodes=args.updates * args.batch_size)
+    run = ppo_options(train, args.policy, args.reward, out="unused")
     policy, tokenizer, reward_fn = load_inputs(run)
-    trainer = PPOTrainer(policy, reward_fn, args=trainer_config(run), processing_class=tokenizer,
-                         train_dataset=ppo_prompt_dataset(tokenizer, run.total_episodes, 0))
+    trainer = PPOTrainer(policy, reward_fn, args=train_options(run), processing_class=tokenizer,
+                         train_dataset=ppo_prompt_dataset(tokenizer, train.total_episodes, 0))
     samples = []
 
     def sample(update: int, stats: dict) -> None:

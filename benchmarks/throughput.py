@@ -23,10 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, warmup: int) -> dict:
     import torch
 
-    from trl_ext.commands.ppo import PPOCommandConfig, load_inputs, trainer_config
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from dataclasses import replace
 
-    run = PPOCommandConfig(**cfg, backend=backend, policy=policy_dir, reward=reward_dir, out="unused")
+    from trl_ext.commands.outputs import train_options
+    from trl_ext.commands.ppo import DOUBLING_DEFAULTS, load_inputs, ppo_options
+    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.ppo.config import PPOConfig
+
+    run = ppo_options(PPOConfig(**{**DOUBLING_DEFAULTS, **cfg}), policy_dir, reward_dir, out="unused",
+                      backend=backend)
     policy, tokenizer, inner_reward = load_inputs(run)
     seen_tokens: list[int] = []
 
@@ -37,10 +42,9 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
         return inner_reward(prompts, completions, **columns)
 
     reward_fn.__name__ = inner_reward.__name__
-    total = (updates + warmup) * run.batch_size
-    run_cfg = trainer_config(run)
-    run_cfg.total_episodes = total
-    dataset = ppo_prompt_dataset(tokenizer, total, run.seed)
+    total = (updates + warmup) * run.train.batch_size
+    run_cfg = replace(train_options(run), total_episodes=total)
+    dataset = ppo_prompt_dataset(tokenizer, total, run.train.seed)
     stamps: list[float] = []
     tokens: list[int] = []
 

@@ -139,16 +139,13 @@ def test_interrupted_demo_keeps_finished_stages(tmp_path):
 
 def test_recipe_yaml_files_keep_the_tuned_defaults():
     """A recipe must not quietly train a weaker model than the defaults the README's tuning table chose."""
-    import dataclasses
-
     import yaml
 
-    from trl_ext.commands.ppo import PPOCommandConfig
-    from trl_ext.commands.stages import PretrainConfig
+    from trl_ext.commands import ppo, stages
 
-    for name, cls in (("pretrain.yaml", PretrainConfig), ("ppo.yaml", PPOCommandConfig)):
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    for name, command in (("pretrain.yaml", stages.PRETRAIN), ("ppo.yaml", ppo.COMMAND)):
+        fields = command.fields()
         for key, value in yaml.safe_load((ROOT / "recipes/doubling" / name).read_text()).items():
-            default = defaults.get(key)
+            default = command.default(key, fields[key][1])
             if isinstance(default, (int, float)) and not isinstance(default, bool):
                 assert float(value) == float(default), (name, key, value, default)

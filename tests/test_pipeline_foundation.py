@@ -110,18 +110,18 @@ def test_flags_are_never_abbreviated(tmp_path, capsys):
 def test_yaml_values_take_the_field_type_or_name_the_key(tmp_path):
     import argparse
 
-    from trl_ext.commands.parsing import ConfigError, add_dataclass_arguments, build_config
-    from trl_ext.commands.stages import PretrainConfig
+    from trl_ext.commands.parsing import ConfigError, add_command_arguments, build_options
+    from trl_ext.commands.stages import PRETRAIN
 
     parser = argparse.ArgumentParser()
-    add_dataclass_arguments(parser, PretrainConfig)
+    add_command_arguments(parser, PRETRAIN)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("out: runs/p\nlr: 1e-3\nsteps: '40'\n")  # YAML reads 1e-3 as the string '1e-3'
-    built = build_config(PretrainConfig, parser.parse_args(["--config", str(cfg)]), set())
+    built = build_options(PRETRAIN, parser.parse_args(["--config", str(cfg)])).stage
     assert built.lr == 1e-3 and isinstance(built.lr, float) and built.steps == 40
     cfg.write_text("out: runs/p\nsteps: many\n")
     with pytest.raises(ConfigError, match="option 'steps': 'many' is not a valid int"):
-        build_config(PretrainConfig, parser.parse_args(["--config", str(cfg)]), set())
+        build_options(PRETRAIN, parser.parse_args(["--config", str(cfg)]))
     cfg.write_text("out: runs/p\nsteps: 2.5\n")
     with pytest.raises(ConfigError, match="option 'steps': 2.5 is not a valid int"):
-        build_config(PretrainConfig, parser.parse_args(["--config", str(cfg)]), set())
+        build_options(PRETRAIN, parser.parse_args(["--config", str(cfg)]))

@@ -48,3 +48,18 @@ def test_rlhf_rejects_bad_prompts_file(tiny_models, tmp_path):
     code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(bad),
                  "--out", str(tmp_path / "o")])
     assert code == 2 and not (tmp_path / "o").exists()
+
+
+def test_rlhf_with_a_reward_function_instead_of_a_reward_model(tiny_models, tmp_path):
+    policy, _ = tiny_models
+    (tmp_path / "rf.py").write_text("def vowels(completions, **kwargs):\n"
+                                    "    return [sum(ch in 'aeiou' for ch in c) / 8 for c in completions]\n")
+    from trl_ext.commands.cli import main
+
+    out = tmp_path / "o"
+    code = main(["rlhf", "--policy", str(policy), "--reward-fn", f"{tmp_path / 'rf.py'}:vowels",
+                 "--prompts", str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out), "--batch-size", "4",
+                 "--total-episodes", "4", "--response-length", "8", "--lora-r", "4"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["updates"] == 1 and summary["first_score"] >= 0
+    assert summary["config"]["models"]["reward_fn"].endswith("rf.py:vowels")

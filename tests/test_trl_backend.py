@@ -90,7 +90,7 @@ def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
 def test_ppo_cli_bad_input(trained_artifacts, tmp_path):
     policy, reward = str(trained_artifacts["policy"]), str(trained_artifacts["reward"])
     run = _cli("ppo", "--backend", "trl", "--policy", policy, "--out", str(tmp_path / "a"))
-    assert run.returncode == 2 and "missing required option --reward" in run.stderr
+    assert run.returncode == 2 and "give --reward (a classifier directory) or --reward-fn" in run.stderr
     run = _cli("ppo", "--policy", policy, "--reward", reward, "--out", str(tmp_path / "b"), "--batch-size", "10",
                "--num-mini-batches", "4")
     assert run.returncode == 2 and "not divisible by num_mini_batches" in run.stderr
@@ -117,3 +117,24 @@ def test_ppo_cli_bad_input(trained_artifacts, tmp_path):
     assert run.returncode == 2 and "30 embeddings but its tokenizer has 42" in run.stderr
     for name in "abcde":
         assert not (tmp_path / name).exists()  # nothing written before the checks
+
+
+def test_ppo_cli_with_a_user_reward_function(trained_artifacts, tmp_path):
+    """`--reward-fn file.py:callable` (or module:callable) runs the user's own TRL-style reward function."""
+    (tmp_path / "my_reward.py").write_text(
+        "def shorter_is_better(completions, completion_ids, label, **kwargs):\n"
+        "    assert len(label) == len(completions)\n"
+        "    return [-len(ids) / 8 for ids in completion_ids]\n")
+    out = tmp_path / "run"
+    run = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn",
+               f"{tmp_path / 'my_reward.py'}:shorter_is_better", "--out", str(out), "--batch-size", "8",
+               "--total-episodes", "16", "--probe-every", "0", "--eval-n", "20")
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(-1.0 <= r["objective/scores"] < 0 for r in lines)
+    bad = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn", "no_such_module:f",
+               "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "cannot import 'no_such_module'" in bad.stderr
+    bad = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn",
+               f"{tmp_path / 'my_reward.py'}:missing", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "has no callable 'missing'" in bad.stderr

@@ -1,4 +1,4 @@
-"""``trl-ext`` command line: one subcommand per pipeline stage.
+"""``trl-ext`` command line: one subcommand per module of ``trl_ext.commands``, each a ``Command``.
 
 Every subcommand takes its options as flags or from ``--config FILE.yaml``; bad input ends
 with a one-line ``trl-ext: error: ...`` and exit code 2 (set ``TRL_EXT_DEBUG=1`` for the traceback).
@@ -12,61 +12,43 @@ import os
 import sys
 
 
-def _commands() -> dict:
+def commands() -> dict:
     from trl_ext.commands import demo, ppo, rlhf, stages
 
-    return {
-        "pretrain": (stages.PretrainConfig, stages.run_pretrain, "pretrain the tiny GPT-2 policy on no-prefix data"),
-        "train-reward": (stages.RewardConfig, stages.run_train_reward, "train the BERT charset classifier"),
-        "eval": (stages.EvalConfig, stages.run_eval, "evaluate a policy on held-out prefix prompts"),
-        "ppo": (ppo.PPOCommandConfig, ppo.run_ppo, "PPO with the scratch or trl backend"),
-        "demo": (demo.DemoConfig, demo.run_demo, "the whole pipeline end to end, both backends"),
-        "compare": (demo.CompareConfig, demo.run_compare, "both backends side by side over seeds"),
-        "rlhf": (rlhf.RLHFConfig, rlhf.run_rlhf, "real-LLM PPO with LoRA and a scalar reward model"),
-    }
+    return {"pretrain": stages.PRETRAIN, "train-reward": stages.TRAIN_REWARD, "eval": stages.EVAL,
+            "ppo": ppo.COMMAND, "demo": demo.DEMO, "compare": demo.COMPARE, "rlhf": rlhf.COMMAND}
 
 
-def _summary_line(name: str, result: dict) -> str:
-    if name == "pretrain":
-        return (f"pretrain: value_acc={result['value_acc']:.3f} charset spread="
-                f"{json.dumps(result['charset_spread'])} loss {result['first_loss']:.3f}->{result['final_loss']:.4f} "
-                f"in {result['seconds']}s")
-    if name == "train-reward":
-        return f"train-reward: held-out accuracy={result['heldout_accuracy']:.4f} in {result['seconds']}s"
-    if name == "eval":
-        parts = [f"{mode}: exact={result[mode]['exact']:.3f} value={result[mode]['value_acc']:.3f} "
-                 f"charset={result[mode]['charset_acc']:.3f}" for mode in ("greedy", "sampled") if mode in result]
-        return "eval: " + "; ".join(parts)
-    return result.get("summary", f"{name}: done")
+def render(result) -> str:
+    """The one place a command's result becomes text: its data as JSON when asked, then its headline."""
+    lines = [json.dumps(result.data, ensure_ascii=False, indent=2)] if result.print_data else []
+    return "\n".join(lines + [result.headline])
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl_ext.commands.parsing import add_dataclass_arguments, build_config, given_flags
+    from trl_ext.commands.parsing import add_command_arguments, build_options
+    from trl_ext.ppo.trainer import PPOError
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = _commands()
+    table = commands()
     parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.",
                                      allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (cls, _, help_text) in commands.items():
+    for name, command in table.items():
         # allow_abbrev=False: `--step 2` must not silently mean `--steps` (and lose to a YAML value).
-        add_dataclass_arguments(sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False), cls)
+        add_command_arguments(sub.add_parser(name, help=command.help, description=command.help,
+                                             allow_abbrev=False), command)
     namespace = parser.parse_args(argv)
-    cls, run, _ = commands[namespace.command]
-    from trl_ext.ppo.trainer import PPOError
-
+    command = table[namespace.command]
     try:
-        cfg = build_config(cls, namespace, given_flags(argv))
-        result = run(cfg)
+        result = command.run(build_options(command, namespace))
     except (ValueError, FileNotFoundError, FileExistsError, KeyError, PPOError) as err:
         if os.environ.get("TRL_EXT_DEBUG"):
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"trl-ext: error: {message}", file=sys.stderr)
         return 2
-    if namespace.command == "eval":
-        print(json.dumps(result, ensure_ascii=False, indent=2))
-    print(_summary_line(namespace.command, result))
+    print(render(result))
     return 0
 
 

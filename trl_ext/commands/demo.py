@@ -10,30 +10,31 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
+from trl_ext.commands.parsing import Command, CommandResult, options_dict
+from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
+from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.commands.ppo import BACKENDS, PPOCommandConfig, RunOptions, prepare_out_dir, run_ppo
-from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
 
 DEMO_FILES = ("policy", "reward", "results.json", "report.md", "curves.png")
 
 
 @dataclass
-class PipelineOptions(RunOptions):
-    out: str = field("demo_out", help="output directory")
+class PipelineOptions:
+    """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
+
     backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKENDS)}")
     pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
     reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
 
     def __post_init__(self):
-        super().__post_init__()
-        names = [b.strip() for b in self.backends.split(",") if b.strip()]
-        unknown = [b for b in names if b not in BACKENDS]
-        if not names or unknown:
+        unknown = [b for b in self.backend_list if b not in BACKENDS]
+        if not self.backend_list or unknown:
             raise ValueError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
 
     @property
@@ -42,18 +43,10 @@ class PipelineOptions(RunOptions):
 
 
 @dataclass
-class DemoConfig(PipelineOptions):
-    total_episodes: int = field(6400, help="PPO rollouts per backend (100 updates of 64: greedy 0.99 is reached "
-                                "by about update 50-75; `compare` runs the full 19,200)")
-
-
-@dataclass
-class CompareConfig(PipelineOptions):
-    out: str = field("compare_out", help="output directory")
+class SeedOptions:
     seeds: int = field(3, help="PPO seeds per backend (seed, seed+1, ...)")
 
     def __post_init__(self):
-        super().__post_init__()
         if self.seeds <= 0:
             raise ValueError(f"seeds must be positive, got {self.seeds}")
 
@@ -67,12 +60,12 @@ def _finished(path: Path, marker: str, config: dict) -> dict | None:
     return result if result.get("config") == config else None
 
 
-def _supervised_stages(cfg: PipelineOptions, out: Path, say) -> dict:
+def _supervised_stages(pipeline: PipelineOptions, out: Path, say) -> dict:
     results = {}
-    stages = (("policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=cfg.pretrain_steps), run_pretrain),
-              ("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=cfg.reward_steps), run_train_reward))
+    stages = (("policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=pipeline.pretrain_steps), run_pretrain),
+              ("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps), run_train_reward))
     for name, stage_cfg, run in stages:
-        done = None if cfg.fresh else _finished(out / name, "metrics.json", asdict(stage_cfg))
+        done = None if pipeline.fresh else _finished(out / name, "metrics.json", asdict(stage_cfg))
         if done is not None:
             say(f"[{name}] reusing {out / name}")
             results[name] = done
@@ -82,18 +75,15 @@ def _supervised_stages(cfg: PipelineOptions, out: Path, say) -> dict:
     return results
 
 
-def _ppo_stage(cfg: PipelineOptions, out: Path, backend: str, seed: int, folder: str, say) -> dict:
-    ppo_fields = {k: v for k, v in asdict(cfg).items() if k in PPOConfig.__dataclass_fields__}
-    ppo_fields["seed"] = seed
-    run_cfg = PPOCommandConfig(**ppo_fields, backend=backend, policy=str(out / "policy"),
-                               reward=str(out / "reward"), out=str(out / folder), probe_every=cfg.probe_every,
-                               probe_n=cfg.probe_n, eval_n=cfg.eval_n, overwrite=True)
-    done = None if cfg.fresh else _finished(out / folder, "summary.json", asdict(run_cfg))
+def _ppo_stage(opts, out: Path, backend: str, seed: int, folder: str, say) -> dict:
+    run_opts = ppo_options(replace(opts.train, seed=seed), policy=str(out / "policy"), reward=str(out / "reward"),
+                           out=str(out / folder), backend=backend, watch=opts.watch, overwrite=True)
+    done = None if opts.pipeline.fresh else _finished(out / folder, "summary.json", options_dict(run_opts))
     if done is not None:
         say(f"[{backend}] reusing {out / folder}")
         return done
-    say(f"[{backend}] PPO seed {seed}: {cfg.total_episodes} episodes ...")
-    summary = run_ppo(run_cfg, print_fn=say)
+    say(f"[{backend}] PPO seed {seed}: {opts.train.total_episodes} episodes ...")
+    summary = run_ppo(run_opts, print_fn=say)
     say(summary["summary"])
     return summary
 
@@ -160,24 +150,27 @@ def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, res
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def run_demo(cfg: DemoConfig, print_fn=print) -> dict:
+def run_demo(opts, print_fn=print) -> dict:
     from trl_ext.commands.report import text_table
 
-    out = prepare_out_dir(cfg.out, cfg.overwrite, owned=DEMO_FILES + tuple(f"ppo_{b}" for b in BACKENDS))
-    results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
+    watch = opts.watch
+    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
+                          owned=DEMO_FILES + tuple(f"ppo_{b}" for b in BACKENDS))
+    results = {"config": options_dict(opts), "stages": _supervised_stages(opts.pipeline, out, print_fn),
+               "backends": {}}
     rows, histories = [], {}
-    for backend in cfg.backend_list:
+    for backend in opts.pipeline.backend_list:
         if _skipped_as_unavailable(backend, results, rows, print_fn):
             continue
-        summary = _ppo_stage(cfg, out, backend, cfg.seed, f"ppo_{backend}", print_fn)
+        summary = _ppo_stage(opts, out, backend, opts.train.seed, f"ppo_{backend}", print_fn)
         results["backends"][backend] = summary
         rows.append(_row(summary))
         histories[backend] = _history(out / f"ppo_{backend}")
     pre = results["stages"]["policy"]
     notes = [f"Pretrained policy: value_acc {pre['value_acc']:.3f}, sampled charset spread {pre['charset_spread']}.",
              f"Reward classifier held-out accuracy: {results['stages']['reward']['heldout_accuracy']:.4f}.",
-             f"Exact-match on {cfg.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
-             f"({cfg.probe_n} prompts, every {cfg.probe_every} updates) at or above 0.99."]
+             f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
+             f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
     _write_outputs(out, "trl-ext demo: the doubling task", rows, histories, results, notes)
     table = text_table(rows)
     print_fn(table)
@@ -197,26 +190,28 @@ def _aggregate(rows: list[dict]) -> dict:
     return merged
 
 
-def run_compare(cfg: CompareConfig, print_fn=print) -> dict:
+def run_compare(opts, print_fn=print) -> dict:
     from trl_ext.commands.report import text_table
 
-    folders = tuple(f"{b}_seed{cfg.seed + s}" for b in BACKENDS for s in range(cfg.seeds))
-    out = prepare_out_dir(cfg.out, cfg.overwrite, owned=DEMO_FILES + folders)
-    results = {"config": asdict(cfg), "stages": _supervised_stages(cfg, out, print_fn), "backends": {}}
+    first, seeds = opts.train.seed, opts.seeds.seeds
+    folders = tuple(f"{b}_seed{first + s}" for b in BACKENDS for s in range(seeds))
+    out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
+    results = {"config": options_dict(opts), "stages": _supervised_stages(opts.pipeline, out, print_fn),
+               "backends": {}}
     rows, histories = [], {}
-    for backend in cfg.backend_list:
+    for backend in opts.pipeline.backend_list:
         if _skipped_as_unavailable(backend, results, rows, print_fn):
             continue
         per_seed = []
-        for s in range(cfg.seeds):
-            seed = cfg.seed + s
-            summary = _ppo_stage(cfg, out, backend, seed, f"{backend}_seed{seed}", print_fn)
+        for s in range(seeds):
+            seed = first + s
+            summary = _ppo_stage(opts, out, backend, seed, f"{backend}_seed{seed}", print_fn)
             per_seed.append(_row(summary))
             if s == 0:
                 histories[backend] = _history(out / f"{backend}_seed{seed}")
         results["backends"][backend] = per_seed
         rows.append(_aggregate(per_seed))
-    notes = [f"Mean ± spread (population std) over {cfg.seeds} seed(s); the same pretrained policy, reward model, "
+    notes = [f"Mean ± spread (population std) over {seeds} seed(s); the same pretrained policy, reward model, "
              "prompts in the same order per seed, and episode budget for every row.",
              "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
     _write_outputs(out, "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the doubling task", rows, histories,
@@ -224,3 +219,21 @@ def run_compare(cfg: CompareConfig, print_fn=print) -> dict:
     print_fn(text_table(rows))
     results["summary"] = f"compare: results in {out}/results.json, report {out}/report.md"
     return results
+
+
+def demo_command(opts) -> CommandResult:
+    results = run_demo(opts)
+    return CommandResult(results["summary"], results)
+
+
+def compare_command(opts) -> CommandResult:
+    results = run_compare(opts)
+    return CommandResult(results["summary"], results)
+
+
+_PIPELINE_PARTS = {"train": PPOConfig, "output": OutputOptions, "watch": WatchOptions, "pipeline": PipelineOptions}
+# The demo's PPO budget: 100 updates of 64 (greedy 0.99 comes by about update 50-75); compare runs 19,200.
+DEMO = Command(help="the whole pipeline end to end, both backends", parts=_PIPELINE_PARTS, run=demo_command,
+               defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 6400})
+COMPARE = Command(help="both backends side by side over seeds", parts={**_PIPELINE_PARTS, "seeds": SeedOptions},
+                  run=compare_command, defaults={**DOUBLING_DEFAULTS, "out": "compare_out"})

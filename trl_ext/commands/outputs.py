@@ -1,19 +1,23 @@
-"""What every training command shares: its trainer options, and an output directory it may write to."""
+"""What every training command shares: where it writes, and its trainer options with that place."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
 
 
-def trainer_config(cfg) -> PPOConfig:
-    """The trainer's options out of a command's config; the command's ``out`` becomes ``output_dir``."""
-    names = PPOConfig.__dataclass_fields__
-    options = {k: v for k, v in asdict(cfg).items() if k in names}
-    options["output_dir"] = getattr(cfg, "out", None)
-    return PPOConfig(**options)
+@dataclass
+class OutputOptions:
+    out: str = field(help="output directory")
+    overwrite: bool = field(False, help="write into an output directory that already holds other files")
+
+
+def train_options(opts) -> PPOConfig:
+    """The trainer's options of a command, with the command's output directory as its ``output_dir``."""
+    return replace(opts.train, output_dir=opts.output.out)
 
 
 def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = ()) -> Path:

@@ -1,4 +1,7 @@
-"""Dataclass configs from the command line and YAML files (TRL's ``TrlParser`` style).
+"""Option dataclasses from the command line and YAML files (TRL's ``TrlParser`` style).
+
+A command combines several dataclasses, one per concern (trainer, models, output, ...); each
+field becomes a flag and a YAML key of the same name.
 
 Values come from, in rising priority: the dataclass defaults, ``--config FILE.yaml``, flags.
 A YAML key that is not a field is an error naming the key; a YAML value is converted to the
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
 from pathlib import Path
 
@@ -61,24 +65,6 @@ def convert_value(key: str, value, tp):
     return value
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls) -> None:
-    hints = typing.get_type_hints(cls)
-    parser.add_argument("--config", type=Path, default=None, help="YAML file of options (flags override it)")
-    for field in cli_fields(cls):
-        tp = _arg_type(hints[field.name])
-        flag = "--" + field.name.replace("_", "-")
-        help_text = field.metadata.get("help", "")
-        default = field.default if field.default is not dataclasses.MISSING else None
-        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-        if tp is bool:
-            parser.add_argument(flag, dest=field.name, type=_bool, nargs="?", const=True, default=default,
-                                help=f"{help_text} (default: {default})")
-        else:
-            choices = field.metadata.get("choices")
-            parser.add_argument(flag, dest=field.name, type=tp, default=default, choices=choices,
-                                help=f"{help_text} (default: {default})" if not required else help_text)
-
-
 def _load_yaml(path: Path) -> dict:
     import yaml
 
@@ -93,30 +79,87 @@ def _load_yaml(path: Path) -> dict:
     return data
 
 
-def build_config(cls, namespace: argparse.Namespace, argv_flags: set[str]):
-    """Merge defaults, the YAML file and explicitly given flags into a ``cls`` instance."""
-    names = {f.name for f in cli_fields(cls)}
-    hints = typing.get_type_hints(cls)
+@dataclasses.dataclass(frozen=True)
+class CommandResult:
+    """What every command returns: a one-line headline, the data behind it, and whether to print the data."""
+
+    headline: str
+    data: dict
+    print_data: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: option dataclasses combined by name (one per concern, as TRL's ``TrlParser`` combines
+    its dataclasses), per-command defaults for some of their fields, and the function that runs it."""
+
+    help: str
+    parts: dict[str, type]
+    run: typing.Callable[[types.SimpleNamespace], CommandResult]
+    defaults: dict = dataclasses.field(default_factory=dict)
+
+    def fields(self) -> dict[str, tuple[str, dataclasses.Field, typing.Any]]:
+        """Every option name -> (its part, its field, its type); a name may appear in one part only."""
+        out = {}
+        for part, cls in self.parts.items():
+            hints = typing.get_type_hints(cls)
+            for f in cli_fields(cls):
+                if f.name in out:
+                    raise TypeError(f"option {f.name!r} is in both {out[f.name][0]!r} and {part!r}")
+                out[f.name] = (part, f, _arg_type(hints[f.name]))
+        unknown = set(self.defaults) - set(out)
+        if unknown:
+            raise TypeError(f"defaults for unknown options {sorted(unknown)}")
+        return out
+
+    def default(self, name: str, f: dataclasses.Field):
+        if name in self.defaults:
+            return self.defaults[name]
+        return None if f.default is dataclasses.MISSING else f.default
+
+    def required(self, name: str, f: dataclasses.Field) -> bool:
+        return name not in self.defaults and f.default is dataclasses.MISSING \
+            and f.default_factory is dataclasses.MISSING
+
+
+def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> None:
+    parser.add_argument("--config", type=Path, default=None, help="YAML file of options (flags override it)")
+    for name, (_, f, tp) in command.fields().items():
+        flag = "--" + name.replace("_", "-")
+        default = command.default(name, f)
+        help_text = f.metadata.get("help", "") + ("" if command.required(name, f) else f" (default: {default})")
+        if tp is bool:
+            parser.add_argument(flag, dest=name, type=_bool, nargs="?", const=True, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=name, type=tp, default=None, choices=f.metadata.get("choices"),
+                                help=help_text)
+
+
+def build_options(command: Command, namespace: argparse.Namespace) -> types.SimpleNamespace:
+    """Command defaults, then the YAML file, then the flags given; one dataclass instance per part."""
+    known = command.fields()
     values = {}
     if namespace.config is not None:
         for key, value in _load_yaml(namespace.config).items():
-            key_name = str(key).replace("-", "_")
-            if key_name not in names:
+            name = str(key).replace("-", "_")
+            if name not in known:
                 raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} "
-                                  f"(known: {', '.join(sorted(names))})")
-            values[key_name] = convert_value(str(key), value, _arg_type(hints[key_name]))
-    for name in names:
-        if name in argv_flags or name not in values:
-            value = getattr(namespace, name)
-            if value is not None or name not in values:
-                values[name] = value
-    missing = [f.name for f in cli_fields(cls) if values.get(f.name) is None
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+                                  f"(known: {', '.join(sorted(known))})")
+            values[name] = convert_value(str(key), value, known[name][2])
+    for name in known:
+        if getattr(namespace, name) is not None:  # written on the command line: flags win
+            values[name] = getattr(namespace, name)
+    missing = [n for n, (_, f, _) in known.items() if n not in values and command.required(n, f)]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join('--' + m.replace('_', '-') for m in missing)}")
-    return cls(**values)
+    parts = {}
+    for part, cls in command.parts.items():
+        kwargs = {n: values.get(n, command.defaults.get(n)) for n, (p, f, _) in known.items()
+                  if p == part and (n in values or n in command.defaults)}
+        parts[part] = cls(**kwargs)
+    return types.SimpleNamespace(**parts)
 
 
-def given_flags(argv: list[str]) -> set[str]:
-    """Field names of the flags written on the command line (``--lr 1`` or ``--lr=1``)."""
-    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--")}
+def options_dict(options: types.SimpleNamespace) -> dict:
+    """Every part as a plain dict (saved beside results; equal dicts mean the same run)."""
+    return {part: dataclasses.asdict(value) for part, value in vars(options).items()}

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
-from trl_ext.commands.outputs import prepare_out_dir, trainer_config
+from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
+from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
 
@@ -19,73 +21,100 @@ BACKENDS = ("scratch", "trl", "grpo", "rloo")  # the last two: TRL's critic-free
 
 
 @dataclass
-class RunOptions(PPOConfig):
-    """PPO options plus how a doubling run is watched and where it may write (``ppo``, ``demo``, ``compare``)."""
+class DoublingModels:
+    """The pretrained policy and what scores it."""
+
+    policy: str = field(help="directory of the pretrained policy")
+    reward: str | None = field(None, help="directory of the reward classifier (the doubling charset classifier)")
+    reward_fn: str | None = field(None, help="your own reward function as 'module:callable' (TRL's reward_funcs "
+                                  "convention); summed with --reward when both are given")
+
+    def __post_init__(self):
+        if not self.reward and not self.reward_fn:
+            raise ValueError("give --reward (a classifier directory) or --reward-fn (module:callable), or both")
+
+
+@dataclass
+class WatchOptions:
+    """How a doubling run is watched: held-out probes during training, the final evaluation."""
 
     probe_every: int = field(10, help="updates between held-out greedy probes (0: never)")
     probe_n: int = field(200, help="held-out prompts per probe")
     eval_n: int = field(1000, help="held-out prompts for the final evaluation")
-    overwrite: bool = field(False, help="write into an output directory that already holds other files")
-    skip_special_tokens: bool = field(False, help="decode completions without special tokens; the doubling "
-                                      "classifier was trained on answers ending in the eos E, so it is kept")
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
-            raise ValueError("eval_n and probe_n must be in 1..1000")
-
-
-@dataclass
-class PPOCommandConfig(RunOptions):
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer), or TRL's critic-free "
-                         "'grpo'/'rloo' for comparison", choices=BACKENDS)
-    policy: str | None = field(None, help="directory of the pretrained policy")
-    reward: str | None = field(None, help="directory of the reward classifier")
-    out: str | None = field(None, help="output directory")
     stop_at_target: bool = field(False, help="stop once the probe's greedy exact-match reaches 0.99")
 
     def __post_init__(self):
-        super().__post_init__()
-        for name in ("policy", "reward", "out"):
-            if not getattr(self, name):
-                raise ValueError(f"missing required option --{name}")
+        if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
+            raise ValueError("eval_n and probe_n must be in 1..1000")
+        if self.probe_every < 0:
+            raise ValueError(f"probe_every must not be negative, got {self.probe_every}")
 
 
-def load_inputs(cfg: PPOCommandConfig):
-    """Policy, tokenizer and reward function, checked before any training starts."""
+@dataclass
+class BackendOption:
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer, TRL <= 1.12), or "
+                         "TRL's critic-free 'grpo'/'rloo' for comparison", choices=BACKENDS)
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+
+
+# The doubling classifier was trained on answers that end in the eos E: completions keep it.
+DOUBLING_DEFAULTS = {"skip_special_tokens": False}
+
+
+def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",
+                watch: WatchOptions | None = None, overwrite: bool = False, reward_fn: str | None = None):
+    """The ``ppo`` command's options built in Python (what ``demo``, ``compare`` and the benchmarks run)."""
+    return SimpleNamespace(train=train, models=DoublingModels(policy=policy, reward=reward, reward_fn=reward_fn),
+                           output=OutputOptions(out=out, overwrite=overwrite), watch=watch or WatchOptions(),
+                           run=BackendOption(backend=backend))
+
+
+def load_inputs(opts):
+    """Policy, tokenizer and the reward function (classifier and/or the user's), checked before training."""
     from trl_ext.doubling.artifacts import load_classifier, load_policy
     from trl_ext.doubling.rewards import doubling_classifier_reward
+    from trl_ext.rewards import WeightedSum
+    from trl_ext.rewards.base import import_reward_function
 
-    policy, tokenizer = load_policy(cfg.policy)
-    classifier, classifier_tokenizer = load_classifier(cfg.reward)
-    return policy, tokenizer, doubling_classifier_reward(classifier, classifier_tokenizer)
+    policy, tokenizer = load_policy(opts.models.policy)
+    rewards = []
+    if opts.models.reward:
+        classifier, classifier_tokenizer = load_classifier(opts.models.reward)
+        rewards.append(doubling_classifier_reward(classifier, classifier_tokenizer))
+    if opts.models.reward_fn:
+        rewards.append(import_reward_function(opts.models.reward_fn))
+    return policy, tokenizer, rewards[0] if len(rewards) == 1 else WeightedSum(rewards)
 
 
-def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path, recorder, accelerator=None):
+def train_backend(opts, policy, tokenizer, reward_fn, recorder, accelerator=None):
     """Run one backend to the end of its budget (or the target); returns the trained policy module."""
     from trl_ext.doubling.task import ppo_prompt_dataset
 
+    backend, cfg, out = opts.run.backend, train_options(opts), Path(opts.output.out)
     dataset = ppo_prompt_dataset(tokenizer, cfg.total_episodes, cfg.seed)
-    if cfg.backend == "scratch":
+    if backend == "scratch":
         from trl_ext.ppo.trainer import PPOTrainer
 
-        trainer = PPOTrainer(policy, reward_fn, args=trainer_config(cfg), train_dataset=dataset,
-                             processing_class=tokenizer, accelerator=accelerator)
+        trainer = PPOTrainer(policy, reward_fn, args=cfg, train_dataset=dataset, processing_class=tokenizer,
+                             accelerator=accelerator)
         recorder.begin()
         trainer.train(lambda update, stats: recorder.record(update, stats, trainer.policy))
         recorder.end()
         trainer.save(out)
         return trainer.policy, trainer.accelerator
-    if cfg.backend in ("grpo", "rloo"):
+    if backend in ("grpo", "rloo"):
+        from accelerate import PartialState
+
         from trl_ext.baselines import group_prompt_count, train_group_baseline
 
         prompts = ppo_prompt_dataset(tokenizer, group_prompt_count(cfg), cfg.seed)
-        train_group_baseline(cfg.backend, trainer_config(cfg), policy, tokenizer, reward_fn,
+        train_group_baseline(backend, cfg, policy, tokenizer, reward_fn,
                              prompts.select_columns(["prompt", "label", "question"]), out, recorder)
         policy.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
-        from accelerate import PartialState
-
         return policy, PartialState()
     from transformers import TrainerCallback
 
@@ -99,8 +128,7 @@ def train_backend(cfg: PPOCommandConfig, policy, tokenizer, reward_fn, out: Path
             if logs is not None and "objective/scores" in logs and recorder.record(state.global_step, logs, policy):
                 raise _Stop  # TRL's PPO loop ignores control.should_training_stop
 
-    trainer = build_trl_trainer(trainer_config(cfg), policy, tokenizer, reward_fn, dataset, out,
-                                callbacks=[_Record()])
+    trainer = build_trl_trainer(cfg, policy, tokenizer, reward_fn, dataset, out, callbacks=[_Record()])
     recorder.begin()
     try:
         trainer.train()
@@ -120,44 +148,45 @@ def _rank_checksums(model, accelerator) -> list[float]:
     return accelerator.gather(local).tolist() if accelerator.num_processes > 1 else local.tolist()
 
 
-def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
+def run_ppo(opts, print_fn=print) -> dict:
+    """Train, evaluate and write one backend's run; returns the summary (also ``summary.json``)."""
+    import torch
     from accelerate import PartialState
 
-    from trl_ext.doubling.evaluate import evaluate_policy
     from trl_ext.commands.run_log import RunRecorder
+    from trl_ext.doubling.evaluate import evaluate_policy
 
-    import torch
-
-    # cpu=True when there is no GPU: under a multi-process launch that makes the ranks join over gloo
-    # instead of each silently running alone.
-    if cfg.backend == "trl":
+    backend, cfg, watch = opts.run.backend, opts.train, opts.watch
+    if backend == "trl":
         from trl_ext.trl_compat import require_trl_ppo
 
         require_trl_ppo()
+    # cpu=True when there is no GPU: under a multi-process launch that makes the ranks join over gloo
+    # instead of each silently running alone.
     state = PartialState(cpu=not torch.cuda.is_available())
-    if cfg.stop_at_target and state.num_processes > 1:
+    if watch.stop_at_target and state.num_processes > 1:
         raise ValueError("stop_at_target probes on the main process only: use it with one process")
-    policy, tokenizer, reward_fn = load_inputs(cfg)
+    policy, tokenizer, reward_fn = load_inputs(opts)
     if state.is_main_process:
-        prepare_out_dir(cfg.out, cfg.overwrite)
+        prepare_out_dir(opts.output.out, opts.output.overwrite)
     state.wait_for_everyone()
-    out = Path(cfg.out)
+    out = Path(opts.output.out)
     main = state.is_main_process
-    recorder = RunRecorder(tokenizer, backend=cfg.backend, probe_every=cfg.probe_every if main else 0,
-                           probe_n=cfg.probe_n, stop_at_target=cfg.stop_at_target,
+    recorder = RunRecorder(tokenizer, backend=backend, probe_every=watch.probe_every if main else 0,
+                           probe_n=watch.probe_n, stop_at_target=watch.stop_at_target,
                            log_path=out / "metrics.jsonl" if main else None,
                            print_fn=print_fn if main else (lambda *_: None), seed=cfg.seed,
                            total_updates=num_updates(cfg, state.num_processes))
     try:
-        trained, accelerator = train_backend(cfg, policy, tokenizer, reward_fn, out, recorder)
+        trained, accelerator = train_backend(opts, policy, tokenizer, reward_fn, recorder)
     finally:
         recorder.close()
     train_seconds = recorder.train_seconds
     save_seconds = time.perf_counter() - recorder.stopped if recorder.stopped is not None else None
     checksums = _rank_checksums(trained, accelerator)
-    summary = {"backend": cfg.backend, "config": asdict(cfg)}
+    summary = {"backend": backend, "config": options_dict(opts)}
     if accelerator.is_main_process:
-        report = evaluate_policy(trained, tokenizer, n=cfg.eval_n, seed=cfg.seed, sample=True)
+        report = evaluate_policy(trained, tokenizer, n=watch.eval_n, seed=cfg.seed, sample=True)
         (out / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         last = recorder.history[-1] if recorder.history else {}
         summary.update(
@@ -170,7 +199,7 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
             world_size=accelerator.num_processes, rank_checksums=checksums,
         )
         (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-        summary["summary"] = (f"ppo[{cfg.backend}]: greedy exact={report['greedy']['exact']:.3f} sampled "
+        summary["summary"] = (f"ppo[{backend}]: greedy exact={report['greedy']['exact']:.3f} sampled "
                               f"exact={report['sampled']['exact']:.3f} after {summary['episodes']} episodes in "
                               f"{summary['train_seconds']}s ({summary['episodes_per_second']} episodes/s)")
     return summary
@@ -178,3 +207,16 @@ def run_ppo(cfg: PPOCommandConfig, print_fn=print) -> dict:
 
 def _headline(metrics: dict) -> dict:
     return {k: metrics[k] for k in ("exact", "value_acc", "charset_acc", "finished")}
+
+
+def ppo_command(opts) -> CommandResult:
+    summary = run_ppo(opts)
+    return CommandResult(summary.get("summary", "ppo: done"), summary)
+
+
+COMMAND = Command(
+    help="PPO on the doubling task with the scratch or trl backend (or TRL's GRPO/RLOO)",
+    parts={"train": PPOConfig, "models": DoublingModels, "output": OutputOptions, "watch": WatchOptions,
+           "run": BackendOption},
+    run=ppo_command, defaults=DOUBLING_DEFAULTS,
+)

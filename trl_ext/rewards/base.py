@@ -103,6 +103,32 @@ class RewardFunction:
         return validate_rewards(self.__name__, values, len(prompts), allow_none=self.allow_none)
 
 
+def import_reward_function(spec: str) -> Callable:
+    """``"package.module:function"`` or ``"path/to/file.py:function"`` -> that callable (``--reward-fn``)."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    source, _, attribute = spec.rpartition(":")
+    if not source or not attribute:
+        raise RewardError(f"reward function {spec!r}: expected 'module:callable' or 'file.py:callable'")
+    if source.endswith(".py"):
+        if not Path(source).is_file():
+            raise RewardError(f"reward function {spec!r}: file {source!r} does not exist")
+        loader_spec = importlib.util.spec_from_file_location(Path(source).stem, source)
+        module = importlib.util.module_from_spec(loader_spec)
+        loader_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(source)
+        except ImportError as err:
+            raise RewardError(f"reward function {spec!r}: cannot import {source!r} ({err})") from None
+    fn = getattr(module, attribute, None)
+    if not callable(fn):
+        raise RewardError(f"reward function {spec!r}: {source!r} has no callable {attribute!r}")
+    return fn
+
+
 def place_reward(fn: Callable, device) -> None:
     """Move a reward function's model (``ClassifierReward.to``) to ``device``, where the trainer runs.
 
