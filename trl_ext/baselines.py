@@ -44,7 +44,7 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, prompts, 
         max_completion_length=cfg.response_length, max_steps=steps, learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=1,
         beta=cfg.kl_coef, seed=cfg.seed, use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
-        report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
+        report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
         disable_dropout=True,  # as both PPO backends do
     )
 

@@ -166,9 +166,18 @@ def run_ppo(opts, print_fn=print) -> dict:
     state = PartialState(cpu=not torch.cuda.is_available())
     if watch.stop_at_target and state.num_processes > 1:
         raise ValueError("stop_at_target probes on the main process only: use it with one process")
+    resume_after = None
+    if cfg.resume_from_checkpoint:
+        if backend != "scratch":
+            raise ValueError(f"--resume-from-checkpoint resumes the scratch backend; {backend!r} cannot resume "
+                             "(TRL 1.12's PPOTrainer.train() takes no checkpoint)")
+        from trl_ext.ppo import checkpoint
+
+        found = checkpoint.resolve(cfg.resume_from_checkpoint, opts.output.out)
+        resume_after = json.loads((found / checkpoint.STATE_FILE).read_text())["update"]
     policy, tokenizer, reward_fn = load_inputs(opts)
-    if state.is_main_process:
-        prepare_out_dir(opts.output.out, opts.output.overwrite)
+    if state.is_main_process:  # a resumed run writes on into its own directory
+        prepare_out_dir(opts.output.out, opts.output.overwrite or resume_after is not None)
     state.wait_for_everyone()
     out = Path(opts.output.out)
     main = state.is_main_process
@@ -176,7 +185,7 @@ def run_ppo(opts, print_fn=print) -> dict:
                            probe_n=watch.probe_n, stop_at_target=watch.stop_at_target,
                            log_path=out / "metrics.jsonl" if main else None,
                            print_fn=print_fn if main else (lambda *_: None), seed=cfg.seed,
-                           total_updates=num_updates(cfg, state.num_processes))
+                           total_updates=num_updates(cfg, state.num_processes), resume_after=resume_after)
     try:
         trained, accelerator = train_backend(opts, policy, tokenizer, reward_fn, recorder)
     finally:

@@ -23,7 +23,7 @@ class RunRecorder:
 
     def __init__(self, tokenizer, *, backend: str, probe_every: int = 10, probe_n: int = 200,
                  target_exact: float = 0.99, stop_at_target: bool = False, log_path: str | Path | None = None,
-                 print_fn=print, seed: int = 0, total_updates: int | None = None):
+                 print_fn=print, seed: int = 0, total_updates: int | None = None, resume_after: int | None = None):
         from tqdm.auto import tqdm
 
         self.tokenizer, self.backend = tokenizer, backend
@@ -37,7 +37,10 @@ class RunRecorder:
         self.setup_seconds = 0.0
         self.probe_seconds = 0.0
         self.reached: dict | None = None
-        if self.log_path is not None:
+        # Resuming: the log keeps the updates up to the checkpoint, trimmed at the first new record
+        # (only once the trainer has accepted the checkpoint: a refused resume changes nothing).
+        self.resume_after = resume_after
+        if self.log_path is not None and resume_after is None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log_path.write_text("")
         # A live bar on a terminal (main process only); logs and CI get the periodic lines alone.
@@ -85,6 +88,11 @@ class RunRecorder:
         self.bar.set_postfix(score=f"{row.get('objective/scores', float('nan')):.3f}",
                              kl=f"{row.get('objective/kl', float('nan')):.3f}", refresh=False)
         self.history.append(row)
+        if self.log_path is not None and self.resume_after is not None:
+            kept = [line for line in (self.log_path.read_text().splitlines() if self.log_path.exists() else [])
+                    if json.loads(line).get("update", 0) <= self.resume_after]
+            self.log_path.write_text("".join(line + "\n" for line in kept))
+            self.resume_after = None
         if self.log_path is not None:
             with self.log_path.open("a") as handle:
                 handle.write(json.dumps(row) + "\n")

@@ -42,6 +42,12 @@ class PPOConfig:
     seed: int = field(0, help="seed for prompt order, sampling and initialisation")
     reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
                                                "default: all 1.0", cli=False)
+    save_steps: int = field(0, help="write a checkpoint every N updates and at the end (0: never)")
+    save_total_limit: int = field(0, help="keep only the newest N checkpoints (0: keep all)")
+    resume_from_checkpoint: str | None = field(None, help="a checkpoint directory, or 'latest' for the newest "
+                                               "complete one in the output directory")
+    report_to: str = field("none", help="trackers, as TRL spells them: 'none', 'all', or comma-separated "
+                           "names (tensorboard, wandb, trackio, mlflow, ...)")
     skip_special_tokens: bool = field(True, help="decode completions for reward functions without special tokens, "
                                       "as TRL's GRPO does; False keeps the eos the reward model may expect")
 
@@ -50,12 +56,13 @@ class PPOConfig:
                      "response_length", "temperature"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_grad_norm", "kl_coef", "cliprange", "cliprange_value", "vf_coef", "ent_coef", "gamma", "lam"):
+        for name in ("save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value", "vf_coef", "ent_coef", "gamma", "lam"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.batch_size % self.num_mini_batches:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")
+        trackers(self.report_to)  # an unknown name fails here, listing the known ones
         for f in fields(self):  # every set of choices is written once, in its field
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
@@ -65,6 +72,23 @@ class PPOConfig:
                     not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):
                 raise ValueError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
             self.reward_weights = [float(w) for w in self.reward_weights]
+
+
+def trackers(report_to: str) -> list[str]:
+    """``report_to`` as accelerate's tracker names (``[]`` for none); an unknown name is a ValueError."""
+    from accelerate.utils import LoggerType
+
+    known = [t.value for t in LoggerType if t.value != "all"]
+    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
+    if names in ([], ["none"]):
+        return []
+    if names == ["all"]:
+        return ["all"]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, "
+                         f"{', '.join(known)}")
+    return names
 
 
 def mini_batch_size(config: PPOConfig) -> int:

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from trl_ext.batching import pad_batch
-from trl_ext.ppo import core
-from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates
+from trl_ext.ppo import checkpoint, core
+from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.model import ActorCritic, load_value_head
 from trl_ext.ppo.rollout import (
@@ -123,7 +123,9 @@ class PPOTrainer:
         self.train_dataset = None if train_dataset is None else prepare_prompt_dataset(train_dataset, tokenizer)
         self.output_dir = config.output_dir
         # cpu=True without a GPU: several launched processes then form a gloo group, not N lone runs.
-        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available(),
+                                                      log_with=trackers(config.report_to) or None,
+                                                      project_dir=config.output_dir)
         torch.manual_seed(config.seed)
         if peft_config is not None:
             from peft import get_peft_model
@@ -160,6 +162,10 @@ class PPOTrainer:
         self.episode, self.update_index = 0, 0
         self.state = _trainer_state(total)
         self._logged: dict[str, list[float]] = {}
+        self.resumed_from = None
+        if config.resume_from_checkpoint:  # checked now, before anything is written
+            self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
+            self._load_checkpoint(self.resumed_from)
 
     # ------------------------------------------------------------------ public step-wise API
 
@@ -217,15 +223,58 @@ class PPOTrainer:
             while True:
                 yield from loader
 
+        import itertools
+
+        cfg, total = self.config, num_updates(self.config, self.accelerator.num_processes)
+        if self.accelerator.trackers or trackers(cfg.report_to):
+            self.accelerator.init_trackers("trl-ext-ppo", config={k: v for k, v in vars(cfg).items()
+                                                                  if isinstance(v, (int, float, str, bool))})
         start = time.perf_counter()
-        for update, rows in zip(range(num_updates(self.config, self.accelerator.num_processes)), batches()):
+        # Prompts are read in order, so a resumed run skips the batches its checkpoint had used.
+        remaining = itertools.islice(batches(), self.update_index, None)
+        for update, rows in zip(range(self.update_index, total), remaining):
             stats = self.train_step(rows)
             stats["timing/elapsed"] = time.perf_counter() - start
             stats["eps"] = self.episode / stats["timing/elapsed"]
             history.append(stats)
-            if on_update is not None and on_update(update + 1, stats):
+            self.accelerator.log({k: v for k, v in stats.items() if isinstance(v, (int, float))},
+                                 step=self.update_index)
+            stop = on_update is not None and on_update(update + 1, stats)
+            if cfg.save_steps and (self.update_index % cfg.save_steps == 0 or self.update_index == total or stop):
+                self.save_checkpoint()
+            if stop:
                 break
+        self.accelerator.end_training()
         return history
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_state(self) -> dict:
+        return {"update": self.update_index, "episode": self.episode,
+                "fingerprint": checkpoint.fingerprint(self.actor_critic, self.config, self.accelerator.num_processes)}
+
+    def save_checkpoint(self) -> Path:
+        """``output_dir/checkpoint-<update>``: weights, optimizer, scheduler, every rank's generators, counters."""
+        if self.output_dir is None:
+            raise PPOError("save_steps needs an output_dir to write checkpoints into")
+        acc = self.accelerator
+        path = checkpoint.save(Path(self.output_dir) / f"{checkpoint.PREFIX}{self.update_index}",
+                               model=self.actor_critic, optimizer=self.optimizer, scheduler=self.lr_scheduler,
+                               generator=self.generator, state=self._checkpoint_state(),
+                               is_main=acc.is_main_process, rank=acc.process_index, barrier=acc.wait_for_everyone)
+        if self.config.save_total_limit and acc.is_main_process:
+            checkpoint.rotate(self.output_dir, self.config.save_total_limit)
+        acc.wait_for_everyone()
+        return path
+
+    def _load_checkpoint(self, path: Path) -> None:
+        import json
+
+        saved = json.loads((path / checkpoint.STATE_FILE).read_text())
+        checkpoint.check_fits(saved["fingerprint"], self._checkpoint_state()["fingerprint"], path)
+        state = checkpoint.load(path, model=self.actor_critic, optimizer=self.optimizer, scheduler=self.lr_scheduler,
+                                generator=self.generator, rank=self.accelerator.process_index)
+        self.update_index, self.episode = state["update"], state["episode"]
 
     def train_step(self, rows: dict) -> dict:
         """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns)."""

@@ -64,8 +64,10 @@ def trl_ppo_config(cfg, output_dir: str | Path):
         use_cpu=not torch.cuda.is_available(),
         gradient_checkpointing=False,
         num_sample_generations=0,
-        save_strategy="no",
-        report_to="none",
+        save_strategy="steps" if cfg.save_steps else "no",
+        save_steps=cfg.save_steps or 500,
+        save_total_limit=cfg.save_total_limit or None,
+        report_to=cfg.report_to,
         logging_steps=1,
         disable_tqdm=True,
         dataloader_num_workers=0,
@@ -87,6 +89,8 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
         raise ValueError("TRL's PPO shapes rewards per token only: kl_mode must be 'token' for the trl backend")
     if cfg.ent_coef:
         raise ValueError("TRL's PPO has no entropy bonus: ent_coef must be 0 for the trl backend")
+    if cfg.resume_from_checkpoint:
+        raise ValueError("TRL 1.12's PPOTrainer cannot resume: its train() takes no checkpoint")
     torch.manual_seed(cfg.seed)
     reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
     value_model = build_value_model(policy, cfg.separate_critic)
