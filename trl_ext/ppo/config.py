@@ -8,6 +8,7 @@ from trl_ext.options import field
 from trl_ext.ppo import core
 
 LR_SCHEDULES = ("linear", "constant")
+SAMPLERS = ("loop", "generate")
 
 
 @dataclass
@@ -37,6 +38,12 @@ class PPOConfig:
     whiten_rewards: bool = field(False, help="whiten the shaped rewards before GAE")
     response_length: int = field(8, help="most tokens a response may have")
     temperature: float = field(1.0, help="sampling temperature of rollouts")
+    top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
+    top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
+    repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
+    sampler: str = field("loop", help="'loop': the KV-cache loop, fastest for small models; 'generate': "
+                         "model.generate (large models, repetition_penalty)", choices=SAMPLERS)
+    gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
     seed: int = field(0, help="seed for prompt order, sampling and initialisation")
@@ -62,6 +69,11 @@ class PPOConfig:
         if self.batch_size % self.num_mini_batches:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")
+        if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
+            raise ValueError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
+                             f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}")
+        if self.repetition_penalty != 1.0 and self.sampler != "generate":
+            raise ValueError("repetition_penalty needs sampler='generate' (the KV-cache loop has none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones
         for f in fields(self):  # every set of choices is written once, in its field
             choices = f.metadata.get("choices")

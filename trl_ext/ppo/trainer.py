@@ -28,8 +28,9 @@ from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.model import ActorCritic, load_value_head
 from trl_ext.ppo.rollout import (
-    Experience, completion_token_ids, positions_from_mask, response_mask, sample_responses,
+    Experience, completion_token_ids, generate_responses, positions_from_mask, response_mask, sample_responses,
 )
+from trl_ext.ppo.sharding import gathered_for_rollout
 from trl_ext.rewards.base import call_reward, combine_rewards, place_reward, reward_name
 from trl_ext.rewards.classifier import is_conversation
 
@@ -139,19 +140,20 @@ class PPOTrainer:
             self.ref_policy = copy.deepcopy(policy) if ref_model is None else ref_model
             self.ref_policy.eval().requires_grad_(False)
             _disable_dropout(self.ref_policy)
+        if config.gradient_checkpointing:
+            # use_reentrant=False: gradients reach LoRA adapters even when the inputs need none
+            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = ActorCritic(policy, separate_critic=config.separate_critic)
         if isinstance(model_or_path, (str, Path)):
             load_value_head(model.value_head, model_or_path)  # continuing from a saved PPO policy
         _disable_dropout(model)
-        # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, eps=1e-8, weight_decay=0.0, foreach=True)
+        self.model, self.optimizer = self._prepare(model)
         total = num_updates(config, self.accelerator.num_processes)
         decay = (lambda step: max(0.0, 1.0 - step / total)) if config.lr_scheduler_type == "linear" else \
             (lambda step: 1.0)
         # Stepped once per update, as TRL does: lr falls linearly to 0 at the end of the run.
-        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(getattr(self.optimizer, "optimizer", self.optimizer),
+                                                              decay)
         device = self.accelerator.device
         if self.ref_policy is not None:
             self.ref_policy.to(device)
@@ -166,6 +168,19 @@ class PPOTrainer:
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
             self._load_checkpoint(self.resumed_from)
+
+    def _prepare(self, model: ActorCritic):
+        """Wrap ``model`` for the launch (DDP, DeepSpeed, FSDP: accelerate's ``prepare``) with its optimizer.
+
+        The one place a model is made distributed: a subclass may shard it by other means (the
+        FSDP2-on-CPU test calls ``fully_shard`` here, which accelerate does only on GPUs).
+        """
+        return self.accelerator.prepare(model, self._optimizer(model))
+
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(trainable, lr=self.config.learning_rate, eps=1e-8, weight_decay=0.0, foreach=True)
 
     # ------------------------------------------------------------------ public step-wise API
 
@@ -244,7 +259,8 @@ class PPOTrainer:
                 self.save_checkpoint()
             if stop:
                 break
-        self.accelerator.end_training()
+        for tracker in self.accelerator.trackers:  # not end_training(): it destroys the process group
+            tracker.finish()
         return history
 
     # ------------------------------------------------------------------ checkpoints
@@ -353,15 +369,18 @@ class PPOTrainer:
         return ids.to(self.accelerator.device), mask.to(self.accelerator.device)
 
     def _sample(self, query_ids, query_mask, temperature: float | None = None) -> torch.Tensor:
-        policy = self.policy
+        cfg, policy = self.config, self.policy
         was_training = policy.training
         policy.eval()
+        options = dict(max_new_tokens=cfg.response_length, eos_token_id=self.tokenizer.eos_token_id,
+                       pad_token_id=self.tokenizer.pad_token_id, top_k=cfg.top_k, top_p=cfg.top_p,
+                       temperature=cfg.temperature if temperature is None else temperature)
         try:
-            return sample_responses(policy, query_ids, query_mask, max_new_tokens=self.config.response_length,
-                                    eos_token_id=self.tokenizer.eos_token_id,
-                                    pad_token_id=self.tokenizer.pad_token_id,
-                                    temperature=self.config.temperature if temperature is None else temperature,
-                                    generator=self.generator)
+            with gathered_for_rollout(self.model), self.accelerator.autocast():
+                if cfg.sampler == "generate":
+                    return generate_responses(policy, query_ids, query_mask, **options,
+                                              repetition_penalty=cfg.repetition_penalty)
+                return sample_responses(policy, query_ids, query_mask, **options, generator=self.generator)
         finally:
             policy.train(was_training)
 
@@ -372,10 +391,13 @@ class PPOTrainer:
     def _reference_logits(self, query_response, attention_mask, position_ids) -> torch.Tensor:
         inputs = dict(input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids,
                       use_cache=False)
-        if self.ref_policy is not None:
-            return self.ref_policy(**inputs).logits
-        with self.policy.disable_adapter():  # the base model under the LoRA adapters is the reference
-            return self.policy(**inputs).logits
+        with self.accelerator.autocast():
+            if self.ref_policy is not None:
+                return self.ref_policy(**inputs).logits
+            # The base model under the LoRA adapters is the reference; the policy is a child of the
+            # (maybe sharded) root, so its parameters are gathered for the call.
+            with gathered_for_rollout(self.model), self.policy.disable_adapter():
+                return self.policy(**inputs).logits
 
     @torch.no_grad()
     def _experience(self, query_ids, query_mask, responses, mask, scores) -> Experience:
@@ -385,7 +407,8 @@ class PPOTrainer:
         position_ids = positions_from_mask(attention_mask)
         length = query_ids.shape[1]
 
-        logits, values = self.actor_critic(query_response, attention_mask, position_ids)
+        with self.accelerator.autocast():
+            logits, values = self.model(query_response, attention_mask, position_ids)
         old_logprobs, _ = self._response_logprobs(logits, responses, length)
         old_values = values[:, length - 1:-1].float() * mask
         ref_logits = self._reference_logits(query_response, attention_mask, position_ids)
@@ -413,7 +436,8 @@ class PPOTrainer:
             order = torch.randperm(len(exp), generator=self.generator, device=self.generator.device)
             for mb_index in range(cfg.num_mini_batches):
                 mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))
-                logits, values = self.model(mb.query_response, mb.attention_mask, mb.position_ids)
+                with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
+                    logits, values = self.model(mb.query_response, mb.attention_mask, mb.position_ids)
                 logprobs, response_logits = self._response_logprobs(logits, mb.responses, exp.query_length)
                 new_values = values[:, exp.query_length - 1:-1].float()
                 pg_loss, pg = core.clipped_policy_loss(logprobs, mb.old_logprobs, mb.advantages, mb.mask,

@@ -1,0 +1,133 @@
+"""Sharded models, mixed precision, sampling options and the PEFT reference of the in-house trainer, on CPU."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_ext.ppo import PPOConfig, PPOTrainer
+from trl_ext.ppo.rollout import filter_logits, sample_responses
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_model():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+           str(ROOT / "tests/scripts/fsdp2_two_ranks.py")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ranks = [json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)]  # the ranks' lines may run together
+    assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["world"] == 2 for r in ranks)
+    for r in ranks:  # each rank holds about half of the parameters, and they stay sharded
+        assert abs(r["local"] / r["total"] - 0.5) < 0.05, r
+        assert r["sharded_after"] and r["moved"] and r["updates"] == 2
+        assert all(math.isfinite(s) for s in r["scores"])
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)  # the ranks agree
+
+
+def _prompts(tokenizer, n=8):
+    return Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(n)]})
+
+
+def _length(completions, **kwargs):
+    return [float(len(c)) for c in completions]
+
+
+@pytest.fixture()
+def fresh_accelerate_state():
+    """accelerate keeps one process-wide state: a bf16 Accelerator would make every later one bf16 too."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_state):
+    from accelerate import Accelerator
+
+    from trl_ext.doubling.models import build_policy
+
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer, accelerator=accelerator,
+                         args=PPOConfig(batch_size=4, total_episodes=8, num_ppo_epochs=1),
+                         train_dataset=_prompts(tokenizer))
+    seen = []
+    handle = trainer.policy.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    history = trainer.train()
+    handle.remove()
+    assert torch.bfloat16 in seen  # the forward passes really ran in bf16
+    assert len(history) == 2 and all(math.isfinite(v) for h in history for v in h.values() if isinstance(v, float))
+
+
+def test_gradient_checkpointing_updates(tokenizer):
+    from trl_ext.doubling.models import build_policy
+
+    trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer, train_dataset=_prompts(tokenizer),
+                         args=PPOConfig(batch_size=4, total_episodes=8, num_ppo_epochs=1, gradient_checkpointing=True))
+    assert trainer.policy.is_gradient_checkpointing
+    before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    history = trainer.train()
+    assert all(math.isfinite(h["loss/policy_avg"]) for h in history)
+    assert any(not torch.equal(before[n], p) for n, p in trainer.policy.named_parameters())
+
+
+def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import tiny_qwen2
+
+    path = tiny_qwen2(tmp_path / "qwen2")
+    trainer = PPOTrainer(str(path), _length, processing_class=None,
+                         args=PPOConfig(batch_size=2, total_episodes=2, response_length=4, learning_rate=1e-1),
+                         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    assert trainer.ref_policy is None  # no second copy of the base model
+    base = AutoModelForCausalLM.from_pretrained(path).eval()
+    query = trainer.tokenizer("hello there")["input_ids"]
+    trainer.step([query, query], trainer.generate([query, query]), [1.0, -1.0])  # the adapter moves off zero
+    ids = torch.tensor([query])
+    inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(ids.shape[1])[None])
+    with torch.no_grad():
+        reference = trainer._reference_logits(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
+        assert torch.allclose(reference, base(**inputs, use_cache=False).logits, atol=1e-5)
+        policy = trainer.policy(**inputs, use_cache=False).logits
+    assert not torch.allclose(policy, reference, atol=1e-5)  # the adapted policy differs from it
+
+
+def test_filter_logits_keeps_top_k_and_the_top_p_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.9)).tolist() == [[False, False, False, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.1)).tolist() == [[False, True, True, True]]
+
+
+@pytest.mark.parametrize("sampler", ["loop", "generate"])
+def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
+    from trl_ext.doubling.models import build_policy
+
+    policy = build_policy(tokenizer, seed=3)
+    trainer = PPOTrainer(policy, _length, processing_class=tokenizer,
+                         args=PPOConfig(batch_size=8, top_k=1, sampler=sampler))
+    queries = _prompts(tokenizer)["input_ids"]
+    ids, mask = trainer._pad_queries(queries)
+    greedy = sample_responses(policy, ids, mask, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id, temperature=0)
+    sampled = trainer._sample(ids, mask)
+    assert torch.equal(sampled[:, :greedy.shape[1]], greedy)
+
+
+def test_sampling_options_are_checked():
+    with pytest.raises(ValueError, match="repetition_penalty needs sampler='generate'"):
+        PPOConfig(repetition_penalty=1.2)
+    with pytest.raises(ValueError, match="need 0 < top_p <= 1"):
+        PPOConfig(top_p=0.0)
