@@ -120,8 +120,10 @@ def test_interrupted_demo_keeps_finished_stages(tmp_path):
     out = tmp_path / "demo"
     long_run = [sys.executable, "-m", "trl_ext.commands.cli", "demo", "--out", str(out), *TINY[:-6],
                 "--total-episodes", "8000", "--probe-every", "0", "--eval-n", "20"]
+    # A background job of a script ignores SIGINT, and so would the child: give it Ctrl-C back.
     proc = subprocess.Popen(long_run, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not (out / "reward" / "metrics.json").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)

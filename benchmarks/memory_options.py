@@ -1,0 +1,131 @@
+"""Peak memory of the in-house PPO under its memory options, each in a fresh process (CPU or GPU).
+
+    OMP_NUM_THREADS=1 python benchmarks/memory_options.py            # writes benchmarks/results/memory-options-<device>.json
+
+A Qwen2-architecture policy built from a config (random weights, no download; about 45M parameters
+by default) runs ``--updates`` PPO updates with a scalar reward function under each setting:
+
+* ``full + reference copy``: full fine-tuning, the reference a frozen deep copy (the default without LoRA);
+* ``full + gradient checkpointing``: the same with ``gradient_checkpointing=True``;
+* ``LoRA + reference copy``: LoRA, and a second full copy of the base model as the reference (what
+  trl-ext did before the reference became the adapters-off model);
+* ``LoRA + adapters-off reference``: LoRA, the reference is the same model with its adapters disabled.
+
+On CPU the figure is the process's peak resident set (``ru_maxrss``), on a GPU the peak allocated
+GPU memory. Each setting runs in its own process so that peaks do not mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = {
+    "full + reference copy": {"lora": False, "checkpointing": False, "reference_copy": True},
+    "full + gradient checkpointing": {"lora": False, "checkpointing": True, "reference_copy": True},
+    "LoRA + reference copy": {"lora": True, "checkpointing": False, "reference_copy": True},
+    "LoRA + adapters-off reference": {"lora": True, "checkpointing": False, "reference_copy": False},
+}
+
+
+def one_setting(name: str, args) -> dict:
+    """Runs inside the child process: build, train, report the peak."""
+    import copy
+    import resource
+
+    import torch
+    from datasets import Dataset
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from trl_ext.ppo import PPOConfig, PPOTrainer
+
+    setting = SETTINGS[name]
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 11 // 4,
+                         num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=2,
+                         max_position_embeddings=1024, tie_word_embeddings=False, eos_token_id=1, pad_token_id=0)
+    policy = Qwen2ForCausalLM(config)
+    tokenizer = _ids_tokenizer()
+    prompts = Dataset.from_dict({"input_ids": [[2 + (7 * i + j) % (args.vocab - 2) for j in range(args.prompt_length)]
+                                               for i in range(args.batch_size * args.updates)]})
+    peft_config = None
+    if setting["lora"]:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
+    reference = copy.deepcopy(policy) if setting["reference_copy"] and setting["lora"] else None
+    trainer = PPOTrainer(policy, lambda completion_ids, **kw: [len(ids) / 8 for ids in completion_ids],
+                         args=PPOConfig(batch_size=args.batch_size, total_episodes=args.batch_size * args.updates,
+                                        response_length=args.response_length, num_ppo_epochs=1, learning_rate=1e-5,
+                                        gradient_checkpointing=setting["checkpointing"]),
+                         processing_class=tokenizer, train_dataset=prompts, peft_config=peft_config,
+                         ref_model=reference)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else \
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    parameters = sum(p.numel() for p in trainer.actor_critic.parameters())
+    return {"setting": name, "peak_mb": round(peak, 1), "parameters": parameters,
+            "trainable": sum(p.numel() for p in trainer.actor_critic.parameters() if p.requires_grad)}
+
+
+def _ids_tokenizer():
+    """A tokenizer object with the ids the trainer needs (the prompts are token ids already)."""
+    from types import SimpleNamespace
+
+    def batch_decode(ids, skip_special_tokens=True):
+        return [" ".join(map(str, row)) for row in ids]
+
+    return SimpleNamespace(eos_token_id=1, pad_token_id=0, eos_token="<eos>", pad_token="<pad>",
+                           batch_decode=batch_decode, name_or_path="ids")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--prompt-length", type=int, default=64)
+    parser.add_argument("--response-length", type=int, default=64)
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--setting", choices=list(SETTINGS), help=argparse.SUPPRESS)  # the child's job
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    if args.setting:
+        print(json.dumps(one_setting(args.setting, args)))
+        return 0
+    rows = []
+    for name in SETTINGS:
+        child = [sys.executable, __file__, "--setting", name, *(argv if argv is not None else sys.argv[1:])]
+        run = subprocess.run(child, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        if run.returncode != 0:
+            print(run.stderr[-3000:], file=sys.stderr)
+            return run.returncode
+        rows.append(json.loads(run.stdout.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    from trl_ext.commands.demo import machine
+
+    base = rows[0]["peak_mb"]
+    for row in rows:
+        row["saved_mb_vs_full"] = round(base - row["peak_mb"], 1)
+    info = machine()
+    device = "gpu" if info["device"] != "cpu" else "cpu"
+    result = {"benchmark": "ppo-memory-options", "machine": info,
+              "settings": {k: v for k, v in vars(args).items() if k != "setting"},
+              "measure": "peak GPU memory allocated (MB)" if device == "gpu" else "peak resident set size (MB)",
+              "rows": rows}
+    out = ROOT / "benchmarks" / "results" / f"memory-options-{device}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
