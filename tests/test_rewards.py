@@ -203,3 +203,22 @@ def test_bad_reward_inputs(trained_artifacts):
         ClassifierReward(model, tok)
     with pytest.raises(RewardError, match="label 7 at index 0"):
         ClassifierReward(model, tok, label_column="label")(["S数字:3320x2="], ["6640E"], label=[7])
+
+
+def test_a_reward_function_declares_that_it_may_not_apply():
+    """``allow_none = True`` lets a RewardFunction return None ("does not apply"); otherwise None is an error."""
+    from trl_ext.rewards import RewardFunction
+
+    class DigitsOnly(RewardFunction):
+        allow_none = True
+
+        def score(self, prompts, completions, **columns):
+            return [1.0 if p.startswith("S数字") else None for p in prompts]
+
+    class Strict(DigitsOnly):
+        allow_none = False
+
+    assert DigitsOnly()(PROMPTS, COMPLETIONS) == [1.0] * 5 + [None]
+    with pytest.raises(RewardError, match="non-number None at index 5"):
+        Strict()(PROMPTS, COMPLETIONS)
+    assert WeightedSum([DigitsOnly(), ValueCorrect()])(PROMPTS, COMPLETIONS) == [2.0, 2.0, 1.0, 1.0, 1.0, 1.0]
