@@ -19,6 +19,15 @@ def commands() -> dict:
             "ppo": ppo.COMMAND, "demo": demo.DEMO, "compare": demo.COMPARE, "rlhf": rlhf.COMMAND}
 
 
+def quiet_known_warnings() -> None:
+    """The command line (not the library) hides two notices a user can do nothing about: that the `trl`
+    backend imports `trl.experimental` (the point of it), and transformers' rename of gradient checkpointing."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"You are importing from 'trl\.experimental'")
+    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6", category=FutureWarning)
+
+
 def render(result) -> str:
     """The one place a command's result becomes text: its data as JSON when asked, then its headline."""
     lines = [json.dumps(result.data, ensure_ascii=False, indent=2)] if result.print_data else []
@@ -30,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from trl_ext.ppo.trainer import PPOError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_known_warnings()
     table = commands()
     parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.",
                                      allow_abbrev=False)
