@@ -33,6 +33,20 @@ def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_model():
     assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)  # the ranks agree
 
 
+def test_deepspeed_zero3_two_ranks_rollout_and_update_on_a_partitioned_model():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+           str(ROOT / "tests/scripts/zero3_two_ranks.py")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ranks = [json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)]
+    assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["world"] == 2 for r in ranks)
+    for r in ranks:  # each rank holds half of every parameter; outside a forward nothing is whole
+        assert abs(r["local"] / r["total"] - 0.5) < 0.01 and r["partitioned"], r
+        assert r["moved"] and r["updates"] == 2 and all(math.isfinite(s) for s in r["scores"])
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)
+
+
 def _prompts(tokenizer, n=8):
     return Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(n)]})
 

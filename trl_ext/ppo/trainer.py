@@ -177,6 +177,14 @@ class PPOTrainer:
         """
         return self.accelerator.prepare(model, self._optimizer(model))
 
+    def _optimizer_step(self, loss: torch.Tensor) -> None:
+        """Backward and one optimizer step (accelerate routes both to DeepSpeed's engine when it runs it)."""
+        self.accelerator.backward(loss)
+        if self.config.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -449,11 +457,7 @@ class PPOTrainer:
                 loss = pg_loss + cfg.vf_coef * vf_loss - cfg.ent_coef * entropy
                 if self._any_rank_non_finite(loss):
                     self._stop_on_bad_loss(loss, epoch, mb_index)
-                self.accelerator.backward(loss)
-                if cfg.max_grad_norm > 0:
-                    self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                self._optimizer_step(loss)
                 step_stats = {"loss/policy_avg": pg_loss, "loss/value_avg": vf_loss,
                               "policy/clipfrac_avg": pg["clipfrac"], "policy/approxkl_avg": pg["approxkl"],
                               "val/clipfrac_avg": vf["clipfrac"], "val/ratio": pg["ratio"],

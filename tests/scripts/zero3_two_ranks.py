@@ -1,0 +1,68 @@
+"""Launched with 2 processes (torchrun, DS_ACCELERATOR=cpu) by tests/test_sharded.py: the in-house rollout
+and update on a tiny GPT-2 partitioned by DeepSpeed ZeRO-3 over gloo. accelerate does not run DeepSpeed on
+CPU (its state sees one process per rank), so this subclass drives DeepSpeed directly in the trainer's
+wrapping hook, and steps through the engine as accelerate does on GPUs. Prints one JSON line per rank."""
+
+import json
+import sys
+
+import deepspeed
+import torch
+import torch.distributed as dist
+from datasets import Dataset
+
+from trl_ext.doubling.models import build_policy
+from trl_ext.doubling.tokenizer import build_tokenizer
+from trl_ext.ppo import PPOConfig, PPOTrainer
+from trl_ext.ppo.config import mini_batch_size
+
+
+class ZeRO3Trainer(PPOTrainer):
+    def _prepare(self, model):
+        config = {
+            "train_micro_batch_size_per_gpu": mini_batch_size(self.config),
+            "gradient_accumulation_steps": 1,
+            # 0: partition every parameter of a tiny model (the default keeps those under 100k elements whole)
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+            "optimizer": {"type": "AdamW", "params": {"lr": self.config.learning_rate, "eps": 1e-8,
+                                                      "weight_decay": 0.0, "torch_adam": True}},
+        }
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, config=config,
+                                                       model_parameters=[p for p in model.parameters()
+                                                                         if p.requires_grad])
+        return engine, optimizer
+
+    def _optimizer_step(self, loss):
+        self.model.backward(loss)
+        self.model.step()
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    tokenizer = build_tokenizer()
+    prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
+    trainer = ZeRO3Trainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
+                           args=PPOConfig(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
+                                          learning_rate=1e-2),
+                           processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
+    params = list(trainer.model.module.parameters())
+    local = sum(p.ds_tensor.numel() for p in params)
+    total = sum(p.ds_numel for p in params)
+    empty_outside_forward = all(p.data.numel() == 0 for p in params)
+    with deepspeed.zero.GatheredParameters(params):
+        before = [p.detach().clone() for p in params]
+    history = trainer.train()
+    with deepspeed.zero.GatheredParameters(params):
+        after = [p.detach().clone() for p in params]
+    checksum = sum(float(t.double().sum()) for t in after)
+    print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), "local": local, "total": total,
+                      "partitioned": empty_outside_forward, "updates": len(history), "checksum": checksum,
+                      "moved": any(not torch.equal(a, b) for a, b in zip(before, after)),
+                      "scores": [h["objective/scores"] for h in history]}), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
