@@ -88,7 +88,9 @@ def test_compare_grpo_and_rloo_rows(tmp_path):
 @pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
 def test_multi_cpu_recipe_runs_two_ranks(trained_artifacts, tmp_path, backend):
     out = tmp_path / backend
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+    from launch import accelerate_port_args
+
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *accelerate_port_args(), "--config_file",
            str(ROOT / "recipes/accelerate/multi_cpu.yaml"), str(ROOT / "recipes/doubling/ppo.py"),
            "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",
            str(trained_artifacts["reward"]), "--out", str(out), "--batch-size", "8", "--total-episodes", "32",

@@ -197,7 +197,9 @@ def test_bad_loss_on_one_rank_stops_every_rank(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+    from launch import accelerate_port_args
+
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *accelerate_port_args(), "--config_file",
            str(root / "recipes/accelerate/multi_cpu.yaml"), str(root / "tests/scripts/bad_loss_two_ranks.py"),
            str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}

@@ -12,6 +12,7 @@ import pytest
 import torch
 from datasets import Dataset
 
+from launch import torchrun_port_args
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.rollout import filter_logits, sample_responses
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_model():
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
            str(ROOT / "tests/scripts/fsdp2_two_ranks.py")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
@@ -34,7 +35,7 @@ def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_model():
 
 
 def test_deepspeed_zero3_two_ranks_rollout_and_update_on_a_partitioned_model():
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
            str(ROOT / "tests/scripts/zero3_two_ranks.py")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
