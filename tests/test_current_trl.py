@@ -197,3 +197,16 @@ def test_library_imports_neither_trl_ppo_nor_the_task_nor_the_command_line():
             "assert not loaded, loaded")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_trl_rewards_own_functions_work_unchanged(models):
+    """`trl.rewards`' functions take GRPO's calling convention; the in-house trainer speaks it."""
+    from trl.rewards import get_soft_overlong_punishment, think_format_reward
+
+    overlong = get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)  # reads completion_ids
+    args = PPOConfig(batch_size=4, total_episodes=4, response_length=6, num_ppo_epochs=1)
+    trainer = PPOTrainer(str(models["chat_policy"]), [think_format_reward, overlong], args=args,
+                         train_dataset=conversations(4))
+    stats = trainer.train()[0]
+    assert stats["rewards/think_format_reward/mean"] == 0.0  # a random policy writes no <think> block
+    assert -1.0 <= stats[f"rewards/{overlong.__name__}/mean"] <= 0.0
