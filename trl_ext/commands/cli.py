@@ -15,7 +15,8 @@ import sys
 def commands() -> dict:
     from trl_ext.commands import demo, ppo, rlhf, stages
 
-    return {"pretrain": stages.PRETRAIN, "train-reward": stages.TRAIN_REWARD, "eval": stages.EVAL,
+    return {"pretrain": stages.PRETRAIN, "train-reward": stages.TRAIN_REWARD,
+            "train-reward-model": stages.TRAIN_REWARD_MODEL, "eval": stages.EVAL,
             "ppo": ppo.COMMAND, "demo": demo.DEMO, "compare": demo.COMPARE, "rlhf": rlhf.COMMAND}
 
 

@@ -76,14 +76,24 @@ def load_inputs(opts):
     """Policy, tokenizer and the reward function (classifier and/or the user's), checked before training."""
     from trl_ext.doubling.artifacts import load_classifier, load_policy
     from trl_ext.doubling.rewards import doubling_classifier_reward
-    from trl_ext.rewards import WeightedSum
+    from trl_ext.doubling.task import NUM_LABELS
+    from trl_ext.rewards import ClassifierReward, WeightedSum
     from trl_ext.rewards.base import import_reward_function
 
     policy, tokenizer = load_policy(opts.models.policy)
     rewards = []
     if opts.models.reward:
-        classifier, classifier_tokenizer = load_classifier(opts.models.reward)
-        rewards.append(doubling_classifier_reward(classifier, classifier_tokenizer))
+        # A scalar reward model (num_labels=1, `train-reward-model`) scores as it is; the 4-class charset
+        # classifier gives the logit of the requested set.
+        classifier, classifier_tokenizer = load_classifier(opts.models.reward, num_labels=None)
+        labels = classifier.config.num_labels
+        if labels == 1:
+            rewards.append(ClassifierReward(classifier, classifier_tokenizer, name="reward_model"))
+        elif labels == NUM_LABELS:
+            rewards.append(doubling_classifier_reward(classifier, classifier_tokenizer))
+        else:
+            raise ValueError(f"reward model {opts.models.reward!r} has {labels} labels; the doubling reward needs "
+                             f"the {NUM_LABELS}-label charset classifier or a scalar reward model (num_labels=1)")
     if opts.models.reward_fn:
         rewards.append(import_reward_function(opts.models.reward_fn))
     return policy, tokenizer, rewards[0] if len(rewards) == 1 else WeightedSum(rewards)

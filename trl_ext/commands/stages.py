@@ -125,6 +125,123 @@ def run_eval(cfg: EvalConfig) -> dict:
     return report
 
 
+@dataclass
+class RewardModelConfig:
+    out: str = field(help="directory for the scalar reward model (save_pretrained)")
+    base: str | None = field(None, help="a model directory that loads as AutoModelForSequenceClassification "
+                             "(DeBERTa-v3, Qwen2, ...); default: the doubling task's BERT, built from its config")
+    data: str | None = field(None, help="preference .jsonl (chosen/rejected, optional prompt and margin; text or "
+                             "conversations); default: the doubling task's preference pairs")
+    steps: int = field(600, help="optimizer steps")
+    batch_size: int = field(32, help="pairs a step")
+    lr: float = field(1e-3, help="peak learning rate (cosine decay; 3e-3 diverged on the doubling pairs)")
+    warmup_steps: int = field(20, help="linear warmup")
+    seed: int = field(0, help="seed for data and initialisation")
+    eval_n: int = field(1000, help="held-out pairs for the pairwise accuracy (from --data: the last eval_n rows)")
+
+    def __post_init__(self):
+        _positive(self, "steps", "batch_size", "lr", "eval_n")
+
+
+def load_preferences(path: str | Path):
+    """Preference rows from a .jsonl file; errors name the line."""
+    from datasets import Dataset
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"preference file {str(path)!r} does not exist")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not valid JSON ({err})") from err
+            if not isinstance(rows[-1], dict):
+                raise ValueError(f"{path}:{number}: expected an object with 'chosen' and 'rejected'")
+            if isinstance(rows[-1].get("chosen"), list) != isinstance(rows[0].get("chosen"), list):
+                raise ValueError(f"{path}:{number}: mixes text and conversations (line 1 is "
+                                 f"{'a conversation' if isinstance(rows[0].get('chosen'), list) else 'text'}); "
+                                 "use one format for every row")
+    if not rows:
+        raise ValueError(f"preference file {str(path)!r} holds no rows")
+    keys = sorted(set().union(*rows))
+    return Dataset.from_dict({k: [r.get(k) for r in rows] for k in keys})
+
+
+def run_train_reward_model(cfg: RewardModelConfig) -> dict:
+    """Train a scalar reward model on preference pairs and save it with its held-out pairwise accuracy."""
+    import time
+
+    from trl_ext.reward_modeling import check_preferences, pairwise_accuracy, train_reward_model
+
+    if cfg.data:
+        data = load_preferences(cfg.data)
+        check_preferences(data)
+        if len(data) <= cfg.eval_n:
+            raise ValueError(f"{cfg.data} has {len(data)} rows: not enough for {cfg.eval_n} held-out pairs and training")
+        train, heldout = data.select(range(len(data) - cfg.eval_n)), data.select(range(len(data) - cfg.eval_n, len(data)))
+    else:
+        from trl_ext.doubling.preferences import preference_dataset
+
+        train = preference_dataset(cfg.steps * cfg.batch_size, cfg.seed, "train")
+        heldout = preference_dataset(cfg.eval_n, cfg.seed + 1, "heldout")
+    model, tokenizer = _reward_model_base(cfg)
+    start = time.perf_counter()
+    history = train_reward_model(model, tokenizer, train, output_dir=cfg.out, steps=cfg.steps,
+                                 batch_size=cfg.batch_size, learning_rate=cfg.lr, seed=cfg.seed,
+                                 warmup_steps=cfg.warmup_steps)
+    seconds = time.perf_counter() - start
+    accuracy = pairwise_accuracy(model, tokenizer, heldout)
+    by_kind = {}
+    if "kind" in heldout.column_names:
+        for kind in sorted(set(heldout["kind"])):
+            rows = heldout.filter(lambda r, k=kind: r["kind"] == k)
+            by_kind[kind] = pairwise_accuracy(model, tokenizer, rows)
+    from trl_ext.doubling.artifacts import save_artifact
+
+    save_artifact(model, tokenizer, cfg.out)
+    losses = [h["loss"] for h in history if "loss" in h]
+    summary = {"stage": "train-reward-model", "config": asdict(cfg), "seconds": round(seconds, 2),
+               "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
+               "heldout_pairwise_accuracy": accuracy, "heldout_by_kind": by_kind, "heldout_pairs": len(heldout)}
+    _write_json(Path(cfg.out) / "metrics.json", summary)
+    return summary
+
+
+def _reward_model_base(cfg: RewardModelConfig):
+    if cfg.base is None:
+        import torch
+
+        from trl_ext.doubling.models import build_classifier
+        from trl_ext.doubling.tokenizer import build_tokenizer
+
+        tokenizer = build_tokenizer()
+        torch.manual_seed(cfg.seed)
+        return build_classifier(tokenizer, seed=cfg.seed, num_labels=1), tokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from trl_ext.model_dirs import read_model_config
+
+    read_model_config(cfg.base, "reward model base")
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(cfg.base, num_labels=1,
+                                                                   ignore_mismatched_sizes=True)
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"reward model base {cfg.base!r} cannot become a sequence classifier: "
+                         f"{str(err).splitlines()[0]}") from None
+    tokenizer = AutoTokenizer.from_pretrained(cfg.base)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def train_reward_model_command(opts) -> CommandResult:
+    result = run_train_reward_model(opts.stage)
+    return CommandResult(f"train-reward-model: held-out pairwise accuracy={result['heldout_pairwise_accuracy']:.4f} "
+                         f"on {result['heldout_pairs']} pairs in {result['seconds']}s", result)
+
+
 def pretrain_command(opts) -> CommandResult:
     result = run_pretrain(opts.stage)
     return CommandResult(f"pretrain: value_acc={result['value_acc']:.3f} charset spread="
@@ -149,4 +266,6 @@ PRETRAIN = Command(help="pretrain the tiny GPT-2 policy on no-prefix data", part
                    run=pretrain_command)
 TRAIN_REWARD = Command(help="train the BERT charset classifier", parts={"stage": RewardConfig},
                        run=train_reward_command)
+TRAIN_REWARD_MODEL = Command(help="train a scalar reward model on preference pairs (TRL's RewardTrainer)",
+                             parts={"stage": RewardModelConfig}, run=train_reward_model_command)
 EVAL = Command(help="evaluate a policy on held-out prefix prompts", parts={"stage": EvalConfig}, run=eval_command)

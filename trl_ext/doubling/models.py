@@ -34,8 +34,9 @@ def build_policy(tokenizer, seed: int = 0) -> GPT2LMHeadModel:
     return model
 
 
-def build_classifier(tokenizer, seed: int = 0) -> BertForSequenceClassification:
-    """Seed 000's BERT reward classifier: hidden 64, 4 layers, 4 heads, intermediate 64, 4 labels."""
+def build_classifier(tokenizer, seed: int = 0, num_labels: int = NUM_LABELS) -> BertForSequenceClassification:
+    """Seed 000's BERT reward classifier: hidden 64, 4 layers, 4 heads, intermediate 64, 4 labels
+    (``num_labels=1``: the same network as a scalar reward model)."""
     import torch
 
     torch.manual_seed(seed)
@@ -47,7 +48,7 @@ def build_classifier(tokenizer, seed: int = 0) -> BertForSequenceClassification:
         num_attention_heads=4,
         max_position_embeddings=128,
         type_vocab_size=1,
-        num_labels=NUM_LABELS,
+        num_labels=num_labels,
         pad_token_id=tokenizer.pad_token_id,
     )
     return BertForSequenceClassification(config)

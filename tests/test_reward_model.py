@@ -1,0 +1,98 @@
+"""Scalar reward models from preference pairs (TRL's RewardTrainer) and what they drive."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_ext.trl_compat import trl_ppo_available
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "trl_ext", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def doubling_rm(tmp_path_factory):
+    from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
+
+    out = tmp_path_factory.mktemp("rm") / "rm"
+    return out, run_train_reward_model(RewardModelConfig(out=str(out), eval_n=400))  # 600 steps, about 20 s
+
+
+def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
+    from trl_ext.doubling.preferences import preference_dataset
+    from trl_ext.doubling.task import parse_prompt
+
+    data = preference_dataset(2000, seed=0)
+    assert data[:5] == preference_dataset(5, seed=0)[:5]
+    share = {k: data["kind"].count(k) / len(data) for k in set(data["kind"])}
+    assert share == pytest.approx({"other_charset": 0.40, "wrong_value": 0.35, "missing_eos": 0.15,
+                                   "truncated": 0.10}, abs=0.03)
+    for row in data.select(range(200)):
+        assert row["chosen"] != row["rejected"] and row["chosen"].endswith("E")
+        assert parse_prompt(row["prompt"]).label is not None
+
+
+def test_reward_model_learns_the_doubling_preferences(doubling_rm):
+    """Measured: 0.84 overall; charset, missing-E and truncation pairs >= 0.97, wrong values only 0.60: the
+    tiny BERT does not learn to check a doubling in 600 steps (open work; not asserted beyond chance)."""
+    out, result = doubling_rm
+    by_kind = result["heldout_by_kind"]
+    assert result["heldout_pairwise_accuracy"] > 0.8 and result["final_loss"] < 0.5 * result["first_loss"], result
+    assert set(by_kind) == {"other_charset", "wrong_value", "missing_eos", "truncated"}
+    assert min(by_kind["other_charset"], by_kind["missing_eos"], by_kind["truncated"]) > 0.95, by_kind
+    assert by_kind["wrong_value"] > 0.5, by_kind
+    assert (out / "model.safetensors").exists() and json.loads((out / "config.json").read_text())["id2label"] == \
+        {"0": "LABEL_0"}
+
+
+@pytest.mark.parametrize("backend", ["scratch", "grpo", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
+def test_the_reward_model_drives_ppo_and_grpo(doubling_rm, trained_artifacts, tmp_path, backend):
+    out = tmp_path / backend
+    run = _cli("ppo", "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",
+               str(doubling_rm[0]), "--out", str(out), "--batch-size", "8", "--total-episodes", "16",
+               "--probe-every", "0", "--eval-n", "20")
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lines and all(math.isfinite(r["objective/scores"]) for r in lines)
+
+
+def test_bad_preference_data_is_named(tmp_path):
+    from datasets import Dataset
+
+    from trl_ext.reward_modeling import PreferenceError, check_preferences
+
+    with pytest.raises(PreferenceError, match="row 1: 'rejected' is missing or empty"):
+        check_preferences(Dataset.from_dict({"chosen": ["a", "b"], "rejected": ["c", ""]}))
+    with pytest.raises(PreferenceError, match="row 0: 'chosen' and 'rejected' are identical"):
+        check_preferences(Dataset.from_dict({"prompt": ["p"], "chosen": ["a"], "rejected": ["a"]}))
+    with pytest.raises(PreferenceError, match="lacks \\['rejected'\\]"):
+        check_preferences(Dataset.from_dict({"chosen": ["a"]}))
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps({"chosen": "a", "rejected": "b"}) + "\n" +
+                     json.dumps({"chosen": [{"role": "assistant", "content": "a"}],
+                                 "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
+    from trl_ext.commands.stages import load_preferences
+
+    with pytest.raises(ValueError, match="mixed.jsonl:2: mixes text and conversations"):
+        load_preferences(mixed)
+    policy_dir = tmp_path / "p"
+    from tiny_models import tiny_qwen2
+
+    tiny_qwen2(policy_dir)
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"chosen": f"a{i}", "rejected": f"b{i}"}) + "\n"
+                                              for i in range(8)))
+    run = _cli("train-reward-model", "--out", str(tmp_path / "o"), "--data", str(tmp_path / "d.jsonl"),
+               "--eval-n", "20")
+    assert run.returncode == 2 and "has 8 rows: not enough for 20 held-out pairs" in run.stderr
+    run = _cli("train-reward-model", "--out", str(tmp_path / "o"), "--base", str(tmp_path / "nowhere"))
+    assert run.returncode == 2 and "does not exist" in run.stderr

@@ -1,0 +1,64 @@
+"""Preference pairs for the doubling task (seed 003's Bradley-Terry reward model, on our task).
+
+Every pair is a prefixed prompt, the exact answer as ``chosen``, and one of these as ``rejected``,
+drawn with a seeded ``random.Random`` in fixed proportions:
+
+* 40% the right value in another character set (what the charset classifier already sees);
+* 35% a wrong value in the requested set: one digit changed, or two adjacent digits swapped;
+* 15% the exact answer without its closing ``E``;
+* 10% the answer cut short (one to all-but-one of its characters), ``E`` kept.
+
+Unlike the charset classifier, a reward model trained on these sees wrong values too.
+"""
+
+from __future__ import annotations
+
+import random
+
+from datasets import Dataset
+
+from trl_ext.doubling.task import CHARSETS, EOS, generate_samples, spell
+
+KINDS = (("other_charset", 0.40), ("wrong_value", 0.35), ("missing_eos", 0.15), ("truncated", 0.10))
+
+
+def _wrong_value(value: int, rng: random.Random) -> int:
+    digits = list(str(value))
+    while True:
+        changed = list(digits)
+        if len(changed) > 1 and rng.random() < 0.5:
+            i = rng.randrange(len(changed) - 1)
+            changed[i], changed[i + 1] = changed[i + 1], changed[i]
+        else:
+            i = rng.randrange(len(changed))
+            changed[i] = str((int(changed[i]) + rng.randrange(1, 10)) % 10)
+        if changed[0] != "0" and changed != digits:
+            return int("".join(changed))
+
+
+def rejected_answer(question: int, label: int, kind: str, rng: random.Random) -> str:
+    value = 2 * question
+    if kind == "other_charset":
+        return spell(value, rng.choice([c for c in range(len(CHARSETS)) if c != label])) + EOS
+    if kind == "wrong_value":
+        return spell(_wrong_value(value, rng), label) + EOS
+    if kind == "missing_eos":
+        return spell(value, label)
+    if kind == "truncated":
+        answer = spell(value, label)
+        return answer[: rng.randrange(1, len(answer))] + EOS
+    raise ValueError(f"unknown rejection kind {kind!r}")
+
+
+def preference_dataset(n: int, seed: int, split: str = "train") -> Dataset:
+    """``prompt``/``chosen``/``rejected`` (TRL's explicit-prompt preference format) plus ``kind``."""
+    rng = random.Random(seed + 7919)
+    kinds, weights = zip(*KINDS)
+    rows = {"prompt": [], "chosen": [], "rejected": [], "kind": []}
+    for sample in generate_samples(n, seed, split, prefixed=True):
+        kind = rng.choices(kinds, weights)[0]
+        rows["prompt"].append(sample.prompt)
+        rows["chosen"].append(sample.answer)
+        rows["rejected"].append(rejected_answer(sample.question, sample.label, kind, rng))
+        rows["kind"].append(kind)
+    return Dataset.from_dict(rows)
