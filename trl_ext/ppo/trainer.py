@@ -133,8 +133,7 @@ class PPOTrainer:
 
             policy = get_peft_model(policy, peft_config)
         # A PEFT policy's reference is the same model with its adapters off (seed 001): no second copy.
-        self.uses_adapter_reference = ref_model is None and hasattr(policy, "disable_adapter")
-        if self.uses_adapter_reference:
+        if ref_model is None and hasattr(policy, "disable_adapter"):
             self.ref_policy = None
         else:
             self.ref_policy = copy.deepcopy(policy) if ref_model is None else ref_model
