@@ -9,6 +9,7 @@ from trl_ext.ppo import core
 
 LR_SCHEDULES = ("linear", "constant")
 SAMPLERS = ("loop", "generate")
+SCORE_POSITIONS = ("last_token", "after_last_token")
 
 
 @dataclass
@@ -36,6 +37,11 @@ class PPOConfig:
     gamma: float = field(1.0, help="discount")
     lam: float = field(0.95, help="GAE lambda")
     whiten_rewards: bool = field(False, help="whiten the shaped rewards before GAE")
+    score_position: str = field("last_token", help="where the score lands: on the last response token (seed 000), "
+                                "or one token after it where the batch has room, its value trained too (TRL 1.12)",
+                                choices=SCORE_POSITIONS)
+    missing_eos_penalty: float | None = field(None, help="subtract this from the score of a response that ends "
+                                              "without eos (TRL's option; default: none)")
     response_length: int = field(8, help="most tokens a response may have")
     temperature: float = field(1.0, help="sampling temperature of rollouts")
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
@@ -63,9 +69,12 @@ class PPOConfig:
                      "response_length", "temperature"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value", "vf_coef", "ent_coef", "gamma", "lam"):
+        for name in ("save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
+                     "vf_coef", "ent_coef", "gamma", "lam"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
+            raise ValueError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
         if self.batch_size % self.num_mini_batches:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")

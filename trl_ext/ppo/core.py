@@ -81,6 +81,16 @@ def last_token_index(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().sum(-1) - 1).clamp(min=0)
 
 
+def mask_one_past_last(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` with the position right after each row's last set one set too, where the row has room.
+
+    TRL 1.12's ``padding_mask_p1``: its PPO puts the score on that position and trains the value there.
+    """
+    lengths = mask.long().sum(-1, keepdim=True)
+    positions = torch.arange(mask.shape[-1], device=mask.device)
+    return (positions <= lengths).to(mask.dtype)
+
+
 def token_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
                      kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed 000 / classic TRL shaping: ``-kl_coef * kl`` on every token, the score added on the last one.

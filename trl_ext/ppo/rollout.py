@@ -102,6 +102,7 @@ class Experience:
     position_ids: torch.Tensor  # (B, P + R)
     responses: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
     mask: torch.Tensor  # (B, R) 1 on response tokens up to and including eos
+    value_mask: torch.Tensor  # (B, R) where values, rewards and the value loss count (``mask`` unless TRL's p1)
     old_logprobs: torch.Tensor  # (B, R) log pi_old(token)
     ref_logprobs: torch.Tensor  # (B, R) log pi_ref(token)
     old_values: torch.Tensor  # (B, R) V_old before each response token

@@ -417,19 +417,26 @@ class PPOTrainer:
         with self.accelerator.autocast():
             logits, values = self.model(query_response, attention_mask, position_ids)
         old_logprobs, _ = self._response_logprobs(logits, responses, length)
-        old_values = values[:, length - 1:-1].float() * mask
+        # The score lands on the last token of `value_mask`: the last response token, or (TRL 1.12's
+        # choice) the state after it, whose value is then learned too.
+        value_mask = core.mask_one_past_last(mask) if cfg.score_position == "after_last_token" else mask
+        old_values = values[:, length - 1:-1].float() * value_mask
         ref_logits = self._reference_logits(query_response, attention_mask, position_ids)
         ref_logprobs, _ = self._response_logprobs(ref_logits, responses, length)
         kl = core.kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator) * mask
-        rewards, non_score = core.KL_SHAPINGS[cfg.kl_mode](scores, kl, mask, cfg.kl_coef)
+        if cfg.missing_eos_penalty is not None:
+            ended = (responses == self.tokenizer.eos_token_id).logical_and(mask.bool()).any(-1)
+            scores = torch.where(ended, scores, scores - cfg.missing_eos_penalty)
+        rewards, non_score = core.KL_SHAPINGS[cfg.kl_mode](scores, kl, value_mask, cfg.kl_coef)
         if cfg.whiten_rewards:
-            rewards = core.masked_whiten(rewards, mask, shift_mean=False) * mask
+            rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
         advantages, returns = core.ADVANTAGE_ESTIMATORS[cfg.advantage_estimator](
-            rewards, old_values, mask, cfg.gamma, cfg.lam)
+            rewards, old_values, value_mask, cfg.gamma, cfg.lam)
         advantages = core.masked_whiten(advantages, mask) * mask
         return Experience(
             query_response=query_response, attention_mask=attention_mask, position_ids=position_ids,
-            responses=responses, mask=mask, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs,
+            responses=responses, mask=mask, value_mask=value_mask, old_logprobs=old_logprobs,
+            ref_logprobs=ref_logprobs,
             old_values=old_values, scores=scores, rewards=rewards, non_score_rewards=non_score, kl=kl,
             advantages=advantages, returns=returns,
         )
@@ -440,7 +447,7 @@ class PPOTrainer:
         stats: dict[str, list[torch.Tensor]] = {}  # name -> one value per (epoch, minibatch)
         self.model.train()
         for epoch in range(cfg.num_ppo_epochs):
-            order = torch.randperm(len(exp), generator=self.generator, device=self.generator.device)
+            order = self._minibatch_order(len(exp))
             for mb_index in range(cfg.num_mini_batches):
                 mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))
                 with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
@@ -449,7 +456,7 @@ class PPOTrainer:
                 new_values = values[:, exp.query_length - 1:-1].float()
                 pg_loss, pg = core.clipped_policy_loss(logprobs, mb.old_logprobs, mb.advantages, mb.mask,
                                                        cfg.cliprange)
-                vf_loss, vf = core.clipped_value_loss(new_values, mb.old_values, mb.returns, mb.mask,
+                vf_loss, vf = core.clipped_value_loss(new_values, mb.old_values, mb.returns, mb.value_mask,
                                                       cfg.cliprange_value)
                 with torch.set_grad_enabled(cfg.ent_coef > 0):
                     entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb.mask)
@@ -469,6 +476,10 @@ class PPOTrainer:
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()
         return metrics
+
+    def _minibatch_order(self, size: int) -> torch.Tensor:
+        """A fresh shuffle of the rollouts for each PPO epoch (the equality test replays TRL's instead)."""
+        return torch.randperm(size, generator=self.generator, device=self.generator.device)
 
     def _metrics(self, exp: Experience, update_stats: dict[str, torch.Tensor]) -> dict:
         """Per-rollout objectives and the update's averaged stats, by name, averaged over processes."""

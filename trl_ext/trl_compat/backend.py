@@ -43,7 +43,7 @@ def build_value_model(policy, separate_critic: bool) -> ValueModelView:
 # Options whose name and meaning are the same in our PPOConfig and TRL's.
 SHARED_WITH_TRL = ("learning_rate", "lr_scheduler_type", "num_mini_batches", "num_ppo_epochs", "total_episodes",
                    "kl_coef", "kl_estimator", "cliprange", "cliprange_value", "vf_coef", "gamma", "lam",
-                   "whiten_rewards", "response_length", "temperature", "seed")
+                   "whiten_rewards", "response_length", "temperature", "seed", "missing_eos_penalty")
 
 
 def trl_ppo_config(cfg, output_dir: str | Path):
@@ -58,7 +58,6 @@ def trl_ppo_config(cfg, output_dir: str | Path):
         local_rollout_forward_batch_size=cfg.batch_size,
         gradient_accumulation_steps=1,
         stop_token="eos",
-        missing_eos_penalty=None,
         bf16=False,
         fp16=False,
         use_cpu=not torch.cuda.is_available(),
