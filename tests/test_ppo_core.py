@@ -73,6 +73,14 @@ def test_token_and_sequence_kl_rewards_by_hand():
     assert torch.allclose(rewards, torch.tensor([[0.0, 0.0, 2.0 - 0.3, 0.0], [0.0, -1.0, 0.0, 0.0]]))
 
 
+def test_mask_one_past_last_and_score_after_it():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    extended = core.mask_one_past_last(mask)
+    assert extended.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]]  # a full row has no room
+    rewards, _ = core.token_kl_rewards(torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3, 4), extended, kl_coef=0.1)
+    assert rewards.tolist() == [[0, 0, 0, 1.0], [0, 0, 2.0, 0], [0, 0, 0, 3.0]]
+
+
 def test_gae_by_hand_and_against_the_tutorial_loop():
     rewards = torch.tensor([[0.0, 0.0, 1.0]])
     values = torch.tensor([[0.5, 0.5, 0.5]])

@@ -69,6 +69,21 @@ def test_step_wise_api(pieces):
         trainer.step(queries, responses, [0.0, float("nan"), 0.0, 0.0])
 
 
+def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
+    policy, tok, _ = pieces
+    trainer = PPOTrainer(policy, args=PPOConfig(batch_size=2, num_ppo_epochs=1, missing_eos_penalty=1.5),
+                         processing_class=tok)
+    queries = [tok("S数字:12x2=", add_special_tokens=False)["input_ids"]] * 2
+    finished, cut = tok("24E", add_special_tokens=False)["input_ids"], tok("2444", add_special_tokens=False)["input_ids"]
+    query_ids, query_mask = trainer._pad_queries(queries)
+    responses = torch.tensor([finished + [tok.pad_token_id], cut])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    experience = trainer._experience(query_ids, query_mask, responses, mask, torch.tensor([1.0, 1.0]))
+    assert experience.scores.tolist() == [1.0, -0.5]
+    with pytest.raises(ValueError, match="missing_eos_penalty must not be negative"):
+        PPOConfig(missing_eos_penalty=-1.0)
+
+
 def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch):
     from trl_ext.ppo import core
     from trl_ext.doubling.task import ppo_prompt_dataset

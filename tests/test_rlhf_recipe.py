@@ -63,3 +63,59 @@ def test_rlhf_with_a_reward_function_instead_of_a_reward_model(tiny_models, tmp_
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["updates"] == 1 and summary["first_score"] >= 0
     assert summary["config"]["models"]["reward_fn"].endswith("rf.py:vowels")
+
+
+def test_rlhf_pipeline_sft_then_reward_model_then_ppo(tiny_models, tmp_path):
+    """Seeds 002-004 in one command: SFT on prompt/completion rows, a reward model from preference
+    pairs (DeBERTa-v2 base), then PPO with LoRA on the SFT model; a second run reuses both stages."""
+    policy, reward_base = tiny_models
+    out = tmp_path / "pipeline"
+    cmd = [sys.executable, str(ROOT / "recipes/rlhf/ppo_rlhf.py"), "--policy", str(policy),
+           "--sft-data", str(ROOT / "recipes/rlhf/sft.jsonl"), "--sft-steps", "4",
+           "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(reward_base),
+           "--reward-steps", "4", "--reward-eval-n", "4", "--stage-batch-size", "4",
+           "--prompts", str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out),
+           "--batch-size", "4", "--total-episodes", "8", "--response-length", "8", "--lora-r", "4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    from transformers import AutoModelForCausalLM
+
+    sft = AutoModelForCausalLM.from_pretrained(out / "sft")
+    base = AutoModelForCausalLM.from_pretrained(policy)
+    assert not any("lora" in name for name, _ in sft.named_parameters())  # the SFT adapter was merged
+    assert any((a - b).abs().max() > 0 for a, b in zip(sft.parameters(), base.parameters()))
+    stage = json.loads((out / "reward_model" / "stage.json").read_text())
+    assert 0.0 <= stage["heldout_pairwise_accuracy"] <= 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 2 and summary["first_score"] is not None
+    adapter_config = json.loads((out / "adapter_config.json").read_text())
+    assert adapter_config["base_model_name_or_path"] == str(out / "sft")  # PPO ran on the SFT model
+
+    markers = {name: (out / name / "stage.json").stat().st_mtime_ns for name in ("sft", "reward_model")}
+    # --overwrite: PPO writes its new adapter over the last one; the finished stages are kept and reused
+    again = subprocess.run([*cmd, "--overwrite"], capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "[sft] reusing" in again.stdout and "[reward_model] reusing" in again.stdout
+    assert markers == {name: (out / name / "stage.json").stat().st_mtime_ns for name in markers}
+
+
+def test_rlhf_pipeline_bad_inputs_are_named(tiny_models, tmp_path, capsys):
+    policy, reward_base = tiny_models
+    from trl_ext.commands.cli import main
+
+    prompts = str(ROOT / "recipes/rlhf/prompts.jsonl")
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c", "completion": ""}\n')
+    cases = [
+        (["--reward", str(reward_base), "--sft-data", str(sft)], "row 1: 'completion' is missing or empty"),
+        ([], "give --reward (a reward model directory), --reward-fn (module:callable) or --preferences"),
+        (["--reward", str(reward_base), "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl")],
+         "give --reward or --preferences, not both"),
+        (["--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(policy / "nothing")],
+         "does not exist"),
+    ]
+    for number, (extra, message) in enumerate(cases):
+        out = tmp_path / f"o{number}"
+        assert main(["rlhf", "--policy", str(policy), "--prompts", prompts, "--out", str(out), *extra]) == 2
+        assert message in capsys.readouterr().err, extra

@@ -8,7 +8,7 @@ LoRA layers, different heads"); the reference policy is the base model without t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
@@ -26,11 +26,33 @@ class RLHFModels:
     reward_fn: str | None = field(None, help="your own reward function as 'module:callable' (TRL's reward_funcs "
                                   "convention); summed with --reward when both are given")
     reward_max_length: int = field(512, help="reward model input length")
-    pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect")
+    pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
+                       "(a reward model trained by --preferences is scored as it was trained: one text)")
+
+
+@dataclass
+class RLHFStages:
+    """Optional stages before PPO (seeds 002-004); each writes a folder of --out and is reused while its
+    inputs and options are unchanged."""
+
+    sft_data: str | None = field(None, help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
+                                 "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference")
+    sft_steps: int = field(100, help="SFT optimizer steps")
+    sft_learning_rate: float = field(2e-4, help="SFT peak learning rate (cosine decay)")
+    preferences: str | None = field(None, help="preference .jsonl (chosen/rejected, optional prompt/margin): train "
+                                    "the reward model first (TRL's RewardTrainer) instead of giving --reward")
+    reward_base: str | None = field(None, help="base of that reward model (any AutoModelForSequenceClassification, "
+                                    "e.g. DeBERTa-v3); default: the policy after SFT, as InstructGPT does")
+    reward_steps: int = field(200, help="reward model optimizer steps")
+    reward_learning_rate: float = field(5e-5, help="reward model peak learning rate (cosine decay)")
+    reward_eval_n: int = field(100, help="preference rows held out (the file's last ones) for pairwise accuracy")
+    stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
 
     def __post_init__(self):
-        if not self.reward and not self.reward_fn:
-            raise ValueError("give --reward (a reward model directory) or --reward-fn (module:callable), or both")
+        for name in ("sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate", "reward_eval_n",
+                     "stage_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 @dataclass
@@ -67,23 +89,19 @@ RLHF_DEFAULTS = {"learning_rate": 1e-5, "batch_size": 8, "total_episodes": 1024,
 
 def load_prompts(path: str | Path) -> list[str]:
     """Prompts from .jsonl (a 'prompt' per line) or .txt (a prompt per line); errors name the line."""
+    from trl_ext.commands.datafiles import read_jsonl
+
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"prompts file {str(path)!r} does not exist")
-    prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        if path.suffix == ".jsonl":
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err})") from err
-            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+    if path.suffix == ".jsonl":
+        prompts = []
+        for number, row in read_jsonl(path, "prompts"):
+            if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
                 raise ValueError(f"{path}:{number}: expected an object with a non-empty string 'prompt'")
             prompts.append(row["prompt"])
-        else:
-            prompts.append(line)
+        return prompts
+    if not path.exists():
+        raise FileNotFoundError(f"prompts file {str(path)!r} does not exist")
+    prompts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not prompts:
         raise ValueError(f"prompts file {str(path)!r} holds no prompts")
     return prompts
@@ -125,12 +143,117 @@ def lora_config(lora: LoRAOptions):
                       lora_dropout=lora.lora_dropout, target_modules=targets)
 
 
+STAGE_FOLDERS = ("sft", "reward_model")
+STAGE_MARKER = "stage.json"
+
+
+def _inputs_fingerprint(*paths) -> list:
+    """What a stage read: a data file by its content, a model directory by its files' sizes and times."""
+    import hashlib
+
+    prints = []
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            prints.append(sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in path.iterdir()
+                                 if p.is_file()))  # lists, as they read back from the JSON marker
+        else:
+            prints.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    return prints
+
+
+def _reusable(folder: Path, config: dict) -> bool:
+    marker = folder / STAGE_MARKER
+    return marker.exists() and json.loads(marker.read_text()).get("config") == config
+
+
+def _mark_finished(folder: Path, config: dict, result: dict) -> None:
+    (folder / STAGE_MARKER).write_text(json.dumps({"config": config, **result}, indent=2) + "\n")
+
+
+def sft_stage(opts, out: Path, say) -> str:
+    """The policy PPO starts from: ``--policy``, or ``out/sft`` fine-tuned on ``--sft-data``."""
+    stages = opts.stages
+    if not stages.sft_data:
+        return opts.models.policy
+    from trl_ext.commands.datafiles import as_dataset, read_jsonl, require_one_format
+
+    from trl_ext.model_dirs import read_model_config
+
+    read_model_config(opts.models.policy, "policy")
+    if not Path(stages.sft_data).is_file():
+        raise FileNotFoundError(f"SFT data file {stages.sft_data!r} does not exist")
+    folder = out / "sft"
+    config = {"policy": opts.models.policy, "data": stages.sft_data, "steps": stages.sft_steps,
+              "learning_rate": stages.sft_learning_rate, "batch_size": stages.stage_batch_size,
+              "seed": opts.train.seed, "lora": asdict(opts.lora),
+              "inputs": _inputs_fingerprint(stages.sft_data, opts.models.policy)}
+    if _reusable(folder, config):
+        say(f"[sft] reusing {folder}")
+        return str(folder)
+    rows = read_jsonl(stages.sft_data, "SFT data")
+    require_one_format(rows, "completion", stages.sft_data)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.sft import supervised_finetune
+
+    say(f"[sft] fine-tuning {opts.models.policy} on {stages.sft_data} ...")
+    tokenizer = AutoTokenizer.from_pretrained(opts.models.policy)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model, history = supervised_finetune(
+        AutoModelForCausalLM.from_pretrained(opts.models.policy), tokenizer, as_dataset(rows),
+        output_dir=str(folder), steps=stages.sft_steps, batch_size=stages.stage_batch_size,
+        learning_rate=stages.sft_learning_rate, seed=opts.train.seed, peft_config=lora_config(opts.lora))
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    losses = [h["loss"] for h in history if "loss" in h]
+    _mark_finished(folder, config, {"stage": "sft", "first_loss": losses[0] if losses else None,
+                                    "final_loss": losses[-1] if losses else None})
+    return str(folder)
+
+
+def reward_model_stage(opts, policy: str, out: Path, say) -> str | None:
+    """The reward model PPO scores with: ``--reward``, or ``out/reward_model`` trained on ``--preferences``."""
+    stages = opts.stages
+    if not stages.preferences:
+        return opts.models.reward
+    from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
+
+    folder = out / "reward_model"
+    stage_cfg = RewardModelConfig(out=str(folder), base=stages.reward_base or policy, data=stages.preferences,
+                                  steps=stages.reward_steps, batch_size=stages.stage_batch_size,
+                                  lr=stages.reward_learning_rate, warmup_steps=0, seed=opts.train.seed,
+                                  eval_n=stages.reward_eval_n)
+    from trl_ext.model_dirs import read_model_config
+
+    read_model_config(stage_cfg.base, "reward model base")
+    if not Path(stages.preferences).is_file():
+        raise FileNotFoundError(f"preference file {stages.preferences!r} does not exist")
+    config = {**asdict(stage_cfg), "inputs": _inputs_fingerprint(stages.preferences, stage_cfg.base)}
+    if _reusable(folder, config):
+        say(f"[reward_model] reusing {folder}")
+        return str(folder)
+    say(f"[reward_model] training on {stages.preferences} from {stage_cfg.base} ...")
+    result = run_train_reward_model(stage_cfg)
+    say(f"[reward_model] held-out pairwise accuracy {result['heldout_pairwise_accuracy']:.3f}")
+    _mark_finished(folder, config, {"stage": "reward_model",
+                                    "heldout_pairwise_accuracy": result["heldout_pairwise_accuracy"]})
+    return str(folder)
+
+
 def run_rlhf(opts, print_fn=print) -> dict:
     import torch
     from accelerate import PartialState
     from datasets import Dataset
 
-    backend = opts.run.backend
+    backend, models = opts.run.backend, opts.models
+    if not (models.reward or models.reward_fn or opts.stages.preferences):
+        raise ValueError("give --reward (a reward model directory), --reward-fn (module:callable) or --preferences "
+                         "(a preference file to train the reward model on first)")
+    if models.reward and opts.stages.preferences:
+        raise ValueError("give --reward or --preferences, not both: --preferences trains the reward model "
+                         "(its base is --reward-base)")
     if opts.train.separate_critic:
         raise ValueError("the RLHF recipe shares the LoRA backbone between policy and value head; "
                          "separate_critic is not supported here")
@@ -140,10 +263,17 @@ def run_rlhf(opts, print_fn=print) -> dict:
         require_trl_ppo()
     state = PartialState(cpu=not torch.cuda.is_available())
     prompts = load_prompts(opts.data.prompts)
-    policy, tokenizer, reward_fn = load_models(opts.models)
+    out = Path(opts.output.out)
     if state.is_main_process:
-        prepare_out_dir(opts.output.out, opts.output.overwrite)
+        prepare_out_dir(out, opts.output.overwrite, owned=STAGE_FOLDERS)
+        # The stages run once, on the main process; the others wait and read what it wrote.
+        reward_model_stage(opts, sft_stage(opts, out, print_fn), out, print_fn)
     state.wait_for_everyone()
+    policy_dir = str(out / "sft") if opts.stages.sft_data else models.policy
+    reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
+    trained_here = replace(models, policy=policy_dir, reward=reward_dir,
+                           pair=models.pair and not opts.stages.preferences)
+    policy, tokenizer, reward_fn = load_models(trained_here)
     tokenizer.truncation_side = "left"
     ids = tokenizer(prompts, truncation=True, max_length=opts.data.max_prompt_length)["input_ids"]
     dataset = Dataset.from_dict({"prompt": prompts, "input_ids": ids})
@@ -151,7 +281,6 @@ def run_rlhf(opts, print_fn=print) -> dict:
     dataset = dataset.select([i % len(dataset) for i in range(need)])  # cycle the prompts to the budget
     ppo_cfg = train_options(opts)
     history: list[dict] = []
-    out = Path(opts.output.out)
     if backend == "trl":
         from transformers import TrainerCallback
 
@@ -194,8 +323,8 @@ def rlhf_command(opts) -> CommandResult:
 
 
 COMMAND = Command(
-    help="real-LLM PPO with LoRA and a scalar reward model (and/or your reward function)",
+    help="real-LLM RLHF with LoRA: optional SFT, optional reward model from preferences, then PPO",
     parts={"train": PPOConfig, "models": RLHFModels, "data": PromptOptions, "lora": LoRAOptions,
-           "output": OutputOptions, "run": RLHFBackend},
+           "stages": RLHFStages, "output": OutputOptions, "run": RLHFBackend},
     run=rlhf_command, defaults=RLHF_DEFAULTS,
 )

@@ -145,28 +145,11 @@ class RewardModelConfig:
 
 def load_preferences(path: str | Path):
     """Preference rows from a .jsonl file; errors name the line."""
-    from datasets import Dataset
+    from trl_ext.commands.datafiles import as_dataset, read_jsonl, require_one_format
 
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"preference file {str(path)!r} does not exist")
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err})") from err
-            if not isinstance(rows[-1], dict):
-                raise ValueError(f"{path}:{number}: expected an object with 'chosen' and 'rejected'")
-            if isinstance(rows[-1].get("chosen"), list) != isinstance(rows[0].get("chosen"), list):
-                raise ValueError(f"{path}:{number}: mixes text and conversations (line 1 is "
-                                 f"{'a conversation' if isinstance(rows[0].get('chosen'), list) else 'text'}); "
-                                 "use one format for every row")
-    if not rows:
-        raise ValueError(f"preference file {str(path)!r} holds no rows")
-    keys = sorted(set().union(*rows))
-    return Dataset.from_dict({k: [r.get(k) for r in rows] for k in keys})
+    rows = read_jsonl(path, "preference")
+    require_one_format(rows, "chosen", path)
+    return as_dataset(rows)
 
 
 def run_train_reward_model(cfg: RewardModelConfig) -> dict:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 
 from trl_ext.options import field
 from trl_ext.ppo import core
+from trl_ext.ppo.model import VALUE_HEAD_INITS
 
 LR_SCHEDULES = ("linear", "constant")
 SAMPLERS = ("loop", "generate")
@@ -52,6 +53,9 @@ class PPOConfig:
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
+    value_head_init: str = field("linear", help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
+                                 "start at V = 0 (peaks at a 3-5x higher KL on the doubling task)",
+                                 choices=VALUE_HEAD_INITS)
     seed: int = field(0, help="seed for prompt order, sampling and initialisation")
     reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
                                                "default: all 1.0", cli=False)

@@ -25,14 +25,23 @@ def base_backbone(model):
     return getattr(model, model.base_model_prefix)
 
 
+VALUE_HEAD_INITS = ("linear", "zero")
+
+
 class ActorCritic(nn.Module):
-    def __init__(self, policy, separate_critic: bool = False):
+    """``value_head_init``: 'linear' is ``nn.Linear``'s own random init, as TRL's
+    ``AutoModelForCausalLMWithValueHead``; 'zero' starts at V = 0 (README, "The KL gap", measures both)."""
+
+    def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear"):
         super().__init__()
+        if value_head_init not in VALUE_HEAD_INITS:
+            raise ValueError(f"value_head_init must be one of {', '.join(VALUE_HEAD_INITS)}; got {value_head_init!r}")
         self.policy = policy
         self.critic_backbone = copy.deepcopy(base_backbone(policy)) if separate_critic else None
         self.value_head = nn.Linear(hidden_size(policy), 1)
-        nn.init.zeros_(self.value_head.weight)  # start at V = 0: no spurious advantages on update 1
-        nn.init.zeros_(self.value_head.bias)
+        if value_head_init == "zero":
+            nn.init.zeros_(self.value_head.weight)
+            nn.init.zeros_(self.value_head.bias)
 
     @property
     def separate_critic(self) -> bool:

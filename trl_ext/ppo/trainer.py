@@ -142,7 +142,7 @@ class PPOTrainer:
         if config.gradient_checkpointing:
             # use_reentrant=False: gradients reach LoRA adapters even when the inputs need none
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model = ActorCritic(policy, separate_critic=config.separate_critic)
+        model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init)
         if isinstance(model_or_path, (str, Path)):
             load_value_head(model.value_head, model_or_path)  # continuing from a saved PPO policy
         _disable_dropout(model)

@@ -33,11 +33,15 @@ class ValueModelView(nn.Module):
         return self.with_value_head.v_head(hidden_states)
 
 
-def build_value_model(policy, separate_critic: bool) -> ValueModelView:
+def build_value_model(policy, separate_critic: bool, value_head_init: str = "linear") -> ValueModelView:
     from trl.experimental.ppo import AutoModelForCausalLMWithValueHead
 
     base = copy.deepcopy(policy) if separate_critic else policy
-    return ValueModelView(AutoModelForCausalLMWithValueHead(base))
+    view = ValueModelView(AutoModelForCausalLMWithValueHead(base))
+    if value_head_init == "zero":  # TRL's own is nn.Linear's init ('linear')
+        nn.init.zeros_(view.with_value_head.v_head.summary.weight)
+        nn.init.zeros_(view.with_value_head.v_head.summary.bias)
+    return view
 
 
 # Options whose name and meaning are the same in our PPOConfig and TRL's.
@@ -92,7 +96,7 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
         raise ValueError("TRL 1.12's PPOTrainer cannot resume: its train() takes no checkpoint")
     torch.manual_seed(cfg.seed)
     reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
-    value_model = build_value_model(policy, cfg.separate_critic)
+    value_model = build_value_model(policy, cfg.separate_critic, cfg.value_head_init)
     ids_only = train_dataset.select_columns(["input_ids"])
     trainer = TRLPPOTrainer(
         args=trl_ppo_config(cfg, output_dir), processing_class=tokenizer, model=policy,

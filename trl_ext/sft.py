@@ -1,0 +1,56 @@
+"""Supervised fine-tuning before PPO (the first stage of seeds 002-004): TRL's ``SFTTrainer`` on
+prompt/completion data (TRL's standard format, text or conversations), loss on the completion only.
+
+With a LoRA config the adapter is merged into the weights afterwards, so the result is a plain
+causal LM: PPO then puts a fresh adapter on it, and the SFT model is PPO's reference.
+"""
+
+from __future__ import annotations
+
+from trl_ext.rewards.classifier import is_conversation
+
+
+class SFTDataError(ValueError):
+    """A prompt/completion row the trainer cannot use; the message names the row."""
+
+
+def check_sft_rows(dataset) -> bool:
+    """Every row has a non-empty ``prompt`` and ``completion`` of one format; returns whether they are conversations."""
+    missing = [c for c in ("prompt", "completion") if c not in dataset.column_names]
+    if missing:
+        raise SFTDataError(f"SFT data needs 'prompt' and 'completion' columns; it lacks {missing} "
+                           f"(columns: {dataset.column_names})")
+    formats = set()
+    for row, example in enumerate(dataset):
+        for key in ("prompt", "completion"):
+            value = example[key]
+            if not value or (isinstance(value, str) and not value.strip()):
+                raise SFTDataError(f"row {row}: {key!r} is missing or empty")
+            formats.add(is_conversation(value))
+        if len(formats) > 1:
+            raise SFTDataError(f"row {row}: mixes text and conversations; use one format for every row")
+    return formats.pop()
+
+
+def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: int, batch_size: int,
+                        learning_rate: float, seed: int = 0, peft_config=None):
+    """Run ``SFTTrainer`` for ``steps`` steps; returns ``(model, log history)`` with any LoRA adapter merged."""
+    import torch
+    from transformers import PrinterCallback, ProgressCallback
+    from trl import SFTConfig, SFTTrainer
+
+    check_sft_rows(dataset)
+    args = SFTConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+                     learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=0, seed=seed,
+                     use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False, report_to="none",
+                     logging_steps=max(1, steps // 10), save_strategy="no", disable_tqdm=True,
+                     gradient_checkpointing=False, max_length=None, dataset_num_proc=None)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=peft_config)
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.train()
+    tuned = trainer.model
+    if hasattr(tuned, "merge_and_unload"):
+        tuned = tuned.merge_and_unload()
+    return tuned, trainer.state.log_history
