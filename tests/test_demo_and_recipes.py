@@ -153,3 +153,19 @@ def test_recipe_yaml_files_keep_the_tuned_defaults():
             default = command.default(key, fields[key][1])
             if isinstance(default, (int, float)) and not isinstance(default, bool):
                 assert float(value) == float(default), (name, key, value, default)
+
+
+def test_compare_with_the_reward_model_beside_the_classifier(tmp_path):
+    """`--rewards classifier,reward_model`: a scalar reward model is trained from the pretrained policy on the
+    doubling preferences, and every backend runs once with each reward (rows `scratch` and `scratch+rm`)."""
+    out = tmp_path / "cmp"
+    run = _cli("compare", "--out", str(out), "--seeds", "1", "--backends", "scratch", "--rewards",
+               "classifier,reward_model", "--reward-model-steps", "20", "--jobs", "1", *TINY)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [r["backend"] for r in results["rows"]] == ["scratch", "scratch+rm"]
+    rm = json.loads((out / "reward_model" / "config.json").read_text())
+    assert len(rm["id2label"]) == 1 and rm["architectures"] == ["GPT2ForSequenceClassification"]
+    summary = json.loads((out / "scratch_rm_seed0" / "summary.json").read_text())
+    assert summary["config"]["models"]["reward"] == str(out / "reward_model")
+    assert "Reward model (+rm rows) held-out pairwise accuracy" in (out / "report.md").read_text()

@@ -16,11 +16,21 @@ from pathlib import Path
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
-from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
+from trl_ext.commands.stages import (
+    PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
+)
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
 
-DEMO_FILES = ("policy", "reward", "results.json", "report.md", "curves.png")
+DEMO_FILES = ("policy", "reward", "reward_model", "results.json", "report.md", "curves.png")
+# What PPO is rewarded with: the charset classifier's logit (seed 000), or the scalar reward model
+# trained on the doubling preference pairs, which also sees wrong values (issue 11).
+REWARDS = ("classifier", "reward_model")
+REWARD_SUFFIX = {"classifier": "", "reward_model": "_rm"}
+
+
+def _names(text: str) -> list[str]:
+    return [b.strip() for b in text.split(",") if b.strip()]
 
 
 @dataclass
@@ -28,18 +38,33 @@ class PipelineOptions:
     """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
 
     backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKENDS)}")
+    rewards: str = field("classifier", help="comma-separated, from classifier (the charset classifier's logit) and "
+                         "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)")
     pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
     reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
+    reward_model_steps: int = field(RewardModelConfig.steps, help="reward model training steps (--rewards "
+                                    "reward_model)")
+    jobs: int = field(2, help="PPO runs at once, each in its own process (the README's command gives each one "
+                      "torch thread); 1: one after another in this process")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
 
     def __post_init__(self):
         unknown = [b for b in self.backend_list if b not in BACKENDS]
         if not self.backend_list or unknown:
             raise ValueError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
+        unknown = [r for r in self.reward_list if r not in REWARDS]
+        if not self.reward_list or unknown:
+            raise ValueError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
+        if self.jobs <= 0:
+            raise ValueError(f"jobs must be positive, got {self.jobs}")
 
     @property
     def backend_list(self) -> list[str]:
-        return [b.strip() for b in self.backends.split(",") if b.strip()]
+        return _names(self.backends)
+
+    @property
+    def reward_list(self) -> list[str]:
+        return _names(self.rewards)
 
 
 @dataclass
@@ -62,8 +87,16 @@ def _finished(path: Path, marker: str, config: dict) -> dict | None:
 
 def _supervised_stages(pipeline: PipelineOptions, out: Path, say) -> dict:
     results = {}
-    stages = (("policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=pipeline.pretrain_steps), run_pretrain),
-              ("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps), run_train_reward))
+    stages = [("policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=pipeline.pretrain_steps), run_pretrain)]
+    if "classifier" in pipeline.reward_list:
+        stages.append(("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps),
+                       run_train_reward))
+    if "reward_model" in pipeline.reward_list:
+        # Initialised from the pretrained policy, as InstructGPT initialises its reward model from the
+        # SFT model: the policy already computes doublings, so the reward model learns to check them.
+        stages.append(("reward_model", RewardModelConfig(out=str(out / "reward_model"), base=str(out / "policy"),
+                                                         seed=0, steps=pipeline.reward_model_steps),
+                       run_train_reward_model))
     for name, stage_cfg, run in stages:
         done = None if pipeline.fresh else _finished(out / name, "metrics.json", asdict(stage_cfg))
         if done is not None:
@@ -75,36 +108,95 @@ def _supervised_stages(pipeline: PipelineOptions, out: Path, say) -> dict:
     return results
 
 
-def _ppo_stage(opts, out: Path, backend: str, seed: int, folder: str, say) -> dict:
-    run_opts = ppo_options(replace(opts.train, seed=seed), policy=str(out / "policy"), reward=str(out / "reward"),
-                           out=str(out / folder), backend=backend, watch=opts.watch, overwrite=True)
-    done = None if opts.pipeline.fresh else _finished(out / folder, "summary.json", options_dict(run_opts))
+@dataclass(frozen=True)
+class PPORun:
+    """One PPO run of the pipeline: a backend, a reward, a seed, and the folder it writes."""
+
+    backend: str
+    reward: str
+    seed: int
+    folder: str
+
+    @property
+    def label(self) -> str:
+        return self.backend + ("" if self.reward == "classifier" else "+rm")
+
+
+def _ppo_stage(opts, out: Path, run: PPORun, say) -> dict:
+    reward_dir = out / ("reward" if run.reward == "classifier" else "reward_model")
+    run_opts = ppo_options(replace(opts.train, seed=run.seed), policy=str(out / "policy"), reward=str(reward_dir),
+                           out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True)
+    done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", options_dict(run_opts))
     if done is not None:
-        say(f"[{backend}] reusing {out / folder}")
+        say(f"[{run.label}] reusing {out / run.folder}")
         return done
-    say(f"[{backend}] PPO seed {seed}: {opts.train.total_episodes} episodes ...")
+    say(f"[{run.label}] PPO seed {run.seed}: {opts.train.total_episodes} episodes ...")
     summary = run_ppo(run_opts, print_fn=say)
     say(summary["summary"])
     return summary
 
 
-def _skipped_as_unavailable(backend: str, results: dict, rows: list, say) -> bool:
+def _print_flushed(*args):
+    print(*args, flush=True)
+
+
+def _one_torch_thread():
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _ppo_stages(opts, out: Path, runs: list[PPORun], say) -> list[dict]:
+    """Every run's summary, in order; up to ``jobs`` runs at once in child processes."""
+    import multiprocessing
+    import os
+
+    jobs = min(opts.pipeline.jobs, len(runs), os.cpu_count() or 1)
+    if jobs <= 1:
+        return [_ppo_stage(opts, out, run, say) for run in runs]
+    # spawn: each child starts clean (no inherited torch threads or accelerate state)
+    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_one_torch_thread)
+    try:
+        pending = [pool.apply_async(_ppo_stage, (opts, out, run, _print_flushed)) for run in runs]
+        summaries = [p.get() for p in pending]
+    except BaseException:
+        pool.terminate()  # Ctrl-C or a failed run: stop the others now; finished runs stay reusable
+        raise
+    pool.close()
+    pool.join()
+    return summaries
+
+
+def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list, say) -> bool:
     """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
     from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
 
     if backend != "trl" or trl_ppo_available():
         return False
     reason = trl_ppo_unavailable_reason()
-    say(f"[{backend}] not run: {reason}")
-    results["backends"][backend] = {"not_run": reason}
-    rows.append({"backend": backend, "not_run": reason})
+    if label not in results["backends"]:
+        say(f"[{label}] not run: {reason}")
+        results["backends"][label] = {"not_run": reason}
+        rows.append({"backend": label, "not_run": reason})
     return True
 
 
-def _row(summary: dict) -> dict:
+def _stage_notes(stages: dict) -> list[str]:
+    pre = stages["policy"]
+    notes = [f"Pretrained policy: value_acc {pre['value_acc']:.3f}, sampled charset spread {pre['charset_spread']}."]
+    if "reward" in stages:
+        notes.append(f"Reward classifier held-out accuracy: {stages['reward']['heldout_accuracy']:.4f}.")
+    if "reward_model" in stages:
+        rm = stages["reward_model"]
+        notes.append(f"Reward model (+rm rows) held-out pairwise accuracy: {rm['heldout_pairwise_accuracy']:.4f} "
+                     f"({', '.join(f'{k} {v:.3f}' for k, v in rm['heldout_by_kind'].items())}).")
+    return notes
+
+
+def _row(summary: dict, label: str) -> dict:
     reached = summary.get("reached_0_99") or {}
     return {
-        "backend": summary["backend"],
+        "backend": label,
         "greedy_exact": summary["greedy"]["exact"],
         "sampled_exact": summary["sampled"]["exact"],
         "greedy_charset": summary["greedy"]["charset_acc"],
@@ -153,24 +245,25 @@ def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, res
 def run_demo(opts, print_fn=print) -> dict:
     from trl_ext.commands.report import text_table
 
-    watch = opts.watch
+    watch, pipeline = opts.watch, opts.pipeline
     out = prepare_out_dir(opts.output.out, opts.output.overwrite,
-                          owned=DEMO_FILES + tuple(f"ppo_{b}" for b in BACKENDS))
-    results = {"config": options_dict(opts), "stages": _supervised_stages(opts.pipeline, out, print_fn),
+                          owned=DEMO_FILES + tuple(f"ppo_{b}{s}" for b in BACKENDS for s in REWARD_SUFFIX.values()))
+    results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn),
                "backends": {}}
-    rows, histories = [], {}
-    for backend in opts.pipeline.backend_list:
-        if _skipped_as_unavailable(backend, results, rows, print_fn):
-            continue
-        summary = _ppo_stage(opts, out, backend, opts.train.seed, f"ppo_{backend}", print_fn)
-        results["backends"][backend] = summary
-        rows.append(_row(summary))
-        histories[backend] = _history(out / f"ppo_{backend}")
-    pre = results["stages"]["policy"]
-    notes = [f"Pretrained policy: value_acc {pre['value_acc']:.3f}, sampled charset spread {pre['charset_spread']}.",
-             f"Reward classifier held-out accuracy: {results['stages']['reward']['heldout_accuracy']:.4f}.",
-             f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
-             f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
+    rows, runs = [], []
+    for reward in pipeline.reward_list:
+        for backend in pipeline.backend_list:
+            run = PPORun(backend, reward, opts.train.seed, f"ppo_{backend}{REWARD_SUFFIX[reward]}")
+            if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
+                runs.append(run)
+    histories = {}
+    for run, summary in zip(runs, _ppo_stages(opts, out, runs, print_fn)):
+        results["backends"][run.label] = summary
+        rows.append(_row(summary, run.label))
+        histories[run.label] = _history(out / run.folder)
+    notes = _stage_notes(results["stages"]) + [
+        f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
+        f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
     _write_outputs(out, "trl-ext demo: the doubling task", rows, histories, results, notes)
     table = text_table(rows)
     print_fn(table)
@@ -193,27 +286,30 @@ def _aggregate(rows: list[dict]) -> dict:
 def run_compare(opts, print_fn=print) -> dict:
     from trl_ext.commands.report import text_table
 
-    first, seeds = opts.train.seed, opts.seeds.seeds
-    folders = tuple(f"{b}_seed{first + s}" for b in BACKENDS for s in range(seeds))
+    first, seeds, pipeline = opts.train.seed, opts.seeds.seeds, opts.pipeline
+    folders = tuple(f"{b}{x}_seed{first + s}" for b in BACKENDS for x in REWARD_SUFFIX.values() for s in range(seeds))
     out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
-    results = {"config": options_dict(opts), "stages": _supervised_stages(opts.pipeline, out, print_fn),
+    results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn),
                "backends": {}}
-    rows, histories = [], {}
-    for backend in opts.pipeline.backend_list:
-        if _skipped_as_unavailable(backend, results, rows, print_fn):
-            continue
-        per_seed = []
-        for s in range(seeds):
-            seed = first + s
-            summary = _ppo_stage(opts, out, backend, seed, f"{backend}_seed{seed}", print_fn)
-            per_seed.append(_row(summary))
-            if s == 0:
-                histories[backend] = _history(out / f"{backend}_seed{seed}")
-        results["backends"][backend] = per_seed
+    rows, runs = [], []
+    for reward in pipeline.reward_list:
+        for backend in pipeline.backend_list:
+            for seed in range(first, first + seeds):
+                run = PPORun(backend, reward, seed, f"{backend}{REWARD_SUFFIX[reward]}_seed{seed}")
+                if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
+                    runs.append(run)
+    histories, per_label = {}, {}
+    for run, summary in zip(runs, _ppo_stages(opts, out, runs, print_fn)):
+        per_label.setdefault(run.label, []).append(_row(summary, run.label))
+        if run.seed == first:
+            histories[run.label] = _history(out / run.folder)
+    for label, per_seed in per_label.items():
+        results["backends"][label] = per_seed
         rows.append(_aggregate(per_seed))
     notes = [f"Mean ± spread (population std) over {seeds} seed(s); the same pretrained policy, reward model, "
              "prompts in the same order per seed, and episode budget for every row.",
-             "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
+             "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed).",
+             *_stage_notes(results["stages"])]
     _write_outputs(out, "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the doubling task", rows, histories,
                    results, notes)
     print_fn(text_table(rows))

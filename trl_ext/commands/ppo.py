@@ -60,8 +60,10 @@ class BackendOption:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
 
 
-# The doubling classifier was trained on answers that end in the eos E: completions keep it.
-DOUBLING_DEFAULTS = {"skip_special_tokens": False}
+# The doubling classifier was trained on answers that end in the eos E: completions keep it. A separate
+# critic: the value loss of a shared one trains the backbone that computes the digits, which neither
+# reward protects, and sampled value accuracy falls (README, "What limits sampled accuracy").
+DOUBLING_DEFAULTS = {"skip_special_tokens": False, "separate_critic": True}
 
 
 def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",

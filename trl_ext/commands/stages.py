@@ -132,7 +132,7 @@ class RewardModelConfig:
                              "(DeBERTa-v3, Qwen2, ...); default: the doubling task's BERT, built from its config")
     data: str | None = field(None, help="preference .jsonl (chosen/rejected, optional prompt and margin; text or "
                              "conversations); default: the doubling task's preference pairs")
-    steps: int = field(600, help="optimizer steps")
+    steps: int = field(1200, help="optimizer steps")
     batch_size: int = field(32, help="pairs a step")
     lr: float = field(1e-3, help="peak learning rate (cosine decay; 3e-3 diverged on the doubling pairs)")
     warmup_steps: int = field(20, help="linear warmup")

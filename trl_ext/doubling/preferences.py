@@ -3,12 +3,15 @@
 Every pair is a prefixed prompt, the exact answer as ``chosen``, and one of these as ``rejected``,
 drawn with a seeded ``random.Random`` in fixed proportions:
 
-* 40% the right value in another character set (what the charset classifier already sees);
-* 35% a wrong value in the requested set: one digit changed, or two adjacent digits swapped;
-* 15% the exact answer without its closing ``E``;
+* 30% the right value in another character set (what the charset classifier already sees);
+* 30% a wrong value in the requested set: one digit changed, or two adjacent digits swapped;
+* 20% the right value with some of its characters (one to all but one) in another set;
+* 10% the exact answer without its closing ``E``;
 * 10% the answer cut short (one to all-but-one of its characters), ``E`` kept.
 
-Unlike the charset classifier, a reward model trained on these sees wrong values too.
+Unlike the charset classifier, a reward model trained on these sees wrong values too. The mixed
+answers are there because PPO found them: a reward model trained without them scored answers such
+as ``1332贰E`` highest, and the policy learned to write them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from datasets import Dataset
 
 from trl_ext.doubling.task import CHARSETS, EOS, generate_samples, spell
 
-KINDS = (("other_charset", 0.40), ("wrong_value", 0.35), ("missing_eos", 0.15), ("truncated", 0.10))
+KINDS = (("other_charset", 0.30), ("wrong_value", 0.30), ("mixed_charset", 0.20), ("missing_eos", 0.10),
+         ("truncated", 0.10))
 
 
 def _wrong_value(value: int, rng: random.Random) -> int:
@@ -42,6 +46,12 @@ def rejected_answer(question: int, label: int, kind: str, rng: random.Random) ->
         return spell(value, rng.choice([c for c in range(len(CHARSETS)) if c != label])) + EOS
     if kind == "wrong_value":
         return spell(_wrong_value(value, rng), label) + EOS
+    if kind == "mixed_charset":
+        right, other = spell(value, label), spell(value, rng.choice([c for c in range(len(CHARSETS)) if c != label]))
+        if len(right) == 1:  # one character cannot mix: write it in the other set
+            return other + EOS
+        swapped = set(rng.sample(range(len(right)), rng.randrange(1, len(right))))
+        return "".join(o if i in swapped else r for i, (r, o) in enumerate(zip(right, other))) + EOS
     if kind == "missing_eos":
         return spell(value, label)
     if kind == "truncated":
