@@ -1,25 +1,32 @@
-"""The task targets of both PPO backends over 3 seeds, from the default pipeline, in one run.
+"""Every result table of the README's "Results" section, from the default pipeline, in one run.
 
-    OMP_NUM_THREADS=1 python benchmarks/targets.py            # about 25 minutes on 2 CPU cores
+    OMP_NUM_THREADS=1 python benchmarks/targets.py            # about 30 minutes on 2 CPU cores
 
-Runs ``trl-ext compare`` (defaults, 3 seeds, both backends, no early stop) into runs/targets,
-then checks, per seed, on 1,000 held-out prefix prompts:
-  trl:     greedy exact >= 0.99 and sampled exact >= 0.95
-  scratch: greedy exact >= 0.99 and sampled exact >= 0.97
+Runs ``trl-ext compare`` (defaults: 19,200 episodes, 3 seeds, two PPO runs at a time) twice into
+runs/targets, sharing the pretrained policy: first the four backends with the charset classifier's
+reward (trl, scratch, TRL's GRPO and RLOO), then both PPO backends with the scalar reward model
+trained on the doubling preferences (rows ``trl+rm``, ``scratch+rm``). Checks, on 1,000 held-out
+prefix prompts per seed:
+  trl, scratch:        greedy exact >= 0.99 and sampled exact >= 0.98 (every seed)
+  trl+rm, scratch+rm:  greedy exact >= 0.99 and sampled exact >= 0.99 (seed 0)
 and the speed targets: scratch episodes/s >= 3x trl's, scratch wall time to greedy 0.99 <= 1/3 of trl's.
-Writes benchmarks/results/targets-<device>.json.
+Writes benchmarks/results/targets-<device>.json and the README's tables as targets-<device>.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLED = {"trl": 0.95, "scratch": 0.97}
+RUNS = (("trl,scratch,grpo,rloo", "classifier"), ("trl,scratch", "reward_model"))
+SAMPLED = {"trl": 0.98, "scratch": 0.98, "trl+rm": 0.99, "scratch+rm": 0.99}
+COLUMNS = ("greedy_exact", "sampled_exact", "episodes_to_target", "seconds_to_target", "episodes_per_second",
+           "train_seconds", "final_kl")
 
 
 def main(argv=None) -> int:
@@ -27,43 +34,81 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "runs/targets"))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--extra", nargs="*", default=[], help="extra trl-ext compare flags")
+    parser.add_argument("--extra", default="", help="extra trl-ext compare flags, in one quoted string")
     args = parser.parse_args(argv)
 
     from trl_ext.commands.cli import main as cli
-
-    code = cli(["compare", "--out", args.out, "--seeds", str(args.seeds), "--backends", "trl,scratch",
-                "--overwrite", *args.extra])
-    if code:
-        return code
-    results = json.loads((Path(args.out) / "results.json").read_text())
-    checks = []
-    for backend, runs in results["backends"].items():
-        for seed, row in enumerate(runs):
-            checks.append({"check": f"{backend} seed {seed}: greedy >= 0.99", "value": row["greedy_exact"],
-                           "ok": row["greedy_exact"] >= 0.99})
-            checks.append({"check": f"{backend} seed {seed}: sampled >= {SAMPLED[backend]}",
-                           "value": row["sampled_exact"], "ok": row["sampled_exact"] >= SAMPLED[backend]})
-    runs = results["backends"]
-    eps = {b: statistics.fmean(r["episodes_per_second"] for r in runs[b]) for b in runs}
-    checks.append({"check": "scratch episodes/s >= 3x trl", "value": round(eps["scratch"] / eps["trl"], 2),
-                   "ok": eps["scratch"] >= 3 * eps["trl"]})
-    reach = {b: [r["seconds_to_target"] for r in runs[b]] for b in runs}
-    if all(v is not None for vs in reach.values() for v in vs):
-        ratio = statistics.fmean(reach["scratch"]) / statistics.fmean(reach["trl"])
-        checks.append({"check": "scratch seconds to 0.99 <= 1/3 of trl", "value": round(ratio, 3),
-                       "ok": ratio <= 1 / 3})
     from trl_ext.commands.demo import machine
 
+    per_seed, stages = {}, {}
+    for backends, reward in RUNS:
+        code = cli(["compare", "--out", args.out, "--seeds", str(args.seeds), "--backends", backends,
+                    "--rewards", reward, "--overwrite", *shlex.split(args.extra)])
+        if code:
+            return code
+        results = json.loads((Path(args.out) / "results.json").read_text())
+        per_seed.update(results["backends"])
+        stages.update(results["stages"])
+    checks = _checks(per_seed)
     info = machine()
     device = "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
-    out = ROOT / "benchmarks" / "results" / f"targets-{device}.json"
-    out.write_text(json.dumps({"benchmark": "targets", "machine": info, "checks": checks,
-                               "rows": results["rows"]}, indent=2) + "\n")
+    stem = ROOT / "benchmarks" / "results" / f"targets-{device}"
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"benchmark": "targets", "machine": info, "checks": checks, "per_seed": per_seed,
+         "stages": {k: {n: v for n, v in s.items() if n != "config"} for k, s in stages.items()}},
+        indent=2) + "\n")
+    stem.with_suffix(".md").write_text(_tables(per_seed, checks))
     for c in checks:
         print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}  ({c['value']})")
-    print(f"written {out}")
+    print(f"written {stem}.json and {stem}.md")
     return 0
+
+
+def _checks(per_seed: dict) -> list[dict]:
+    checks = []
+    for label, rows in per_seed.items():
+        if label not in SAMPLED or not isinstance(rows, list):
+            continue
+        for seed, row in enumerate(rows if "+rm" not in label else rows[:1]):
+            checks.append({"check": f"{label} seed {seed}: greedy >= 0.99", "value": row["greedy_exact"],
+                           "ok": row["greedy_exact"] >= 0.99})
+            checks.append({"check": f"{label} seed {seed}: sampled >= {SAMPLED[label]}",
+                           "value": row["sampled_exact"], "ok": row["sampled_exact"] >= SAMPLED[label]})
+    if isinstance(per_seed.get("trl"), list) and isinstance(per_seed.get("scratch"), list):
+        eps = {b: statistics.fmean(r["episodes_per_second"] for r in per_seed[b]) for b in ("trl", "scratch")}
+        checks.append({"check": "scratch episodes/s >= 3x trl", "value": round(eps["scratch"] / eps["trl"], 2),
+                       "ok": eps["scratch"] >= 3 * eps["trl"]})
+        reach = {b: [r["seconds_to_target"] for r in per_seed[b]] for b in ("trl", "scratch")}
+        if all(v is not None for vs in reach.values() for v in vs):
+            ratio = statistics.fmean(reach["scratch"]) / statistics.fmean(reach["trl"])
+            checks.append({"check": "scratch seconds to 0.99 <= 1/3 of trl", "value": round(ratio, 3),
+                           "ok": ratio <= 1 / 3})
+    return checks
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) and abs(value) < 10 else f"{value:,.1f}" \
+        if isinstance(value, float) else f"{value:,}"
+
+
+def _tables(per_seed: dict, checks: list[dict]) -> str:
+    header = "| run | seed | " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
+    lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
+    summary = ["| run | greedy exact, mean ± std | sampled exact, mean ± std | per seed (sampled) |", "|---|---|---|---|"]
+    for label, rows in per_seed.items():
+        if not isinstance(rows, list):
+            lines.append(f"| {label} | - | not run: {rows.get('not_run')} |" + " |" * (len(COLUMNS) - 1))
+            continue
+        for seed, row in enumerate(rows):
+            lines.append(f"| {label} | {seed} | " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |")
+        greedy, sampled = [r["greedy_exact"] for r in rows], [r["sampled_exact"] for r in rows]
+        summary.append(f"| {label} | {statistics.fmean(greedy):.3f} ± {statistics.pstdev(greedy):.3f} | "
+                       f"{statistics.fmean(sampled):.3f} ± {statistics.pstdev(sampled):.3f} | "
+                       f"{' / '.join(f'{v:.3f}' for v in sampled)} |")
+    verdicts = [f"- {'PASS' if c['ok'] else 'FAIL'} {c['check']} ({c['value']})" for c in checks]
+    return "\n".join([*summary, "", *lines, "", *verdicts]) + "\n"
 
 
 if __name__ == "__main__":

@@ -21,36 +21,40 @@ def _cli(*args):
 
 
 @pytest.fixture(scope="module")
-def doubling_rm(tmp_path_factory):
+def doubling_rm(tmp_path_factory, trained_artifacts):
+    """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 600 steps."""
     from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
 
     out = tmp_path_factory.mktemp("rm") / "rm"
-    return out, run_train_reward_model(RewardModelConfig(out=str(out), eval_n=400))  # 600 steps, about 20 s
+    config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=600, eval_n=400)
+    return out, run_train_reward_model(config)  # about 30 s
 
 
 def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
     from trl_ext.doubling.preferences import preference_dataset
-    from trl_ext.doubling.task import parse_prompt
+    from trl_ext.doubling.task import parse_answer, parse_prompt
 
     data = preference_dataset(2000, seed=0)
     assert data[:5] == preference_dataset(5, seed=0)[:5]
     share = {k: data["kind"].count(k) / len(data) for k in set(data["kind"])}
-    assert share == pytest.approx({"other_charset": 0.40, "wrong_value": 0.35, "missing_eos": 0.15,
-                                   "truncated": 0.10}, abs=0.03)
+    assert share == pytest.approx({"other_charset": 0.30, "wrong_value": 0.30, "mixed_charset": 0.20,
+                                   "missing_eos": 0.10, "truncated": 0.10}, abs=0.03)
+    for row in data.filter(lambda r: r["kind"] == "mixed_charset").select(range(50)):
+        used = {parse_answer(ch).charset for ch in row["rejected"][:-1]}
+        assert len(row["rejected"]) == 2 or len(used) == 2, row  # two sets in one answer
     for row in data.select(range(200)):
         assert row["chosen"] != row["rejected"] and row["chosen"].endswith("E")
         assert parse_prompt(row["prompt"]).label is not None
 
 
 def test_reward_model_learns_the_doubling_preferences(doubling_rm):
-    """Measured: 0.84 overall; charset, missing-E and truncation pairs >= 0.97, wrong values only 0.60: the
-    tiny BERT does not learn to check a doubling in 600 steps (open work; not asserted beyond chance)."""
+    """Measured (600 steps): 0.978 overall, wrong values 0.92, every other kind 1.00."""
     out, result = doubling_rm
     by_kind = result["heldout_by_kind"]
-    assert result["heldout_pairwise_accuracy"] > 0.8 and result["final_loss"] < 0.5 * result["first_loss"], result
-    assert set(by_kind) == {"other_charset", "wrong_value", "missing_eos", "truncated"}
-    assert min(by_kind["other_charset"], by_kind["missing_eos"], by_kind["truncated"]) > 0.95, by_kind
-    assert by_kind["wrong_value"] > 0.5, by_kind
+    assert result["heldout_pairwise_accuracy"] > 0.95 and result["final_loss"] < 0.5 * result["first_loss"], result
+    assert set(by_kind) == {"other_charset", "wrong_value", "mixed_charset", "missing_eos", "truncated"}
+    assert min(v for k, v in by_kind.items() if k != "wrong_value") > 0.95, by_kind
+    assert by_kind["wrong_value"] > 0.8, by_kind
     assert (out / "model.safetensors").exists() and json.loads((out / "config.json").read_text())["id2label"] == \
         {"0": "LABEL_0"}
 
