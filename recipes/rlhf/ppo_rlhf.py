@@ -9,6 +9,10 @@ The in-house trainer is the default (any TRL); TRL 1.12's PPOTrainer: --backend 
 extra). Several GPUs: multi_gpu.yaml; sharded: deepspeed_zero2.yaml / deepspeed_zero3.yaml / fsdp.yaml
 (the rollout gathers sharded parameters once); bf16 comes from the config files' mixed_precision.
 Your own reward function instead of, or besides, the reward model: --reward-fn my_rewards.py:fn.
+The whole pipeline (SFT -> reward model from preferences -> PPO), each stage reused when finished:
+    python recipes/rlhf/ppo_rlhf.py --policy /models/Qwen2.5-0.5B --sft-data recipes/rlhf/sft.jsonl \
+        --preferences recipes/rlhf/preferences.jsonl --reward-base /models/deberta-v3-base \
+        --prompts recipes/rlhf/prompts.jsonl --out runs/rlhf_all
 Options can come from --config FILE.yaml. The policy and value head share one LoRA-adapted backbone;
 the reference is the same model with its adapters off.
 The tests run this script with tiny, randomly initialised Qwen2 and DeBERTa-v2 models.

@@ -1,5 +1,6 @@
-"""Real-LLM PPO (seeds 001-004): a causal LM policy with LoRA, a scalar reward model such as a
-DeBERTa reward model scored on (prompt, response) pairs, either backend.
+"""Real-LLM RLHF (seeds 001-004): optional SFT on prompt/completion data, optional reward model from
+preference pairs, then PPO with LoRA on a causal LM policy, rewarded by a scalar reward model such
+as a DeBERTa reward model scored on (prompt, response) pairs, either backend.
 
 The policy and the value head share one LoRA-adapted backbone (seed 001: "one large model,
 LoRA layers, different heads"); the reference policy is the base model without the adapter.

@@ -80,8 +80,10 @@ class RunRecorder:
             row["probe/charset_acc"] = probe["greedy"]["charset_acc"]
             if self.reached is None and row["probe/exact"] >= self.target_exact:
                 self.reached = {"update": update, "episode": row.get("episode"), "train_seconds": row["train_seconds"]}
-            self.print_fn(f"[{self.backend}] update {update} episode {row.get('episode')} "
-                          f"score {row.get('objective/scores', float('nan')):.3f} kl {row.get('objective/kl', float('nan')):.3f} "
+            # the seed tells apart the lines of runs that print side by side (compare --jobs 2)
+            self.print_fn(f"[{self.backend} seed {self.seed}] update {update} episode {row.get('episode')} "
+                          f"score {row.get('objective/scores', float('nan')):.3f} "
+                          f"kl {row.get('objective/kl', float('nan')):.3f} "
                           f"probe exact {row['probe/exact']:.3f} charset {row['probe/charset_acc']:.3f} "
                           f"({row['train_seconds']:.1f}s)")
         self.bar.update(1)

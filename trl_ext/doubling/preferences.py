@@ -4,7 +4,7 @@ Every pair is a prefixed prompt, the exact answer as ``chosen``, and one of thes
 drawn with a seeded ``random.Random`` in fixed proportions:
 
 * 30% the right value in another character set (what the charset classifier already sees);
-* 30% a wrong value in the requested set: one digit changed, or two adjacent digits swapped;
+* 30% a wrong value in the requested set: a digit changed, two swapped, one inserted or dropped;
 * 20% the right value with some of its characters (one to all but one) in another set;
 * 10% the exact answer without its closing ``E``;
 * 10% the answer cut short (one to all-but-one of its characters), ``E`` kept.
@@ -27,12 +27,21 @@ KINDS = (("other_charset", 0.30), ("wrong_value", 0.30), ("mixed_charset", 0.20)
 
 
 def _wrong_value(value: int, rng: random.Random) -> int:
+    """One digit changed (40%), two adjacent digits swapped, a digit inserted, or one dropped (20% each).
+
+    Inserted and dropped digits are there because PPO found their absence: a reward model trained
+    on same-length mistakes only scored ``3321x2=16642E`` above ``6642E`` and the policy learned it.
+    """
     digits = list(str(value))
     while True:
-        changed = list(digits)
-        if len(changed) > 1 and rng.random() < 0.5:
+        changed, mode = list(digits), rng.choices(("change", "swap", "insert", "drop"), (0.4, 0.2, 0.2, 0.2))[0]
+        if mode == "swap" and len(changed) > 1:
             i = rng.randrange(len(changed) - 1)
             changed[i], changed[i + 1] = changed[i + 1], changed[i]
+        elif mode == "insert":
+            changed.insert(rng.randrange(len(changed) + 1), str(rng.randrange(10)))
+        elif mode == "drop" and len(changed) > 1:
+            del changed[rng.randrange(len(changed))]
         else:
             i = rng.randrange(len(changed))
             changed[i] = str((int(changed[i]) + rng.randrange(1, 10)) % 10)
