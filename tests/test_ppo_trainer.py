@@ -132,7 +132,7 @@ def test_learning_raises_requested_charset_rate(pieces):
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
-    cfg = doubling_config(batch_size=64, total_episodes=64 * 40, learning_rate=3e-4, seed=1)
+    cfg = doubling_config(batch_size=64, total_episodes=64 * 40, learning_rate=3e-4, seed=1, separate_critic=True)
     trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
                          processing_class=tok)
     trainer.train()
