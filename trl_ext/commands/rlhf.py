@@ -177,7 +177,7 @@ def sft_stage(opts, out: Path, say) -> str:
     stages = opts.stages
     if not stages.sft_data:
         return opts.models.policy
-    from trl_ext.commands.datafiles import as_dataset, read_jsonl, require_one_format
+    from trl_ext.commands.datafiles import as_dataset, read_jsonl
 
     from trl_ext.model_dirs import read_model_config
 
@@ -192,8 +192,7 @@ def sft_stage(opts, out: Path, say) -> str:
     if _reusable(folder, config):
         say(f"[sft] reusing {folder}")
         return str(folder)
-    rows = read_jsonl(stages.sft_data, "SFT data")
-    require_one_format(rows, "completion", stages.sft_data)
+    rows = read_jsonl(stages.sft_data, "SFT data")  # supervised_finetune checks every row
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ext.sft import supervised_finetune
