@@ -168,4 +168,6 @@ def test_compare_with_the_reward_model_beside_the_classifier(tmp_path):
     assert len(rm["id2label"]) == 1 and rm["architectures"] == ["GPT2ForSequenceClassification"]
     summary = json.loads((out / "scratch_rm_seed0" / "summary.json").read_text())
     assert summary["config"]["models"]["reward"] == str(out / "reward_model")
+    classifier_run = json.loads((out / "scratch_seed0" / "summary.json").read_text())
+    assert (summary["config"]["train"]["temperature"], classifier_run["config"]["train"]["temperature"]) == (1.2, 1.0)
     assert "Reward model (+rm rows) held-out pairwise accuracy" in (out / "report.md").read_text()

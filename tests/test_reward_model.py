@@ -22,11 +22,13 @@ def _cli(*args):
 
 @pytest.fixture(scope="module")
 def doubling_rm(tmp_path_factory, trained_artifacts):
-    """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 600 steps."""
+    """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 600 steps,
+    plain Bradley-Terry (the centring term slows the pairwise accuracy at this budget: 0.93 with it)."""
     from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
 
     out = tmp_path_factory.mktemp("rm") / "rm"
-    config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=600, eval_n=400)
+    config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=600, eval_n=400,
+                               center_rewards_coefficient=0)
     return out, run_train_reward_model(config)  # about 30 s
 
 
@@ -37,8 +39,8 @@ def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
     data = preference_dataset(2000, seed=0)
     assert data[:5] == preference_dataset(5, seed=0)[:5]
     share = {k: data["kind"].count(k) / len(data) for k in set(data["kind"])}
-    assert share == pytest.approx({"other_charset": 0.30, "wrong_value": 0.30, "mixed_charset": 0.20,
-                                   "missing_eos": 0.10, "truncated": 0.10}, abs=0.03)
+    assert share == pytest.approx({"wrong_value": 0.60, "other_charset": 0.15, "mixed_charset": 0.15,
+                                   "missing_eos": 0.05, "truncated": 0.05}, abs=0.03)
     for row in data.filter(lambda r: r["kind"] == "mixed_charset").select(range(50)):
         used = {parse_answer(ch).charset for ch in row["rejected"][:-1]}
         assert len(row["rejected"]) == 2 or len(used) == 2, row  # two sets in one answer
@@ -48,7 +50,7 @@ def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
 
 
 def test_reward_model_learns_the_doubling_preferences(doubling_rm):
-    """Measured (600 steps): 0.978 overall, wrong values 0.92, every other kind 1.00."""
+    """Measured (600 steps): 0.970 overall, wrong values 0.954, every other kind 0.98-1.00."""
     out, result = doubling_rm
     by_kind = result["heldout_by_kind"]
     assert result["heldout_pairwise_accuracy"] > 0.95 and result["final_loss"] < 0.5 * result["first_loss"], result
@@ -68,6 +70,28 @@ def test_the_reward_model_drives_ppo_and_grpo(doubling_rm, trained_artifacts, tm
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines and all(math.isfinite(r["objective/scores"]) for r in lines)
+
+
+def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts, tmp_path):
+    """TRL's center_rewards_coefficient (our default 0.01) pulls every score towards zero; the spread of the
+    right answers' scores across prompts is what PPO's critic would otherwise have to learn. Measured
+    (600 steps): std 0.54 centred against 3.35 plain, pairwise accuracy 0.93 against 0.97."""
+    from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
+
+    centred = run_train_reward_model(RewardModelConfig(out=str(tmp_path / "rm"), base=str(trained_artifacts["policy"]),
+                                                       steps=600, eval_n=400))
+    plain = doubling_rm[1]
+    assert centred["config"]["center_rewards_coefficient"] == 0.01
+    assert centred["heldout_scores"]["chosen"]["std"] < 0.5 * plain["heldout_scores"]["chosen"]["std"], (centred, plain)
+    assert abs(centred["heldout_scores"]["chosen"]["mean"]) < abs(plain["heldout_scores"]["chosen"]["mean"])
+    assert centred["heldout_pairwise_accuracy"] > 0.85, centred
+
+
+def test_reward_model_options_are_checked(tmp_path):
+    from trl_ext.commands.stages import RewardModelConfig
+
+    with pytest.raises(ValueError, match="center_rewards_coefficient must be >= 0"):
+        RewardModelConfig(out=str(tmp_path), center_rewards_coefficient=-0.1)
 
 
 def test_bad_preference_data_is_named(tmp_path):

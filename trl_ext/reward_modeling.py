@@ -58,19 +58,23 @@ def tokenize_preferences(dataset, tokenizer):
     return Dataset.from_dict(columns)
 
 
-def pairwise_accuracy(model, tokenizer, dataset, batch_size: int = 64) -> float:
-    """Fraction of pairs the model scores ``chosen`` above ``rejected``, scored as PPO will score them."""
+def score_pairs(model, tokenizer, dataset, batch_size: int = 64) -> tuple[list[float], list[float]]:
+    """Scores of every ``chosen`` and ``rejected`` answer, scored as PPO will score them."""
     scorer = ClassifierReward(model, tokenizer, batch_size=batch_size)
     prompts = dataset["prompt"] if "prompt" in dataset.column_names else [""] * len(dataset)
     if is_conversation(dataset["chosen"][0]) and "prompt" not in dataset.column_names:
         prompts = [[] for _ in range(len(dataset))]
-    chosen = scorer(prompts, dataset["chosen"])
-    rejected = scorer(prompts, dataset["rejected"])
+    return scorer(prompts, dataset["chosen"]), scorer(prompts, dataset["rejected"])
+
+
+def pairwise_accuracy(chosen: list[float], rejected: list[float]) -> float:
+    """Fraction of pairs scored ``chosen`` above ``rejected``."""
     return sum(c > r for c, r in zip(chosen, rejected)) / len(chosen)
 
 
 def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, steps: int, batch_size: int,
-                       learning_rate: float, seed: int = 0, warmup_steps: int = 0) -> list[dict]:
+                       learning_rate: float, seed: int = 0, warmup_steps: int = 0,
+                       center_rewards_coefficient: float | None = None) -> list[dict]:
     """Run ``RewardTrainer`` for ``steps`` steps; returns its log history (losses, accuracies)."""
     import torch
     from transformers import PrinterCallback, ProgressCallback
@@ -84,7 +88,8 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
                         learning_rate=learning_rate, warmup_steps=warmup_steps, lr_scheduler_type="cosine",
                         seed=seed, use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
                         report_to="none", logging_steps=max(1, steps // 10), save_strategy="no",
-                        disable_tqdm=True, gradient_checkpointing=False, max_length=None)
+                        disable_tqdm=True, gradient_checkpointing=False, max_length=None,
+                        center_rewards_coefficient=center_rewards_coefficient)
     trainer = RewardTrainer(model=model, args=args, train_dataset=tokenize_preferences(train_dataset, tokenizer),
                             processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)

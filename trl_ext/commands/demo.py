@@ -44,6 +44,9 @@ class PipelineOptions:
     reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
     reward_model_steps: int = field(RewardModelConfig.steps, help="reward model training steps (--rewards "
                                     "reward_model)")
+    reward_model_temperature: float = field(1.2, help="rollout temperature of the +rm runs (the classifier runs use "
+                                            "--temperature): a reward model can only punish the wrong values PPO "
+                                            "samples, and at 1.0 they are rare")
     jobs: int = field(2, help="PPO runs at once, each in its own process (the README's command gives each one "
                       "torch thread); 1: one after another in this process")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
@@ -57,6 +60,8 @@ class PipelineOptions:
             raise ValueError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
         if self.jobs <= 0:
             raise ValueError(f"jobs must be positive, got {self.jobs}")
+        if self.reward_model_temperature <= 0:
+            raise ValueError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
 
     @property
     def backend_list(self) -> list[str]:
@@ -124,7 +129,10 @@ class PPORun:
 
 def _ppo_stage(opts, out: Path, run: PPORun, say) -> dict:
     reward_dir = out / ("reward" if run.reward == "classifier" else "reward_model")
-    run_opts = ppo_options(replace(opts.train, seed=run.seed), policy=str(out / "policy"), reward=str(reward_dir),
+    train = replace(opts.train, seed=run.seed)
+    if run.reward == "reward_model":
+        train = replace(train, temperature=opts.pipeline.reward_model_temperature)
+    run_opts = ppo_options(train, policy=str(out / "policy"), reward=str(reward_dir),
                            out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True)
     done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", options_dict(run_opts))
     if done is not None:

@@ -3,11 +3,14 @@
 Every pair is a prefixed prompt, the exact answer as ``chosen``, and one of these as ``rejected``,
 drawn with a seeded ``random.Random`` in fixed proportions:
 
-* 30% the right value in another character set (what the charset classifier already sees);
-* 30% a wrong value in the requested set: a digit changed, two swapped, one inserted or dropped;
-* 20% the right value with some of its characters (one to all but one) in another set;
-* 10% the exact answer without its closing ``E``;
-* 10% the answer cut short (one to all-but-one of its characters), ``E`` kept.
+* 60% a wrong value in the requested set: a digit changed, two swapped, one inserted or dropped;
+* 15% the right value in another character set (what the charset classifier already sees);
+* 15% the right value with some of its characters (one to all but one) in another set;
+*  5% the exact answer without its closing ``E``;
+*  5% the answer cut short (one to all-but-one of its characters), ``E`` kept.
+
+Wrong values get most of the pairs because they are the hard kind: a reward model trained on 30% of
+them judged 91-96% of held-out wrong-value pairs right at 1,200 steps; every other kind was at 100%.
 
 Unlike the charset classifier, a reward model trained on these sees wrong values too. The mixed
 answers are there because PPO found them: a reward model trained without them scored answers such
@@ -22,8 +25,8 @@ from datasets import Dataset
 
 from trl_ext.doubling.task import CHARSETS, EOS, generate_samples, spell
 
-KINDS = (("other_charset", 0.30), ("wrong_value", 0.30), ("mixed_charset", 0.20), ("missing_eos", 0.10),
-         ("truncated", 0.10))
+KINDS = (("wrong_value", 0.60), ("other_charset", 0.15), ("mixed_charset", 0.15), ("missing_eos", 0.05),
+         ("truncated", 0.05))
 
 
 def _wrong_value(value: int, rng: random.Random) -> int:
