@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from trl_ext.commands.cli import main as cli
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.demo import device_tag, machine
 
     runs = []
     out = Path(args.out)
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
                 return code
             runs += _harvest(out, critic, init)
     info = machine()
-    device = "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
+    device = device_tag(info)
     stem = ROOT / "benchmarks" / "results" / f"kl-gap-{device}"
     _plot(runs, stem.with_suffix(".png"))
     stem.with_suffix(".json").write_text(json.dumps({"benchmark": "kl_gap", "machine": info,

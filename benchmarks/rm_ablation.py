@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.demo import device_tag, machine
 
     policy = out / "policy"
     _run_all([[_cli(), "pretrain", "--out", str(policy)]] if not (policy / "metrics.json").exists() else [])
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
                      "sampled_value_acc": report["sampled"]["value_acc"],
                      "sampled_charset_acc": report["sampled"]["charset_acc"]})
     info = machine()
-    device = "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
+    device = device_tag(info)
     stem = ROOT / "benchmarks" / "results" / f"rm-ablation-{device}"
     stem.with_suffix(".json").write_text(json.dumps({"benchmark": "rm_ablation", "machine": info, "seed": args.seed,
                                                      "reward_models": reward_models, "runs": rows}, indent=2) + "\n")

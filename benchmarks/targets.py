@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from trl_ext.commands.cli import main as cli
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.demo import device_tag, machine
 
     per_seed, stages = {}, {}
     for backends, reward in RUNS:
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         stages.update(results["stages"])
     checks = _checks(per_seed)
     info = machine()
-    device = "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
+    device = device_tag(info)
     stem = ROOT / "benchmarks" / "results" / f"targets-{device}"
     stem.with_suffix(".json").write_text(json.dumps(
         {"benchmark": "targets", "machine": info, "checks": checks, "per_seed": per_seed,

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/throughput-<device>.json)")
     args = parser.parse_args(argv)
 
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.demo import device_tag, machine
 
     if args.build:
         from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     if "trl" in by and "scratch" in by:
         result["scratch_over_trl_episodes_per_second"] = round(
             by["scratch"]["episodes_per_second"] / by["trl"]["episodes_per_second"], 2)
-    device = "gpu-" + info["device"].replace(" ", "_") if info["device"] != "cpu" else "cpu"
+    device = device_tag(info)
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"throughput-{device}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

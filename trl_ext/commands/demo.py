@@ -222,6 +222,11 @@ def _history(path: Path) -> list[dict]:
     return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
 
 
+def device_tag(info: dict) -> str:
+    """``cpu`` or ``gpu-<name>``: the suffix of a benchmark's results file, from ``machine()``."""
+    return "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
+
+
 def machine() -> dict:
     import os
 
