@@ -1,27 +1,43 @@
-"""Both PPO backends on one GPU at real-LLM shapes (random weights, no download), bf16.
+"""trl-ext's PPO (each sampler), TRL 1.12's PPOTrainer and TRL's GRPOTrainer on one GPU, in one run.
 
-    python benchmarks/gpu.py                 # on a GPU machine: writes benchmarks/results/rlhf-gpu.json
-    python benchmarks/gpu.py --tiny          # any machine: tiny shapes, checks this script (nothing written)
+    python benchmarks/gpu.py --trl-ppo /opt/trl112 --trl-latest /opt/trl116   # writes benchmarks/results/rlhf-gpu.json
+    python benchmarks/gpu.py --tiny --trl-ppo .venv --trl-latest .venv-latest   # any machine: checks the script
 
-The policy is a Qwen2.5-0.5B-shaped ``Qwen2ForCausalLM`` and the reward model a DeBERTa-v3-base-shaped
-``DebertaV2ForSequenceClassification`` (``num_labels=1``), both built from configs. For each backend
-(``scratch``; ``trl`` where TRL <= 1.12 is installed) and with and without LoRA it runs ``--warmup``
-then ``--updates`` timed PPO updates and reports episodes/s, tokens/s (prompt + response tokens that
-went through the reward) and peak GPU memory. Without a GPU (and without ``--tiny``) it writes
-nothing: a row is only ever a measurement.
+Same models, reward, prompts, batch and response length for every row: a Qwen2.5-0.5B-shaped policy
+and a DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs with random weights
+(no download), bf16; top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response
+tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``
+(the in-house trainer with each sampler), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
+(the newest TRL's ``GRPOTrainer``, 8 completions per prompt); ``--lora`` adds each with LoRA (r 16,
+all linear layers). Each row runs in a fresh process, so peak memory and compiled graphs are its own,
+with the Python of a virtual environment or a ``pip install --target`` folder put first on
+``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--trl-latest`` for the others (default: this
+Python). A row reports, over ``--updates`` timed updates after ``--warmup`` untimed ones (compiling
+happens there, reported apart): episodes/s, generated tokens/s (sampled token ids up to and including
+the first eos), ms per decode step (generation time over the decoding steps, the prefill included),
+the share of the update spent generating, peak GPU memory, trainable parameters (LoRA applied or not),
+and graphs compiled while timed. A row that fails (out of memory) is listed under ``failed`` with its
+last error line; a row that was not run is not written. Without a GPU (and without ``--tiny``) nothing
+is measured and nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import string
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ppo", "trl-grpo")
+SHAPES = ("16x64", "64x128", "256x128")
+RESULT = "RESULT "
 
 
 def char_tokenizer():
@@ -32,7 +48,10 @@ def char_tokenizer():
     vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *sorted(set(string.printable) - set("\x0b\x0c"))])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
+                                        unk_token="<unk>")
+    tokenizer.padding_side = "left"
+    return tokenizer
 
 
 def build_models(tiny: bool, dtype):
@@ -58,7 +77,47 @@ def build_models(tiny: bool, dtype):
     return policy, reward
 
 
-def measure(backend: str, lora: bool, args) -> dict:
+class Clock:
+    """Update boundaries and generation time, each read after a device synchronisation."""
+
+    def __init__(self, gpu: bool, eos_token_id: int):
+        self.gpu, self.eos_token_id = gpu, eos_token_id
+        self.stamps: list[tuple] = []  # (time, generate seconds, decode steps, generated tokens, graphs) so far
+        self.generate_seconds, self.steps, self.tokens = 0.0, 0, 0
+
+    def now(self) -> float:
+        if self.gpu:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def update_done(self, *_) -> None:
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]  # every graph torch.compile has made in this process
+        self.stamps.append((self.now(), self.generate_seconds, self.steps, self.tokens, graphs))
+
+    def count(self, responses) -> None:
+        """``responses``: ``(B, R)`` sampled ids; counts the ids up to and including each row's first eos."""
+        from trl_ext.ppo.rollout import response_mask
+
+        self.steps += responses.shape[1]
+        self.tokens += int(response_mask(responses, self.eos_token_id).sum())
+
+    def timing(self, function, responses_of):
+        """``function`` timed into ``generate_seconds``; ``responses_of(result)`` is what it sampled."""
+        def timed(*args, **kwargs):
+            start = self.now()
+            result = function(*args, **kwargs)
+            self.generate_seconds += self.now() - start
+            self.count(responses_of(result, *args, **kwargs))
+            return result
+
+        return timed
+
+
+def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     import torch
     from datasets import Dataset
 
@@ -67,102 +126,191 @@ def measure(backend: str, lora: bool, args) -> dict:
 
     gpu = torch.cuda.is_available()
     dtype = torch.bfloat16 if gpu else torch.float32
+    name, lora = row.removesuffix("+lora"), row.endswith("+lora")
     policy, reward_model = build_models(args.tiny, dtype)
     tokenizer = char_tokenizer()
-    tokenizer.padding_side = "left"
-    counted = []
-    scorer = ClassifierReward(reward_model, tokenizer, pair=True, name="deberta_rm")
-
-    def reward(prompts, completions, **kwargs):
-        counted.append(sum(len(tokenizer(p + c)["input_ids"]) for p, c in zip(prompts, completions)))
-        return scorer(prompts, completions)
-
-    reward.__name__ = "deberta_rm"
-    total = args.batch_size * (args.warmup + args.updates)
-    prompts = [f"Question {i}: what is {i} times {i + 3}? Answer briefly." for i in range(total)]
+    reward = ClassifierReward(reward_model, tokenizer, pair=True, name="deberta_rm")
+    updates = args.warmup + args.updates
+    episodes = batch_size * updates
+    prompts = [f"Question {i}: what is {i} times {i + 3}? Answer briefly." for i in range(episodes)]
     data = Dataset.from_dict({"prompt": prompts, "input_ids": tokenizer(prompts)["input_ids"]})
-    cfg = PPOConfig(batch_size=args.batch_size, total_episodes=total, response_length=args.response_length,
-                    learning_rate=1e-5, num_ppo_epochs=1, kl_coef=0.05, vf_coef=0.1, top_k=50, top_p=0.95,
-                    sampler="generate" if not args.tiny else "loop")
+    sampling = dict(temperature=1.0, top_k=50, top_p=0.95)
+    cfg = PPOConfig(batch_size=batch_size, total_episodes=episodes, response_length=response_length,
+                    learning_rate=1e-5, num_ppo_epochs=1, kl_coef=0.05, vf_coef=0.1, **sampling,
+                    sampler=name.split("/")[1] if name.startswith("trl-ext/") else "auto")
     peft_config = None
     if lora:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
-    stamps = []
-
-    def tick(*_):
-        if gpu:
-            torch.cuda.synchronize()
-        stamps.append(time.perf_counter())
-
+    clock = Clock(gpu, tokenizer.eos_token_id)
     if gpu:
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
-        if backend == "scratch":
+        if name.startswith("trl-ext/"):
             from accelerate import Accelerator
 
             from trl_ext.ppo import PPOTrainer
 
-            accelerator = Accelerator(mixed_precision="bf16" if gpu else "no", cpu=not gpu)
             trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=data, processing_class=tokenizer,
-                                 peft_config=peft_config, accelerator=accelerator)
-            tick()
-            trainer.train(lambda update, stats: tick())
+                                 peft_config=peft_config,
+                                 accelerator=Accelerator(mixed_precision="bf16" if gpu else "no", cpu=not gpu))
+            assert trainer.sampler == cfg.sampler
+            trainer._sample = clock.timing(trainer._sample, lambda responses, *a, **k: responses)
+            model, run = trainer.model, lambda: trainer.train(clock.update_done)
         else:
             from transformers import TrainerCallback
 
-            from trl_ext.trl_compat.backend import build_trl_trainer
+            # Both TRL trainers sample with the policy's own generate (through PEFT's when wrapped).
+            policy.generate = clock.timing(  # TRL's PPO asks for a dict output, GRPO for the ids
+                policy.generate, lambda out, *a, **k: getattr(out, "sequences", out)[:, k["input_ids"].shape[1]:])
 
-            class _Tick(TrainerCallback):
-                def on_log(self, a, state, control, logs=None, **kw):
-                    if logs and "objective/scores" in logs:
-                        tick()
+            class Boundaries(TrainerCallback):
+                def on_step_end(self, *_, **__):
+                    clock.update_done()
 
-            trainer = build_trl_trainer(cfg, policy, tokenizer, reward, data, out, callbacks=[_Tick()],
-                                        peft_config=peft_config)
-            tick()
-            trainer.train()
-    timed = stamps[args.warmup:]
-    seconds = timed[-1] - timed[0]
-    updates = len(timed) - 1
-    tokens = sum(counted[args.warmup + 1:args.warmup + 1 + updates])
-    return {"backend": backend, "lora": lora, "updates": updates,
-            "episodes_per_second": round(updates * args.batch_size / seconds, 2),
-            "tokens_per_second": round(tokens / seconds, 1),
-            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None}
+            if name == "trl-ppo":
+                from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
+
+                if not trl_ppo_available():
+                    raise SystemExit(f"{row}: {trl_ppo_unavailable_reason()} (pass --trl-ppo with TRL 1.12)")
+                from trl_ext.trl_compat.backend import build_trl_trainer
+
+                trainer = build_trl_trainer(cfg, policy, tokenizer, reward, data, out, callbacks=[Boundaries()],
+                                            peft_config=peft_config)
+                # TRL's own default: its rollout forwards in chunks of 64 rather than the whole batch.
+                trainer.args.local_rollout_forward_batch_size = min(64, batch_size)
+            else:
+                from trl import GRPOConfig, GRPOTrainer
+
+                grpo_args = GRPOConfig(output_dir=out, per_device_train_batch_size=batch_size, num_generations=8,
+                                       max_completion_length=response_length, max_steps=updates, learning_rate=1e-5,
+                                       num_iterations=1, bf16=gpu, use_cpu=not gpu, logging_steps=1,
+                                       save_strategy="no", report_to="none", disable_tqdm=True,
+                                       gradient_checkpointing=False, disable_dropout=True, **sampling)
+                trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=grpo_args, processing_class=tokenizer,
+                                      train_dataset=Dataset.from_dict({"prompt": prompts}), callbacks=[Boundaries()],
+                                      peft_config=peft_config)
+            model, run = trainer.model, trainer.train
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        clock.update_done()
+        run()
+    if len(clock.stamps) != updates + 1:
+        raise SystemExit(f"{row}: {len(clock.stamps) - 1} update boundaries seen, expected {updates}")
+    start, end = clock.stamps[args.warmup], clock.stamps[-1]
+    seconds, generate_seconds = end[0] - start[0], end[1] - start[1]
+    steps, tokens = end[2] - start[2], end[3] - start[3]
+    return {"row": row, "batch_size": batch_size, "response_length": response_length, "updates": args.updates,
+            "episodes_per_second": round(args.updates * batch_size / seconds, 2),
+            "generated_tokens_per_second": round(tokens / seconds, 1),
+            "ms_per_decode_step": round(1000 * generate_seconds / steps, 2),
+            "generate_share": round(generate_seconds / seconds, 3),
+            "seconds_per_update": round(seconds / args.updates, 3),
+            "warmup_seconds": round(clock.stamps[args.warmup][0] - clock.stamps[0][0], 2),
+            "first_update_seconds": round(clock.stamps[1][0] - clock.stamps[0][0], 2),
+            "graphs_compiled": end[4], "graphs_compiled_while_timed": end[4] - start[4],
+            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
+            "trainable_parameters": trainable, "versions": versions()}
+
+
+def versions() -> dict:
+    """The versions this row ran with (rows of one run may use different TRL releases)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("torch", "transformers", "trl", "peft", "accelerate"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def environment(spec: str | None) -> tuple[str, dict]:
+    """The Python and environment a row runs with: a virtual environment's own Python, or this Python
+    with a ``pip install --target`` folder first on ``PYTHONPATH``; this repository is on it either way."""
+    env = dict(os.environ)
+    paths = [str(ROOT)]
+    python = sys.executable
+    if spec:
+        folder = Path(spec).resolve()
+        if (folder / "bin" / "python").exists():
+            python = str(folder / "bin" / "python")
+        elif folder.is_dir():
+            paths.insert(0, str(folder))
+        else:
+            raise SystemExit(f"gpu.py: {spec} is neither a virtual environment nor a folder")
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
+    return python, env
+
+
+def run_row(row: str, shape: str, args) -> tuple[dict | None, str | None]:
+    """One row in a fresh process: ``(result, None)`` or ``(None, why it failed)``."""
+    python, env = environment(args.trl_ppo if row.startswith("trl-ppo") else args.trl_latest)
+    batch_size, response_length = shape.split("x")
+    cmd = [python, str(Path(__file__).resolve()), "--one", row, "--shapes", shape, "--updates", str(args.updates),
+           "--warmup", str(args.warmup)] + (["--tiny"] if args.tiny else [])
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.row_timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return None, f"no result within {args.row_timeout} s"
+    for line in done.stdout.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):]), None
+    lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    return None, (lines[-1] if lines else f"exit code {done.returncode}")[:500]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes on any device: check the script only")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--response-length", type=int, default=64)
-    parser.add_argument("--updates", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--tiny", action="store_true", help="tiny models on any device: check the script only")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="prompts per update x response tokens")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"some of {', '.join(ROWS)}")
+    parser.add_argument("--lora", action="store_true", help="also each row with LoRA (r 16, all linear layers)")
+    parser.add_argument("--updates", type=int, default=5, help="timed updates per row")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (compiling happens there)")
+    parser.add_argument("--trl-ppo", help="virtual environment or --target folder with TRL 1.12 (trl-ppo row)")
+    parser.add_argument("--trl-latest", help="the same with the newest TRL (every other row)")
+    parser.add_argument("--row-timeout", type=int, default=1200, help="seconds a row may take")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rlhf-gpu.json"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a row, in the child process
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    bad = [s for s in shapes if not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s)]
+    if bad or not shapes:
+        parser.error(f"--shapes takes PROMPTSxTOKENS, comma-separated (16x64,64x128); got {args.shapes!r}")
+    if args.one:
+        batch_size, response_length = map(int, shapes[0].split("x"))
+        print(RESULT + json.dumps(measure(args.one, batch_size, response_length, args)), flush=True)
+        return 0
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")
     import torch
-
-    from trl_ext.trl_compat import trl_ppo_available
 
     if not torch.cuda.is_available() and not args.tiny:
         print("no GPU here: nothing measured, nothing written (use --tiny to check the script)")
         return 2
-    backends = ["scratch"] + (["trl"] if trl_ppo_available() else [])
-    rows = []
-    for backend in backends:
-        for lora in (False, True):
-            rows.append(measure(backend, lora, args))
-            print(rows[-1], flush=True)
+    rows += [r + "+lora" for r in rows] if args.lora else []
+    results, failed = [], []
+    for shape in shapes:
+        for row in rows:
+            result, why = run_row(row, shape, args)
+            print(f"{row} {shape}: {result or 'FAILED ' + why}", flush=True)
+            if result:
+                results.append(result)
+            else:
+                failed.append({"row": row, "shape": shape, "error": why})
     if args.tiny:
-        return 0
+        return 0 if results else 1
     from trl_ext.commands.demo import machine
 
-    out = ROOT / "benchmarks" / "results" / "rlhf-gpu.json"
-    out.write_text(json.dumps({"benchmark": "rlhf-ppo-gpu", "machine": machine(), "settings": vars(args),
-                               "rows": rows}, indent=2) + "\n")
-    print(f"wrote {out}")
+    settings = {k: v for k, v in vars(args).items() if k not in ("one", "out")}
+    Path(args.out).write_text(json.dumps({"benchmark": "rlhf-gpu", "machine": machine(), "settings": settings,
+                                          "rows": results, "failed": failed}, indent=2) + "\n")
+    print(f"wrote {args.out}")
     return 0
 
 

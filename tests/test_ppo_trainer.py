@@ -250,27 +250,24 @@ def test_reward_model_moves_to_the_trainer_device_and_value_head_is_read_back(pi
     assert torch.equal(again.actor_critic.value_head.weight, trainer.actor_critic.value_head.weight)
 
 
-def test_advantage_estimator_and_kl_shaping_are_plain_functions_in_core(tokenizer, monkeypatch):
-    """The extension points: a function added to core's dict is a config choice the trainer calls."""
+def test_a_registered_advantage_estimator_drives_the_trainer(tokenizer):
+    """The extension point: a function registered in ADVANTAGE_ESTIMATORS is a config choice the trainer calls."""
     from trl_ext.doubling.models import build_policy
-    from trl_ext.ppo import core
+    from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 
     calls = []
 
-    def outcome_only(rewards, values, mask, gamma, lam):  # every token gets the sequence's total reward
-        calls.append(rewards.shape)
-        total = (rewards * mask).sum(1, keepdim=True) * mask
-        return total, total
-
-    monkeypatch.setitem(core.ADVANTAGE_ESTIMATORS, "outcome", outcome_only)
-    with pytest.raises(ValueError, match="advantage_estimator must be one of gae, outcome; got 'nope'"):
-        PPOConfig(advantage_estimator="nope")
+    @ADVANTAGE_ESTIMATORS.register("trainer_test_outcome")  # a name of this test's own: registered once
+    def outcome_only(batch, config):  # every token gets the sequence's total reward
+        calls.append(batch.rewards.shape)
+        return batch.per_token(batch.sequence_returns()), None
     trainer = PPOTrainer(build_policy(tokenizer), args=PPOConfig(batch_size=2, num_ppo_epochs=1, kl_mode="sequence",
-                                                                 advantage_estimator="outcome"),
+                                                                 advantage_estimator="trainer_test_outcome"),
                          processing_class=tokenizer)
+    assert trainer.actor_critic.value_head is None  # critic-free: no value head, no value loss
     query = tokenizer("S数字:3320x2=", add_special_tokens=False)["input_ids"]
     stats = trainer.step([query, query], trainer.generate([query, query]), [1.0, 0.0])
-    assert len(calls) == 1 and math.isfinite(stats["loss/policy_avg"])
+    assert len(calls) == 1 and math.isfinite(stats["loss/policy_avg"]) and "loss/value_avg" not in stats
 
 
 def test_experience_minibatch_takes_the_same_rows_of_every_field():

@@ -90,7 +90,7 @@ def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
 def test_ppo_cli_bad_input(trained_artifacts, tmp_path):
     policy, reward = str(trained_artifacts["policy"]), str(trained_artifacts["reward"])
     run = _cli("ppo", "--backend", "trl", "--policy", policy, "--out", str(tmp_path / "a"))
-    assert run.returncode == 2 and "give --reward (a classifier directory) or --reward-fn" in run.stderr
+    assert run.returncode == 2 and "give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url" in run.stderr
     run = _cli("ppo", "--policy", policy, "--reward", reward, "--out", str(tmp_path / "b"), "--batch-size", "10",
                "--num-mini-batches", "4")
     assert run.returncode == 2 and "not divisible by num_mini_batches" in run.stderr

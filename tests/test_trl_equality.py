@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from trl_ext.ppo import core
+from trl_ext.ppo import core, losses
 from trl_ext.ppo.config import PPOConfig
 
 pytestmark = pytest.mark.needs_trl_ppo
@@ -109,15 +109,15 @@ class _ReplayingTrainer:
                 recorded["losses"].append(loss.item())
                 super()._optimizer_step(loss)
 
-        for name, key in (("clipped_policy_loss", "policy_losses"), ("clipped_value_loss", "value_losses")):
-            real = getattr(core, name)
+        for module, name, key in ((losses, "policy_loss", "policy_losses"), (core, "clipped_value_loss", "value_losses")):
+            real = getattr(module, name)
 
             def recording(*args, _real=real, _key=key, **kwargs):
                 loss, stats = _real(*args, **kwargs)
                 recorded[_key].append(loss.item())
                 return loss, stats
 
-            monkeypatch.setattr(core, name, recording)
+            monkeypatch.setattr(module, name, recording)
         return Replaying(policy, args=cfg, processing_class=tokenizer), recorded
 
 

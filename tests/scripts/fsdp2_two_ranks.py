@@ -32,7 +32,7 @@ def main() -> int:
     prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
     trainer = FSDP2Trainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
                            args=PPOConfig(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
-                                          learning_rate=1e-2),
+                                          learning_rate=1e-2, sampler=(sys.argv[1:] or ["loop"])[0]),
                            processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
     model = trainer.model
     local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())

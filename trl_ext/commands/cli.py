@@ -13,11 +13,12 @@ import sys
 
 
 def commands() -> dict:
-    from trl_ext.commands import demo, ppo, rlhf, stages
+    from trl_ext.commands import demo, ppo, rlhf, serve_reward, stages
 
     return {"pretrain": stages.PRETRAIN, "train-reward": stages.TRAIN_REWARD,
             "train-reward-model": stages.TRAIN_REWARD_MODEL, "eval": stages.EVAL,
-            "ppo": ppo.COMMAND, "demo": demo.DEMO, "compare": demo.COMPARE, "rlhf": rlhf.COMMAND}
+            "ppo": ppo.COMMAND, "demo": demo.DEMO, "compare": demo.COMPARE, "rlhf": rlhf.COMMAND,
+            "serve-reward": serve_reward.COMMAND}
 
 
 def quiet_known_warnings() -> None:

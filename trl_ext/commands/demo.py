@@ -50,6 +50,8 @@ class PipelineOptions:
     jobs: int = field(2, help="PPO runs at once, each in its own process (the README's command gives each one "
                       "torch thread); 1: one after another in this process")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
+    reward_url: str | None = field(None, help="score every PPO run through this reward server (`trl-ext "
+                                   "serve-reward`'s address) instead of the classifier trained here")
 
     def __post_init__(self):
         unknown = [b for b in self.backend_list if b not in BACKENDS]
@@ -62,6 +64,8 @@ class PipelineOptions:
             raise ValueError(f"jobs must be positive, got {self.jobs}")
         if self.reward_model_temperature <= 0:
             raise ValueError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
+        if self.reward_url and self.reward_list != ["classifier"]:
+            raise ValueError("--reward-url replaces the classifier reward: give it with --rewards classifier")
 
     @property
     def backend_list(self) -> list[str]:
@@ -93,7 +97,7 @@ def _finished(path: Path, marker: str, config: dict) -> dict | None:
 def _supervised_stages(pipeline: PipelineOptions, out: Path, say) -> dict:
     results = {}
     stages = [("policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=pipeline.pretrain_steps), run_pretrain)]
-    if "classifier" in pipeline.reward_list:
+    if "classifier" in pipeline.reward_list and not pipeline.reward_url:
         stages.append(("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps),
                        run_train_reward))
     if "reward_model" in pipeline.reward_list:
@@ -132,8 +136,10 @@ def _ppo_stage(opts, out: Path, run: PPORun, say) -> dict:
     train = replace(opts.train, seed=run.seed)
     if run.reward == "reward_model":
         train = replace(train, temperature=opts.pipeline.reward_model_temperature)
-    run_opts = ppo_options(train, policy=str(out / "policy"), reward=str(reward_dir),
-                           out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True)
+    url = opts.pipeline.reward_url
+    run_opts = ppo_options(train, policy=str(out / "policy"), reward=None if url else str(reward_dir),
+                           out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True,
+                           reward_url=url)
     done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", options_dict(run_opts))
     if done is not None:
         say(f"[{run.label}] reusing {out / run.folder}")
@@ -301,6 +307,10 @@ def run_compare(opts, print_fn=print) -> dict:
 
     first, seeds, pipeline = opts.train.seed, opts.seeds.seeds, opts.pipeline
     folders = tuple(f"{b}{x}_seed{first + s}" for b in BACKENDS for x in REWARD_SUFFIX.values() for s in range(seeds))
+    if pipeline.reward_url:  # an unreachable server: one line before any stage trains
+        from trl_ext.commands.serve_reward import connect_reward
+
+        connect_reward(pipeline.reward_url)
     out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
     results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn),
                "backends": {}}

@@ -17,7 +17,25 @@ from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
 
-BACKENDS = ("scratch", "trl", "grpo", "rloo")  # the last two: TRL's critic-free baselines, for comparison
+# 'grpo'/'rloo': TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with that estimator
+BACKENDS = ("scratch", "trl", "grpo", "rloo", "scratch-grpo", "scratch-rloo", "scratch-reinforce_pp")
+GROUP_SIZE = 8  # completions per prompt of every group row (train_group_baseline's num_generations)
+
+
+def scratch_algorithm(backend: str, cfg: PPOConfig) -> dict:
+    """The trainer options of a ``scratch-ALGO`` row: configured as TRL's GRPO/RLOO rows run (one gradient
+    step per batch, gradient clipping at 1.0 as TRL's Trainer, ``kl_coef`` as their ``beta``), so the rows
+    differ in the trainer only. REINFORCE++: KL-shaped token rewards, one completion per prompt."""
+    one_step = dict(num_ppo_epochs=1, num_mini_batches=1, max_grad_norm=1.0)
+    if backend == "scratch-grpo":  # TRL 1.16's default loss 'dapo' is 'bnpo' for one step per generation
+        return dict(one_step, advantage_estimator="grpo", num_generations=GROUP_SIZE, kl_coef=0.0, beta=cfg.kl_coef,
+                    loss_type="bnpo")
+    if backend == "scratch-rloo":
+        return dict(one_step, advantage_estimator="rloo", num_generations=GROUP_SIZE, kl_estimator="k1",
+                    kl_mode="sequence", beta=0.0, policy_loss="sequence_clip", loss_type="grpo")
+    if backend == "scratch-reinforce_pp":
+        return dict(one_step, advantage_estimator="reinforce_pp", num_generations=1, beta=0.0)
+    return {}
 
 
 @dataclass
@@ -28,10 +46,12 @@ class DoublingModels:
     reward: str | None = field(None, help="directory of the reward classifier (the doubling charset classifier)")
     reward_fn: str | None = field(None, help="your own reward function as 'module:callable' (TRL's reward_funcs "
                                   "convention); summed with --reward when both are given")
+    reward_url: str | None = field(None, help="a reward server (`trl-ext serve-reward`) as the address it prints, "
+                                   "e.g. http://127.0.0.1:8000; summed with --reward/--reward-fn when given")
 
     def __post_init__(self):
-        if not self.reward and not self.reward_fn:
-            raise ValueError("give --reward (a classifier directory) or --reward-fn (module:callable), or both")
+        if not self.reward and not self.reward_fn and not self.reward_url:
+            raise ValueError("give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url")
 
 
 @dataclass
@@ -67,37 +87,49 @@ DOUBLING_DEFAULTS = {"skip_special_tokens": False, "separate_critic": True}
 
 
 def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",
-                watch: WatchOptions | None = None, overwrite: bool = False, reward_fn: str | None = None):
+                watch: WatchOptions | None = None, overwrite: bool = False, reward_fn: str | None = None,
+                reward_url: str | None = None):
     """The ``ppo`` command's options built in Python (what ``demo``, ``compare`` and the benchmarks run)."""
-    return SimpleNamespace(train=train, models=DoublingModels(policy=policy, reward=reward, reward_fn=reward_fn),
+    return SimpleNamespace(train=train, models=DoublingModels(policy=policy, reward=reward, reward_fn=reward_fn,
+                                                              reward_url=reward_url),
                            output=OutputOptions(out=out, overwrite=overwrite), watch=watch or WatchOptions(),
                            run=BackendOption(backend=backend))
 
 
-def load_inputs(opts):
-    """Policy, tokenizer and the reward function (classifier and/or the user's), checked before training."""
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
+def load_reward_dir(path: str):
+    """The reward a classifier directory gives: a scalar reward model (num_labels=1, `train-reward-model`)
+    scores as it is; the 4-class charset classifier gives the logit of the requested set."""
+    from trl_ext.doubling.artifacts import load_classifier
     from trl_ext.doubling.rewards import doubling_classifier_reward
     from trl_ext.doubling.task import NUM_LABELS
-    from trl_ext.rewards import ClassifierReward, WeightedSum
+    from trl_ext.rewards import ClassifierReward
+
+    classifier, classifier_tokenizer = load_classifier(path, num_labels=None)
+    labels = classifier.config.num_labels
+    if labels == 1:
+        return ClassifierReward(classifier, classifier_tokenizer, name="reward_model")
+    if labels == NUM_LABELS:
+        return doubling_classifier_reward(classifier, classifier_tokenizer)
+    raise ValueError(f"reward model {path!r} has {labels} labels; the doubling reward needs "
+                     f"the {NUM_LABELS}-label charset classifier or a scalar reward model (num_labels=1)")
+
+
+def load_inputs(opts):
+    """Policy, tokenizer and the reward function (classifier, the user's, a server), checked before training."""
+    from trl_ext.commands.serve_reward import connect_reward
+    from trl_ext.doubling.artifacts import load_policy
+    from trl_ext.rewards import WeightedSum
     from trl_ext.rewards.base import import_reward_function
 
+    remote = connect_reward(opts.models.reward_url) if opts.models.reward_url else None  # first: no wait for nothing
     policy, tokenizer = load_policy(opts.models.policy)
     rewards = []
     if opts.models.reward:
-        # A scalar reward model (num_labels=1, `train-reward-model`) scores as it is; the 4-class charset
-        # classifier gives the logit of the requested set.
-        classifier, classifier_tokenizer = load_classifier(opts.models.reward, num_labels=None)
-        labels = classifier.config.num_labels
-        if labels == 1:
-            rewards.append(ClassifierReward(classifier, classifier_tokenizer, name="reward_model"))
-        elif labels == NUM_LABELS:
-            rewards.append(doubling_classifier_reward(classifier, classifier_tokenizer))
-        else:
-            raise ValueError(f"reward model {opts.models.reward!r} has {labels} labels; the doubling reward needs "
-                             f"the {NUM_LABELS}-label charset classifier or a scalar reward model (num_labels=1)")
+        rewards.append(load_reward_dir(opts.models.reward))
     if opts.models.reward_fn:
         rewards.append(import_reward_function(opts.models.reward_fn))
+    if remote is not None:
+        rewards.append(remote)
     return policy, tokenizer, rewards[0] if len(rewards) == 1 else WeightedSum(rewards)
 
 
@@ -107,7 +139,10 @@ def train_backend(opts, policy, tokenizer, reward_fn, recorder, accelerator=None
 
     backend, cfg, out = opts.run.backend, train_options(opts), Path(opts.output.out)
     dataset = ppo_prompt_dataset(tokenizer, cfg.total_episodes, cfg.seed)
-    if backend == "scratch":
+    if backend.startswith("scratch"):
+        from dataclasses import replace
+
+        cfg = replace(cfg, **scratch_algorithm(backend, cfg))
         from trl_ext.ppo.trainer import PPOTrainer
 
         trainer = PPOTrainer(policy, reward_fn, args=cfg, train_dataset=dataset, processing_class=tokenizer,
@@ -122,9 +157,10 @@ def train_backend(opts, policy, tokenizer, reward_fn, recorder, accelerator=None
 
         from trl_ext.baselines import group_prompt_count, train_group_baseline
 
-        prompts = ppo_prompt_dataset(tokenizer, group_prompt_count(cfg), cfg.seed)
+        prompts = ppo_prompt_dataset(tokenizer, group_prompt_count(cfg, GROUP_SIZE), cfg.seed)
         train_group_baseline(backend, cfg, policy, tokenizer, reward_fn,
-                             prompts.select_columns(["prompt", "label", "question"]), out, recorder)
+                             prompts.select_columns(["prompt", "label", "question"]), out, recorder,
+                             num_generations=GROUP_SIZE)
         policy.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
         return policy, PartialState()
@@ -180,8 +216,8 @@ def run_ppo(opts, print_fn=print) -> dict:
         raise ValueError("stop_at_target probes on the main process only: use it with one process")
     resume_after = None
     if cfg.resume_from_checkpoint:
-        if backend != "scratch":
-            raise ValueError(f"--resume-from-checkpoint resumes the scratch backend; {backend!r} cannot resume "
+        if not backend.startswith("scratch"):
+            raise ValueError(f"--resume-from-checkpoint resumes the scratch backends; {backend!r} cannot resume "
                              "(TRL 1.12's PPOTrainer.train() takes no checkpoint)")
         from trl_ext.ppo import checkpoint
 

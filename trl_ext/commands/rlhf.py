@@ -26,6 +26,8 @@ class RLHFModels:
     reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
     reward_fn: str | None = field(None, help="your own reward function as 'module:callable' (TRL's reward_funcs "
                                   "convention); summed with --reward when both are given")
+    reward_url: str | None = field(None, help="a reward server (`trl-ext serve-reward`) as the address it prints, "
+                                   "e.g. http://127.0.0.1:8000; summed with --reward/--reward-fn when given")
     reward_max_length: int = field(512, help="reward model input length")
     pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
                        "(a reward model trained by --preferences is scored as it was trained: one text)")
@@ -132,6 +134,10 @@ def load_models(models: RLHFModels):
                                         max_length=models.reward_max_length, name="reward_model"))
     if models.reward_fn:
         rewards.append(import_reward_function(models.reward_fn))
+    if models.reward_url:
+        from trl_ext.commands.serve_reward import connect_reward
+
+        rewards.append(connect_reward(models.reward_url))
     return policy, tokenizer, rewards[0] if len(rewards) == 1 else WeightedSum(rewards)
 
 
@@ -248,9 +254,9 @@ def run_rlhf(opts, print_fn=print) -> dict:
     from datasets import Dataset
 
     backend, models = opts.run.backend, opts.models
-    if not (models.reward or models.reward_fn or opts.stages.preferences):
-        raise ValueError("give --reward (a reward model directory), --reward-fn (module:callable) or --preferences "
-                         "(a preference file to train the reward model on first)")
+    if not (models.reward or models.reward_fn or models.reward_url or opts.stages.preferences):
+        raise ValueError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url or "
+                         "--preferences (a preference file to train the reward model on first)")
     if models.reward and opts.stages.preferences:
         raise ValueError("give --reward or --preferences, not both: --preferences trains the reward model "
                          "(its base is --reward-base)")
@@ -261,6 +267,10 @@ def run_rlhf(opts, print_fn=print) -> dict:
         from trl_ext.trl_compat import require_trl_ppo
 
         require_trl_ppo()
+    if models.reward_url:  # an unreachable server: one line before any stage trains
+        from trl_ext.commands.serve_reward import connect_reward
+
+        connect_reward(models.reward_url)
     state = PartialState(cpu=not torch.cuda.is_available())
     prompts = load_prompts(opts.data.prompts)
     out = Path(opts.output.out)

@@ -6,11 +6,14 @@ from dataclasses import dataclass, fields
 
 from trl_ext.options import field
 from trl_ext.ppo import core
+from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
 
 LR_SCHEDULES = ("linear", "constant")
-SAMPLERS = ("loop", "generate")
+SAMPLERS = ("auto", "loop", "static", "generate")
 SCORE_POSITIONS = ("last_token", "after_last_token")
+SCALE_REWARDS = ("group", "batch", "none")
 
 
 @dataclass
@@ -29,8 +32,26 @@ class PPOConfig:
     kl_mode: str = field("token", help="'token': -kl_coef*kl per token (seed 000, TRL); "
                          "'sequence': score - kl_coef*sum(kl) on the last token (seed 004)",
                          choices=core.KL_SHAPINGS)  # the live dict: a key added there is a choice
-    advantage_estimator: str = field("gae", help="advantage estimator (trl_ext.ppo.core.ADVANTAGE_ESTIMATORS)",
-                                     choices=core.ADVANTAGE_ESTIMATORS)
+    advantage_estimator: str = field("gae", help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
+                                     "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
+                                     "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS", choices=ADVANTAGE_ESTIMATORS)
+    num_generations: int = field(1, help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
+                                 "batch_size counts completions and must be divisible by it")
+    scale_rewards: str = field("group", help="grpo: divide by the group's std, the batch's, or not at all "
+                               "(TRL's scale_rewards)", choices=SCALE_REWARDS)
+    whiten_advantages: bool | None = field(None, help="whiten advantages over the batch (default: the "
+                                           "estimator's choice: gae and reinforce_pp yes, grpo and rloo no)")
+    beta: float = field(0.0, help="weight of the KL to the reference as a loss term (GRPO's beta), besides "
+                        "kl_coef's KL in the reward")
+    kl_loss_estimator: str = field("k3", help="per-token KL estimate of the beta loss term (GRPO: k3)",
+                                   choices=core.KL_ESTIMATORS)
+    use_bias_correction_kl: bool = field(True, help="weight the beta KL term by the policy ratio, so that its "
+                                         "gradient is the unbiased reverse-KL one (TRL 1.16's option and default)")
+    policy_loss: str = field("clip", help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
+                             "ratio per sequence (TRL's RLOO)", choices=POLICY_LOSSES)
+    loss_type: str = field("bnpo", help="how token losses are averaged (TRL's names): 'bnpo' over all tokens "
+                           "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
+                           "response_length", choices=LOSS_AGGREGATIONS)
     cliprange: float = field(0.2, help="policy ratio clip")
     cliprange_value: float = field(0.2, help="value clip around the old values")
     vf_coef: float = field(0.5, help="value loss weight (the seed uses 0.1; 0.5 learned the shared critic faster)")
@@ -48,8 +69,9 @@ class PPOConfig:
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
     top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
-    sampler: str = field("loop", help="'loop': the KV-cache loop, fastest for small models; 'generate': "
-                         "model.generate (large models, repetition_penalty)", choices=SAMPLERS)
+    sampler: str = field("auto", help="'static': static KV cache, decode step compiled to a CUDA graph (GPUs); "
+                         "'loop': the KV-cache loop, fastest for small models on CPU; 'generate': model.generate "
+                         "(repetition_penalty); 'auto': static on a GPU, loop otherwise", choices=SAMPLERS)
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
@@ -70,11 +92,11 @@ class PPOConfig:
 
     def __post_init__(self):
         for name in ("learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
-                     "response_length", "temperature"):
+                     "response_length", "temperature", "num_generations"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
-                     "vf_coef", "ent_coef", "gamma", "lam"):
+                     "vf_coef", "ent_coef", "gamma", "lam", "beta"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
@@ -82,11 +104,13 @@ class PPOConfig:
         if self.batch_size % self.num_mini_batches:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")
+        if self.batch_size % self.num_generations:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
         if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
             raise ValueError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
                              f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}")
         if self.repetition_penalty != 1.0 and self.sampler != "generate":
-            raise ValueError("repetition_penalty needs sampler='generate' (the KV-cache loop has none)")
+            raise ValueError("repetition_penalty needs sampler='generate' (the other samplers have none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones
         for f in fields(self):  # every set of choices is written once, in its field
             choices = f.metadata.get("choices")

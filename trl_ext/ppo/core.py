@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from trl_ext.ppo.registry import Registry
+
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``log softmax(logits)[tokens]``: ``(B, T, V), (B, T) -> (B, T)``.
@@ -59,21 +61,33 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened if shift_mean else whitened + mean
 
 
-KL_ESTIMATORS = ("k1", "k3")
+# Per-token estimates of KL(policy || ref) from samples of the policy (Schulman, "Approximating KL
+# Divergence"), with ``r = ref / policy``. A new one is a function ``(logprobs, ref_logprobs) -> (B, T)``.
+KL_ESTIMATORS = Registry("kl estimator")
+
+
+@KL_ESTIMATORS.register("k1")
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """``log p - log q``: unbiased, can be negative (seed 000, TRL's PPO and RLOO)."""
+    return logprobs - ref_logprobs
+
+
+@KL_ESTIMATORS.register("k2")
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """``(log r)^2 / 2``: biased, non-negative, low variance."""
+    return 0.5 * (logprobs - ref_logprobs) ** 2
+
+
+@KL_ESTIMATORS.register("k3")
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """``(r - 1) - log r``: unbiased, non-negative, lower variance than k1 (TRL's GRPO loss term)."""
+    log_ratio = ref_logprobs - logprobs
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
-    """Per-token estimate of KL(policy || ref) from samples of the policy (Schulman, "Approximating KL").
-
-    k1: ``log p - log q`` (unbiased, can be negative; seed 000); k3: ``(r - 1) - log r`` with
-    ``r = q / p`` (unbiased, non-negative, lower variance).
-    """
-    log_ratio = ref_logprobs - logprobs
-    if estimator == "k1":
-        return -log_ratio
-    if estimator == "k3":
-        return torch.expm1(log_ratio) - log_ratio
-    raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    """The per-token KL estimate registered as ``estimator`` in ``KL_ESTIMATORS``."""
+    return KL_ESTIMATORS[estimator].fn(logprobs, ref_logprobs)
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
@@ -140,20 +154,27 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     return advantages, advantages + values
 
 
-def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, cliprange: float) -> tuple[torch.Tensor, dict]:
-    """PPO's clipped surrogate, negated for minimisation, averaged over masked tokens.
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor,
+                      cliprange: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, negated for minimisation, element-wise: ``max(-A r, -A clip(r, 1-eps, 1+eps))``.
 
-    ``max(-A r, -A clip(r, 1-eps, 1+eps))`` with ``r = exp(logp - logp_old)``.
+    Returns ``(loss, clipped)`` of the shape of ``ratio``; ``clipped`` is where the clipped term won.
     """
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, cliprange: float) -> tuple[torch.Tensor, dict]:
+    """The clipped surrogate with a per-token ratio ``exp(logp - logp_old)``, averaged over masked tokens."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    per_token, clipped = clipped_surrogate(ratio, advantages, cliprange)
+    loss = masked_mean(per_token, mask)
     with torch.no_grad():
         stats = {
-            "clipfrac": masked_mean((clipped > unclipped).float(), mask),
+            "clipfrac": masked_mean(clipped.float(), mask),
             "approxkl": 0.5 * masked_mean(log_ratio ** 2, mask),
             "ratio": masked_mean(ratio, mask),
         }
@@ -172,8 +193,59 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     return loss, stats
 
 
-# Extension points (verl/OpenRLHF users expect them): the trainer looks the shaping and the estimator
-# up here by the config's name, and the command line offers exactly these keys. Add a plain function
-# with the same signature to try another one.
+def group_statistics(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row, the ``(mean, unbiased std, size)`` of its group: ``(B,), (B,) -> 3 x (B,)``.
+
+    A group of one has std 0. ``group_ids`` may be any integers; rows of a group need not be adjacent.
+    """
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    counts = counts.to(values.dtype)
+    sums = torch.zeros_like(counts).index_add_(0, inverse, values)
+    means = sums / counts
+    squares = torch.zeros_like(counts).index_add_(0, inverse, (values - means[inverse]) ** 2)
+    stds = torch.sqrt(squares / (counts - 1).clamp(min=1))
+    return means[inverse], stds[inverse], counts[inverse]
+
+
+def group_normalised_scores(returns: torch.Tensor, group_ids: torch.Tensor, scale: str = "group",
+                            eps: float = 1e-4) -> torch.Tensor:
+    """GRPO's advantage (Shao et al. 2024): ``(R - mean of its group) / (std + eps)``, ``(B,) -> (B,)``.
+
+    ``scale``: 'group' divides by the group's std, 'batch' by the whole batch's, 'none' not at all
+    (Dr. GRPO); stds are unbiased and ``eps = 1e-4``, as TRL's ``scale_rewards``.
+    """
+    means, stds, _ = group_statistics(returns, group_ids)
+    centred = returns - means
+    if scale == "none":
+        return centred
+    if scale == "batch":
+        stds = returns.std() if returns.numel() > 1 else torch.zeros_like(returns)
+    elif scale != "group":
+        raise ValueError(f"scale_rewards must be one of group, batch, none; got {scale!r}")
+    return centred / (stds + eps)
+
+
+def leave_one_out_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """RLOO's advantage (Ahmadian et al. 2024): ``R_i`` minus the mean of the other returns of its group.
+
+    ``(B,) -> (B,)``; a group of one has no baseline and gets advantage 0.
+    """
+    means, _, counts = group_statistics(returns, group_ids)
+    others = (means * counts - returns) / (counts - 1).clamp(min=1)
+    return torch.where(counts > 1, returns - others, torch.zeros_like(returns))
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Reward-to-go ``G_t = r_t + gamma G_{t+1}`` over right-padded rows (REINFORCE), ``(B, T) -> (B, T)``."""
+    rewards = rewards * mask.to(rewards.dtype)
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[-1])):
+        running = rewards[:, t] + gamma * running
+        returns[:, t] = running
+    return returns
+
+
+# Reward shapings: the trainer looks one up by the config's ``kl_mode`` (the command line offers exactly
+# these keys). Add a plain function with the same signature to try another one.
 KL_SHAPINGS = {"token": token_kl_rewards, "sequence": sequence_kl_rewards}
-ADVANTAGE_ESTIMATORS = {"gae": gae_advantages}

@@ -32,14 +32,15 @@ class ActorCritic(nn.Module):
     """``value_head_init``: 'linear' is ``nn.Linear``'s own random init, as TRL's
     ``AutoModelForCausalLMWithValueHead``; 'zero' starts at V = 0 (README, "The KL gap", measures both)."""
 
-    def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear"):
+    def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear", critic: bool = True):
         super().__init__()
         if value_head_init not in VALUE_HEAD_INITS:
             raise ValueError(f"value_head_init must be one of {', '.join(VALUE_HEAD_INITS)}; got {value_head_init!r}")
         self.policy = policy
-        self.critic_backbone = copy.deepcopy(base_backbone(policy)) if separate_critic else None
-        self.value_head = nn.Linear(hidden_size(policy), 1)
-        if value_head_init == "zero":
+        # critic=False (critic-free estimators): no value head, no critic pass, values are None.
+        self.critic_backbone = copy.deepcopy(base_backbone(policy)) if separate_critic and critic else None
+        self.value_head = nn.Linear(hidden_size(policy), 1) if critic else None
+        if critic and value_head_init == "zero":
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
 
@@ -48,9 +49,12 @@ class ActorCritic(nn.Module):
         return self.critic_backbone is not None
 
     def forward(self, input_ids, attention_mask, position_ids):
-        """Return ``(logits (B, L, V), values (B, L))`` for the whole sequence."""
+        """Return ``(logits (B, L, V), values (B, L) or None without a critic)`` for the whole sequence."""
+        shared = self.value_head is not None and not self.separate_critic
         out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          output_hidden_states=not self.separate_critic, use_cache=False)
+                          output_hidden_states=shared, use_cache=False)
+        if self.value_head is None:
+            return out.logits, None
         if self.separate_critic:
             hidden = self.critic_backbone(input_ids=input_ids, attention_mask=attention_mask,
                                           position_ids=position_ids, use_cache=False).last_hidden_state
@@ -59,7 +63,8 @@ class ActorCritic(nn.Module):
         return out.logits, self.value_head(hidden).squeeze(-1)
 
     def save_value_head(self, path: str | Path) -> None:
-        save_value_head(self.value_head, path)
+        if self.value_head is not None:
+            save_value_head(self.value_head, path)
 
 
 def load_value_head(head: nn.Module, path: str | Path) -> bool:

@@ -105,13 +105,13 @@ class Experience:
     value_mask: torch.Tensor  # (B, R) where values, rewards and the value loss count (``mask`` unless TRL's p1)
     old_logprobs: torch.Tensor  # (B, R) log pi_old(token)
     ref_logprobs: torch.Tensor  # (B, R) log pi_ref(token)
-    old_values: torch.Tensor  # (B, R) V_old before each response token
+    old_values: torch.Tensor | None  # (B, R) V_old before each response token; None without a critic
     scores: torch.Tensor  # (B,) reward-function scores
     rewards: torch.Tensor  # (B, R) KL-shaped per-token rewards
     non_score_rewards: torch.Tensor  # (B, R) the KL part alone
     kl: torch.Tensor  # (B, R) per-token KL estimate
-    advantages: torch.Tensor  # (B, R) whitened GAE advantages
-    returns: torch.Tensor  # (B, R) advantages + values (pre-whitening)
+    advantages: torch.Tensor  # (B, R) the estimator's advantages (whitened where it asks)
+    returns: torch.Tensor | None  # (B, R) value targets (GAE: advantages + values, pre-whitening); None without a critic
 
     @property
     def query_length(self) -> int:
@@ -122,4 +122,5 @@ class Experience:
 
     def minibatch(self, index: torch.Tensor) -> Experience:
         """The rows ``index`` of every field (``b_*`` -> ``mb_*`` in cleanrl's words)."""
-        return Experience(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Experience(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[index]
+                             for f in fields(self)})

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from trl_ext.batching import pad_batch
-from trl_ext.ppo import checkpoint, core
+from trl_ext.ppo import checkpoint, core, losses
+from trl_ext.ppo.advantages import compute_advantages, needs_values
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.model import ActorCritic, load_value_head
@@ -31,6 +32,7 @@ from trl_ext.ppo.rollout import (
     Experience, completion_token_ids, generate_responses, positions_from_mask, response_mask, sample_responses,
 )
 from trl_ext.ppo.sharding import gathered_for_rollout
+from trl_ext.ppo.static_sampler import StaticSampler
 from trl_ext.rewards.base import call_reward, combine_rewards, place_reward, reward_name
 from trl_ext.rewards.classifier import is_conversation
 
@@ -45,7 +47,9 @@ def _disable_dropout(module: nn.Module) -> None:
             sub.p = 0.0
 
 
-def _collate(rows: list[dict]) -> dict:
+def _collate(rows: list[dict], repeats: int = 1) -> dict:
+    """Columns of ``rows``, each row repeated ``repeats`` times in a row (a group of completions per prompt)."""
+    rows = [row for row in rows for _ in range(repeats)]
     return {key: [row[key] for row in rows] for key in rows[0]}
 
 
@@ -142,8 +146,9 @@ class PPOTrainer:
         if config.gradient_checkpointing:
             # use_reentrant=False: gradients reach LoRA adapters even when the inputs need none
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init)
-        if isinstance(model_or_path, (str, Path)):
+        model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init,
+                            critic=needs_values(config))
+        if isinstance(model_or_path, (str, Path)) and model.value_head is not None:
             load_value_head(model.value_head, model_or_path)  # continuing from a saved PPO policy
         _disable_dropout(model)
         self.model, self.optimizer = self._prepare(model)
@@ -158,6 +163,9 @@ class PPOTrainer:
             self.ref_policy.to(device)
         for fn in self.reward_funcs:  # a reward model scores where the policy runs
             place_reward(fn, device)
+        # 'auto': the compiled static-cache sampler on a GPU; the plain loop is faster for small models on CPU.
+        self.sampler = config.sampler if config.sampler != "auto" else "static" if device.type == "cuda" else "loop"
+        self.static_sampler = StaticSampler()  # holds its caches and compiled step across rollouts
         self.generator = torch.Generator(device=device).manual_seed(
             config.seed + 100003 * self.accelerator.process_index)
         self.episode, self.update_index = 0, 0
@@ -235,8 +243,12 @@ class PPOTrainer:
             raise PPOError("train() needs a train_dataset and reward_funcs")
         from torch.utils.data import DataLoader
 
-        loader = self.accelerator.prepare(DataLoader(self.train_dataset, batch_size=self.config.batch_size,
-                                                     shuffle=False, drop_last=True, collate_fn=_collate))
+        import functools
+
+        prompts_per_batch = self.config.batch_size // self.config.num_generations
+        loader = self.accelerator.prepare(DataLoader(
+            self.train_dataset, batch_size=prompts_per_batch, shuffle=False, drop_last=True,
+            collate_fn=functools.partial(_collate, repeats=self.config.num_generations)))
         if len(loader) == 0:
             raise PPOError(f"train_dataset of {len(self.train_dataset)} rows is smaller than one batch")
         history = []
@@ -384,10 +396,11 @@ class PPOTrainer:
                        temperature=cfg.temperature if temperature is None else temperature)
         try:
             with gathered_for_rollout(self.model), self.accelerator.autocast():
-                if cfg.sampler == "generate":
+                if self.sampler == "generate":
                     return generate_responses(policy, query_ids, query_mask, **options,
                                               repetition_penalty=cfg.repetition_penalty)
-                return sample_responses(policy, query_ids, query_mask, **options, generator=self.generator)
+                sample = self.static_sampler if self.sampler == "static" else sample_responses
+                return sample(policy, query_ids, query_mask, **options, generator=self.generator)
         finally:
             policy.train(was_training)
 
@@ -417,28 +430,19 @@ class PPOTrainer:
         with self.accelerator.autocast():
             logits, values = self.model(query_response, attention_mask, position_ids)
         old_logprobs, _ = self._response_logprobs(logits, responses, length)
-        # The score lands on the last token of `value_mask`: the last response token, or (TRL 1.12's
-        # choice) the state after it, whose value is then learned too.
-        value_mask = core.mask_one_past_last(mask) if cfg.score_position == "after_last_token" else mask
-        old_values = values[:, length - 1:-1].float() * value_mask
         ref_logits = self._reference_logits(query_response, attention_mask, position_ids)
         ref_logprobs, _ = self._response_logprobs(ref_logits, responses, length)
-        kl = core.kl_estimate(old_logprobs, ref_logprobs, cfg.kl_estimator) * mask
-        if cfg.missing_eos_penalty is not None:
-            ended = (responses == self.tokenizer.eos_token_id).logical_and(mask.bool()).any(-1)
-            scores = torch.where(ended, scores, scores - cfg.missing_eos_penalty)
-        rewards, non_score = core.KL_SHAPINGS[cfg.kl_mode](scores, kl, value_mask, cfg.kl_coef)
-        if cfg.whiten_rewards:
-            rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
-        advantages, returns = core.ADVANTAGE_ESTIMATORS[cfg.advantage_estimator](
-            rewards, old_values, value_mask, cfg.gamma, cfg.lam)
-        advantages = core.masked_whiten(advantages, mask) * mask
+        ended = (responses == self.tokenizer.eos_token_id).logical_and(mask.bool()).any(-1)
+        group_ids = torch.arange(len(responses), device=responses.device) // cfg.num_generations
+        result = compute_advantages(scores, old_logprobs, ref_logprobs,
+                                    None if values is None else values[:, length - 1:-1].float(),
+                                    mask, ended, group_ids, cfg)
         return Experience(
             query_response=query_response, attention_mask=attention_mask, position_ids=position_ids,
-            responses=responses, mask=mask, value_mask=value_mask, old_logprobs=old_logprobs,
-            ref_logprobs=ref_logprobs,
-            old_values=old_values, scores=scores, rewards=rewards, non_score_rewards=non_score, kl=kl,
-            advantages=advantages, returns=returns,
+            responses=responses, mask=mask, value_mask=result.value_mask, old_logprobs=old_logprobs,
+            ref_logprobs=ref_logprobs, old_values=result.values, scores=result.scores, rewards=result.rewards,
+            non_score_rewards=result.non_score_rewards, kl=result.kl, advantages=result.advantages,
+            returns=result.returns,
         )
 
     def _update(self, exp: Experience) -> dict:
@@ -453,21 +457,25 @@ class PPOTrainer:
                 with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
                     logits, values = self.model(mb.query_response, mb.attention_mask, mb.position_ids)
                 logprobs, response_logits = self._response_logprobs(logits, mb.responses, exp.query_length)
-                new_values = values[:, exp.query_length - 1:-1].float()
-                pg_loss, pg = core.clipped_policy_loss(logprobs, mb.old_logprobs, mb.advantages, mb.mask,
-                                                       cfg.cliprange)
-                vf_loss, vf = core.clipped_value_loss(new_values, mb.old_values, mb.returns, mb.value_mask,
-                                                      cfg.cliprange_value)
+                pg_loss, pg = losses.policy_loss(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.mask,
+                                                 cfg)
                 with torch.set_grad_enabled(cfg.ent_coef > 0):
                     entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb.mask)
-                loss = pg_loss + cfg.vf_coef * vf_loss - cfg.ent_coef * entropy
+                loss = pg_loss - cfg.ent_coef * entropy
+                step_stats = {"loss/policy_avg": pg_loss, "policy/clipfrac_avg": pg["clipfrac"],
+                              "policy/approxkl_avg": pg["approxkl"], "val/ratio": pg["ratio"],
+                              "policy/entropy_avg": entropy}
+                if "kl_loss" in pg:
+                    step_stats["loss/kl_avg"] = pg["kl_loss"]
+                if values is not None:  # a critic-free estimator trains no value function
+                    new_values = values[:, exp.query_length - 1:-1].float()
+                    vf_loss, vf = core.clipped_value_loss(new_values, mb.old_values, mb.returns, mb.value_mask,
+                                                          cfg.cliprange_value)
+                    loss = loss + cfg.vf_coef * vf_loss
+                    step_stats.update({"loss/value_avg": vf_loss, "val/clipfrac_avg": vf["clipfrac"]})
                 if self._any_rank_non_finite(loss):
                     self._stop_on_bad_loss(loss, epoch, mb_index)
                 self._optimizer_step(loss)
-                step_stats = {"loss/policy_avg": pg_loss, "loss/value_avg": vf_loss,
-                              "policy/clipfrac_avg": pg["clipfrac"], "policy/approxkl_avg": pg["approxkl"],
-                              "val/clipfrac_avg": vf["clipfrac"], "val/ratio": pg["ratio"],
-                              "policy/entropy_avg": entropy}
                 for name, value in step_stats.items():
                     stats.setdefault(name, []).append(value.detach())
         self.update_index += 1

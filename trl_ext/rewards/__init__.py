@@ -5,8 +5,10 @@ in ``trl_ext.doubling.rewards``."""
 from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, combine_rewards, validate_rewards
 from trl_ext.rewards.classifier import ClassifierReward
 from trl_ext.rewards.combine import Clipped, RunningNormalized, WeightedSum
+from trl_ext.rewards.remote import RemoteReward, RemoteRewardError
 
 __all__ = [
-    "ClassifierReward", "Clipped", "RewardError", "RewardFunction", "RunningNormalized", "WeightedSum",
+    "ClassifierReward", "Clipped", "RemoteReward", "RemoteRewardError", "RewardError", "RewardFunction",
+    "RunningNormalized", "WeightedSum",
     "call_reward", "combine_rewards", "validate_rewards",
 ]

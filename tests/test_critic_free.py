@@ -1,0 +1,35 @@
+"""Critic-free training in the in-house trainer: groups of completions per prompt, no value head."""
+
+import math
+
+import torch
+
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.trainer import PPOTrainer
+
+
+def test_grpo_trains_groups_without_a_critic(tokenizer):
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.doubling.task import ppo_prompt_dataset
+
+    seen = []
+
+    def length_reward(prompts, completions, **_):  # any signal that varies within a group
+        seen.append(list(prompts))
+        return [float(len(c)) for c in completions]
+
+    cfg = PPOConfig(advantage_estimator="grpo", num_generations=2, batch_size=4, num_ppo_epochs=1, total_episodes=8,
+                    beta=0.1, loss_type="grpo", separate_critic=True, response_length=6)
+    trainer = PPOTrainer(build_policy(tokenizer), length_reward, args=cfg,
+                         train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0), processing_class=tokenizer)
+    assert trainer.actor_critic.value_head is None and trainer.actor_critic.critic_backbone is None
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    history = trainer.train()
+    assert len(history) == 2 and [len(batch) for batch in seen] == [4, 4]
+    for batch in seen:  # two prompts a batch, each sampled twice in a row
+        assert batch[0] == batch[1] and batch[2] == batch[3] and batch[0] != batch[2]
+    assert seen[0][0] != seen[1][0]  # the next batch reads the next prompts
+    stats = history[-1]
+    assert "loss/value_avg" not in stats and math.isfinite(stats["loss/kl_avg"])
+    assert trainer.episode == 8
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))

@@ -1,0 +1,223 @@
+"""The static-cache sampler draws token for token what the KV-cache loop draws (CPU, eager)."""
+
+import pytest
+import torch
+
+from trl_ext.ppo.rollout import sample_responses
+from trl_ext.ppo.static_sampler import StaticSampler, bucket, pick_tokens
+
+VOCAB = 96
+
+
+def _gpt2(dtype=torch.float32):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, eos_token_id=1,
+                     bos_token_id=1, pad_token_id=0)
+    return GPT2LMHeadModel(cfg).to(dtype).eval()
+
+
+def _qwen2(dtype=torch.float32):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      eos_token_id=1, pad_token_id=0, bos_token_id=None, tie_word_embeddings=False)
+    return Qwen2ForCausalLM(cfg).to(dtype).eval()
+
+
+def _queries(rows=5, seed=1):
+    """Left-padded prompts of 3 to 9 tokens (ids 2.. so no prompt holds pad or eos)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 10, (rows,), generator=g)
+    lengths[0] = 9
+    ids = torch.randint(2, VOCAB, (rows, 9), generator=g)
+    mask = (torch.arange(9) >= 9 - lengths[:, None]).long()
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def _eos_for(model, ids, mask, **options):
+    """An eos that ends some rows early: the commonest token of an eos-free rollout."""
+    free = sample_responses(model, ids, mask, max_new_tokens=12, eos_token_id=-1, pad_token_id=0,
+                            generator=torch.Generator().manual_seed(7), **options)
+    return int(free[:, 1:].flatten().mode().values)
+
+
+def _both(model, ids, mask, sampler=None, **options):
+    """The loop's and the static sampler's rollouts from the same seed, and whether both leave the
+    generator in the same state (so the draws after a rollout agree too)."""
+    options = {"max_new_tokens": 12, "pad_token_id": 0, **options}
+    g_loop, g_static = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    loop = sample_responses(model, ids, mask, generator=g_loop, **options)
+    static = (sampler or StaticSampler())(model, ids, mask, generator=g_static, **options)
+    return loop, static, torch.equal(g_loop.get_state(), g_static.get_state())
+
+
+def _length(completions, **kwargs):
+    return [float(len(c)) for c in completions]
+
+
+SAMPLING = [dict(temperature=0.0), dict(temperature=1.0), dict(temperature=0.7, top_k=5),
+            dict(temperature=1.0, top_p=0.8), dict(temperature=1.3, top_k=20, top_p=0.9)]
+
+
+@pytest.mark.parametrize("build", [_gpt2, _qwen2], ids=["gpt2", "qwen2"])
+@pytest.mark.parametrize("options", SAMPLING, ids=["greedy", "sampled", "top_k", "top_p", "top_k_top_p"])
+def test_static_equals_loop(build, options):
+    model = build()
+    ids, mask = _queries()
+    eos = _eos_for(model, ids, mask, **options)
+    loop, static, same_stream = _both(model, ids, mask, eos_token_id=eos, **options)
+    ended = (loop == eos).any(1)
+    assert ended.any() and not ended.all(), "the case needs rows that end early and rows that do not"
+    assert torch.equal(static, loop)
+    assert same_stream  # the generator is left where the loop leaves it: later draws agree too
+
+
+@pytest.mark.parametrize("build", [_gpt2, _qwen2], ids=["gpt2", "qwen2"])
+def test_static_equals_loop_on_a_bf16_checkpoint(build, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    build(torch.bfloat16).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert next(model.parameters()).dtype == torch.bfloat16  # loaded as saved, as real checkpoints are
+    ids, mask = _queries()
+    for options in (dict(temperature=0.0), dict(temperature=1.0, top_k=20, top_p=0.9)):
+        eos = _eos_for(model, ids, mask, **options)
+        loop, static, _ = _both(model, ids, mask, eos_token_id=eos, **options)
+        assert torch.equal(static, loop), options
+
+
+def test_static_equals_loop_with_lora_adapters():
+    from peft import LoraConfig, get_peft_model
+
+    model = _qwen2()
+    base, _, _ = _both(model, *_queries(), eos_token_id=-1, temperature=1.0)
+    torch.manual_seed(1)  # init_lora_weights=False: B is random too, so the adapters change the output
+    model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)).eval()
+    ids, mask = _queries()
+    loop, static, _ = _both(model, ids, mask, eos_token_id=-1, temperature=1.0)
+    assert torch.equal(static, loop)
+    assert not torch.equal(static, base)  # the adapters took part in the decode
+
+
+def test_one_sampler_reuses_its_cache_across_batch_and_prompt_sizes():
+    model = _qwen2()
+    sampler = StaticSampler()
+    for rows, seed in ((5, 1), (3, 2), (5, 3)):  # 5 rows -> bucket 6; 3 rows -> bucket 3
+        ids, mask = _queries(rows, seed)
+        ids, mask = ids[:, 2:], mask[:, 2:]  # 7 columns -> prompt length 16
+        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, top_k=10)
+        assert torch.equal(static, loop)
+    assert sorted(sampler._caches) == [(3, 16 + 12), (6, 16 + 12)]
+
+
+def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():
+    model = _gpt2()
+    ids, mask = _queries(rows=3)
+    options = {"max_new_tokens": 30, "pad_token_id": 0, "temperature": 1.0}
+    free = sample_responses(model, ids, mask, eos_token_id=-1, generator=torch.Generator().manual_seed(7), **options)
+    # An eos that every row emits, the last row at a step that is not a multiple of 8.
+    width = {t: max(int((row == t).nonzero()[0]) + 1 for row in free) for t in set(free[0].tolist())
+             if all((row == t).any() for row in free)}
+    eos = next(t for t in sorted(width, key=width.get) if width[t] % 8)
+    loop = sample_responses(model, ids, mask, eos_token_id=eos, generator=torch.Generator().manual_seed(7), **options)
+    static = StaticSampler(check_every=8)(model, ids, mask, eos_token_id=eos,
+                                          generator=torch.Generator().manual_seed(7), **options)
+    assert loop.shape[1] == width[eos] < 30  # every row ended early; the static sampler sees it at a check
+    assert static.shape[1] == min(30, -(-loop.shape[1] // 8) * 8)
+    assert torch.equal(static[:, :loop.shape[1]], loop)
+    assert (static[:, loop.shape[1]:] == 0).all()
+
+
+def test_the_decode_step_traces_as_one_graph_and_is_not_retraced():
+    """What a CUDA graph needs, checked on CPU with the tracing half of torch.compile: no graph break
+    (fullgraph=True raises on one), and a second rollout of the same shapes reuses the first graph."""
+    from peft import LoraConfig, get_peft_model
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(1)
+    model = get_peft_model(_qwen2(), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)).eval()
+    sampler = StaticSampler(compile=True, compile_options={"backend": "eager", "fullgraph": True, "dynamic": False})
+    for seed in (1, 2):
+        ids, mask = _queries(seed=seed)
+        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, top_k=20,
+                                top_p=0.9)
+        assert torch.equal(static, loop)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    torch._dynamo.reset()
+
+
+def test_a_decode_step_that_fails_to_compile_falls_back_to_eager():
+    model = _gpt2()
+    ids, mask = _queries()
+    def broken_compiler(graph, example_inputs):
+        raise RuntimeError("this compiler always fails")
+
+    sampler = StaticSampler(compile=True, compile_options={"backend": broken_compiler})
+    with pytest.warns(UserWarning, match="compiled decode step failed"):
+        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0)
+    assert torch.equal(static, loop) and sampler.compile is False
+
+
+def test_pick_tokens_draws_as_multinomial_does():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    for _ in range(20):
+        noise = torch.empty_like(logits).exponential_(generator=torch.Generator().manual_seed(_))
+        expected = torch.multinomial(torch.softmax(logits, -1), 1,
+                                     generator=torch.Generator().manual_seed(_)).squeeze(-1)
+        assert torch.equal(pick_tokens(logits, noise, temperature=1.0, top_k=0, top_p=1.0), expected)
+    top = pick_tokens(logits, noise, temperature=1.0, top_k=1, top_p=1.0)
+    assert torch.equal(top, logits.argmax(-1))
+    assert torch.equal(pick_tokens(logits, noise, temperature=1.0, top_k=0, top_p=1e-6), top)
+
+
+def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer):
+    from datasets import Dataset
+
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.ppo import PPOConfig, PPOTrainer
+
+    prompts = Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(8)]})
+    histories = {}
+    for sampler in ("loop", "static"):
+        trainer = PPOTrainer(build_policy(tokenizer, seed=3), _length, processing_class=tokenizer, train_dataset=prompts,
+                             args=PPOConfig(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler))
+        assert trainer.sampler == sampler
+        histories[sampler] = [{k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"}
+                              for h in trainer.train()]
+    assert histories["static"] == histories["loop"]  # same rollouts, so the same updates, to the last bit
+    assert PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer).sampler == "loop"  # 'auto', CPU
+
+
+def test_static_sampler_on_an_fsdp2_sharded_policy():
+    """Two CPU ranks, the policy sharded with FSDP2: the trainer gathers it once per rollout, and the
+    static sampler decodes with the gathered parameters (the script of test_sharded.py, sampler 'static')."""
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from launch import torchrun_port_args
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
+           str(root / "tests/scripts/fsdp2_two_ranks.py"), "static"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ranks = [json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    assert all(r["sharded_after"] and r["moved"] and r["updates"] == 2 for r in ranks)
+    assert ranks[0]["checksum"] == ranks[1]["checksum"] and ranks[0]["scores"] == ranks[1]["scores"]
+
+
+def test_bucket_sizes():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 25, 33, 64, 65)] == \
+        [1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 32, 48, 64, 96]

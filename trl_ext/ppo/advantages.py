@@ -1,0 +1,109 @@
+"""From scored rollouts to advantages: every rule between the forward passes and the update, in one
+pure function (``compute_advantages``), and the advantage estimators it looks up by name.
+
+An estimator is ``fn(batch: EstimatorInputs, config) -> (advantages (B, T), returns (B, T) or None)``,
+registered with ``@ADVANTAGE_ESTIMATORS.register(name, needs_values=..., whiten=...)``:
+``needs_values`` (a critic must be trained: returns are its targets), ``whiten`` (advantages are
+whitened over the batch unless ``config.whiten_advantages`` says otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trl_ext.ppo import core
+from trl_ext.ppo.registry import Registry
+
+ADVANTAGE_ESTIMATORS = Registry("advantage_estimator", needs_values=False, whiten=False)
+
+
+@dataclass
+class EstimatorInputs:
+    rewards: torch.Tensor  # (B, T) KL-shaped per-token rewards, zero off value_mask
+    values: torch.Tensor | None  # (B, T) V_old, zero off value_mask; None without a critic
+    mask: torch.Tensor  # (B, T) response tokens
+    value_mask: torch.Tensor  # (B, T) where rewards and values live (mask, or one past it: TRL 1.12's p1)
+    group_ids: torch.Tensor  # (B,) completions of one prompt share an id
+
+    def sequence_returns(self) -> torch.Tensor:
+        """Each row's total shaped reward (score minus its KL penalty): ``(B,)``."""
+        return (self.rewards * self.value_mask).sum(-1)
+
+    def per_token(self, sequence_advantages: torch.Tensor) -> torch.Tensor:
+        """A ``(B,)`` advantage on every response token of its row."""
+        return sequence_advantages[:, None] * self.mask.to(sequence_advantages.dtype)
+
+
+@dataclass
+class Advantages:
+    """What ``compute_advantages`` derives from one batch (each ``(B, T)`` unless noted)."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor | None  # value targets; None for a critic-free estimator
+    values: torch.Tensor | None  # V_old on value_mask
+    scores: torch.Tensor  # (B,) after the missing-eos penalty
+    kl: torch.Tensor  # per-token KL estimate on the response
+    rewards: torch.Tensor  # KL-shaped (and maybe whitened) rewards
+    non_score_rewards: torch.Tensor  # the KL part alone
+    value_mask: torch.Tensor
+
+
+@ADVANTAGE_ESTIMATORS.register("gae", needs_values=True, whiten=True)
+def gae(batch: EstimatorInputs, config):
+    """Generalised advantage estimation over the critic's values (PPO)."""
+    return core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, config.lam)
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def grpo(batch: EstimatorInputs, config):
+    """Each completion's return against its prompt's group, scaled by ``config.scale_rewards``."""
+    sequence = core.group_normalised_scores(batch.sequence_returns(), batch.group_ids, config.scale_rewards)
+    return batch.per_token(sequence), None
+
+
+@ADVANTAGE_ESTIMATORS.register("rloo")
+def rloo(batch: EstimatorInputs, config):
+    """Each completion's return minus the mean return of the other completions of its prompt."""
+    return batch.per_token(core.leave_one_out_advantages(batch.sequence_returns(), batch.group_ids)), None
+
+
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp", whiten=True)
+def reinforce_pp(batch: EstimatorInputs, config):
+    """REINFORCE++ (Hu 2025): reward-to-go of the KL-shaped token rewards, whitened over the batch."""
+    return core.discounted_returns(batch.rewards, batch.value_mask, config.gamma) * batch.mask, None
+
+
+def needs_values(config) -> bool:
+    return ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_values
+
+
+def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+                       values: torch.Tensor | None, mask: torch.Tensor, ended: torch.Tensor,
+                       group_ids: torch.Tensor, config) -> Advantages:
+    """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the
+    response mask, ``ended`` ``(B,)`` (the response holds eos) and group ids ``(B,)`` -> ``Advantages``.
+
+    In order: per-token KL; the missing-eos penalty; the value mask (the score on the last token, or one
+    past it); KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening.
+    """
+    estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
+    if estimator.needs_values and values is None:
+        raise ValueError(f"advantage_estimator {config.advantage_estimator!r} needs values, but there is no critic")
+    mask = mask.to(logprobs.dtype)
+    kl = core.kl_estimate(logprobs, ref_logprobs, config.kl_estimator) * mask
+    if config.missing_eos_penalty is not None:
+        scores = torch.where(ended, scores, scores - config.missing_eos_penalty)
+    value_mask = core.mask_one_past_last(mask) if config.score_position == "after_last_token" else mask
+    if values is not None:
+        values = values * value_mask
+    rewards, non_score = core.KL_SHAPINGS[config.kl_mode](scores, kl, value_mask, config.kl_coef)
+    if config.whiten_rewards:
+        rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
+    advantages, returns = estimator.fn(EstimatorInputs(rewards, values, mask, value_mask, group_ids), config)
+    whiten = estimator.whiten if config.whiten_advantages is None else config.whiten_advantages
+    if whiten:
+        advantages = core.masked_whiten(advantages, mask) * mask
+    return Advantages(advantages=advantages, returns=returns, values=values, scores=scores, kl=kl,
+                      rewards=rewards, non_score_rewards=non_score, value_mask=value_mask)

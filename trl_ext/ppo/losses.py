@@ -1,0 +1,81 @@
+"""The policy loss of one minibatch: a registered per-token loss, an optional KL term, an aggregation.
+
+``POLICY_LOSSES``: ``fn(logprobs, old_logprobs, advantages, mask, cliprange) -> (per_token_loss, stats)``,
+all ``(B, T)``. ``LOSS_AGGREGATIONS`` (the config's ``loss_type``, TRL's names):
+``fn(per_token_loss, mask, max_length) -> scalar``. Register a function to add one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trl_ext.ppo import core
+from trl_ext.ppo.registry import Registry
+
+POLICY_LOSSES = Registry("policy_loss")
+LOSS_AGGREGATIONS = Registry("loss_type")
+
+
+@POLICY_LOSSES.register("clip")
+def token_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
+    """PPO's clipped surrogate with one ratio per token (TRL's PPO and GRPO)."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    loss, clipped = core.clipped_surrogate(ratio, advantages, cliprange)
+    with torch.no_grad():
+        stats = {"clipfrac": core.masked_mean(clipped.float(), mask),
+                 "approxkl": 0.5 * core.masked_mean(log_ratio ** 2, mask),
+                 "ratio": core.masked_mean(ratio, mask)}
+    return loss, stats
+
+
+@POLICY_LOSSES.register("sequence_clip")
+def sequence_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
+    """One ratio per sequence, ``exp(sum_t logp - sum_t logp_old)`` (TRL's RLOO); the sequence's loss
+    is put on each of its tokens, so the 'grpo' (sequence-mean) aggregation gives RLOO's mean over sequences."""
+    mask = mask.to(logprobs.dtype)
+    log_ratio = ((logprobs - old_logprobs) * mask).sum(-1)
+    ratio = torch.exp(log_ratio)
+    sequence_advantages = core.masked_mean(advantages, mask, dim=1)
+    loss, clipped = core.clipped_surrogate(ratio, sequence_advantages, cliprange)
+    with torch.no_grad():
+        stats = {"clipfrac": clipped.float().mean(), "approxkl": 0.5 * (log_ratio ** 2).mean(),
+                 "ratio": ratio.mean()}
+    return loss[:, None].expand_as(logprobs), stats
+
+
+@LOSS_AGGREGATIONS.register("bnpo")
+def token_mean(per_token_loss, mask, max_length):
+    """Mean over every unmasked token of the minibatch (PPO's; TRL's 'bnpo')."""
+    return core.masked_mean(per_token_loss, mask)
+
+
+@LOSS_AGGREGATIONS.register("grpo")
+def sequence_mean(per_token_loss, mask, max_length):
+    """Mean over sequences of each sequence's token mean (TRL's 'grpo'): short answers weigh more per token."""
+    mask = mask.to(per_token_loss.dtype)
+    return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+
+
+@LOSS_AGGREGATIONS.register("dr_grpo")
+def fixed_length_mean(per_token_loss, mask, max_length):
+    """Token sum over ``rows x max_length`` (TRL's 'dr_grpo', Liu et al. 2025): no length bias."""
+    mask = mask.to(per_token_loss.dtype)
+    return (per_token_loss * mask).sum() / (per_token_loss.shape[0] * max_length)
+
+
+def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config) -> tuple[torch.Tensor, dict]:
+    """``config.policy_loss`` per token, plus ``config.beta`` times the KL to the reference (GRPO's loss
+    term, estimator ``config.kl_loss_estimator``, maybe ratio-weighted), aggregated by ``config.loss_type``."""
+    per_token, stats = POLICY_LOSSES[config.policy_loss].fn(logprobs, old_logprobs, advantages, mask,
+                                                             config.cliprange)
+    if config.beta > 0:
+        kl = core.kl_estimate(logprobs, ref_logprobs, config.kl_loss_estimator)
+        # TRL 1.16's use_bias_correction_kl (DeepSeek-V3.2): weighted by the differentiable ratio, 1 in value
+        # on-policy, the term's gradient is that of the reverse KL without bias
+        weighted = kl * torch.exp(logprobs - old_logprobs) if config.use_bias_correction_kl else kl
+        per_token = per_token + config.beta * weighted
+        with torch.no_grad():
+            stats["kl_loss"] = core.masked_mean(kl, mask)
+    loss = LOSS_AGGREGATIONS[config.loss_type].fn(per_token, mask, config.response_length)
+    return loss, stats
