@@ -4,6 +4,7 @@ CPU (its state sees one process per rank), so this subclass drives DeepSpeed dir
 wrapping hook, and steps through the engine as accelerate does on GPUs. Prints one JSON line per rank."""
 
 import json
+import os
 import sys
 
 import deepspeed
@@ -65,4 +66,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Skip interpreter teardown: DeepSpeed's CPU comm and gloo leave C++ threads behind, and destroying
+    # them at exit aborted one rank now and then ("terminate called without an active exception") after
+    # its results were printed.
+    sys.stdout.flush()
+    os._exit(code)
