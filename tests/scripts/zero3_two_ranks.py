@@ -32,8 +32,10 @@ class ZeRO3Trainer(PPOTrainer):
                                                                          if p.requires_grad])
         return engine, optimizer
 
-    def _optimizer_step(self, loss):
+    def _backward(self, loss):
         self.model.backward(loss)
+
+    def _optimizer_step(self):
         self.model.step()
 
 
