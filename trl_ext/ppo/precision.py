@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from contextlib import contextmanager
 
 import torch
@@ -50,8 +52,10 @@ def float32_master_weights(model: nn.Module, uniform: bool = False) -> nn.Module
     return model
 
 
-UNSUPPORTED = ("not implemented for 'BFloat16'", "not implemented for 'Half'", "bf16 is not supported",
-               "BFloat16 is not supported", "Half is not supported")
+# torch's words for a kernel missing in a dtype: "... not implemented for 'Half'", "Low precision dtypes
+# not supported. Got BFloat16", ...
+MISSING_KERNEL = re.compile(r"(not implemented|not supported|unsupported).*(Half|BFloat16)|"
+                            r"(Half|BFloat16).*(not implemented|not supported|unsupported)", re.IGNORECASE)
 
 
 def check_device_supports(dtype: torch.dtype, device: torch.device) -> None:
@@ -63,7 +67,7 @@ def check_device_supports(dtype: torch.dtype, device: torch.device) -> None:
 
 def unsupported_dtype_error(error: BaseException, dtype: torch.dtype, device: torch.device) -> ValueError | None:
     """The one-line error for an op that ``device`` lacks in ``dtype`` (None when ``error`` is something else)."""
-    if not any(text in str(error) for text in UNSUPPORTED):
+    if not MISSING_KERNEL.search(str(error)):
         return None
     name = str(dtype).removeprefix("torch.")
     way_out = "--dtype float32" if name != "float32" else "another --dtype"
@@ -81,3 +85,13 @@ def explained_dtype_errors(dtype: torch.dtype, device: torch.device):
         if explained is None:
             raise
         raise explained from None
+
+
+def launch_training_arguments() -> dict:
+    """``bf16``/``fp16``/``use_cpu`` for a transformers ``TrainingArguments`` (TRL's trainers) from the launch:
+    ``accelerate launch`` exports its ``mixed_precision`` as ``ACCELERATE_MIXED_PRECISION``; the CPU only
+    without CUDA."""
+    mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+    if mixed not in ("no", "bf16", "fp16"):
+        raise ValueError(f"ACCELERATE_MIXED_PRECISION={mixed!r}: TRL's trainers here take no, bf16 or fp16")
+    return {"bf16": mixed == "bf16", "fp16": mixed == "fp16", "use_cpu": not torch.cuda.is_available()}
