@@ -333,12 +333,16 @@ class PPOTrainer:
             return self._train_step(rows)
 
     def _train_step(self, rows: dict) -> dict:
-        timings = {}
-        tick = self._clock()
+        timings, tick = {}, self._clock()
+
+        def lap(name: str) -> None:  # phases end to end: their sum is the step's wall time
+            nonlocal tick
+            now = self._clock()
+            timings[f"timing/{name}"], tick = now - tick, now
+
         query_ids, query_mask = self._pad_queries(rows["input_ids"])
         responses = self._sample(query_ids, query_mask)
-        timings["timing/generate"], tick = self._clock() - tick, self._clock()
-
+        lap("generate")
         mask = response_mask(responses, self.tokenizer.eos_token_id)
         width = int(mask.sum(1).max())  # columns past it are padding in every row: drop them, later passes cost less
         mask = mask[:, :width]
@@ -347,12 +351,11 @@ class PPOTrainer:
         completion_ids = completion_token_ids(responses, mask)
         completions = self._completions(prompts, completion_ids)
         scores, reward_stats = self._score(rows, prompts, completions, completion_ids)
-        timings["timing/reward"], tick = self._clock() - tick, self._clock()
-
+        lap("reward")
         experience = self._experience(query_ids, query_mask, responses, mask, scores)
-        timings["timing/experience"], tick = self._clock() - tick, self._clock()
+        lap("experience")
         stats = self._update(experience)
-        timings["timing/update"] = self._clock() - tick
+        lap("update")
         stats.update(reward_stats)
         stats.update(timings)
         stats["samples"] = [(p, c) for p, c in zip(prompts[:2], completions[:2])]
