@@ -61,27 +61,28 @@ MISSING_KERNEL = re.compile(r"(not implemented|not supported|unsupported).*(Half
 def check_device_supports(dtype: torch.dtype, device: torch.device) -> None:
     """A ValueError naming ``dtype`` and ``--dtype`` when ``device`` cannot run it at all."""
     if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"this GPU ({torch.cuda.get_device_name(device)}) cannot run bfloat16, the checkpoint's "
-                         "dtype: pass --dtype float16 or --dtype float32")
+        raise ValueError(f"this GPU ({torch.cuda.get_device_name(device)}) cannot run bfloat16: pass --dtype float16 "
+                         "or --dtype float32")
 
 
-def unsupported_dtype_error(error: BaseException, dtype: torch.dtype, device: torch.device) -> ValueError | None:
-    """The one-line error for an op that ``device`` lacks in ``dtype`` (None when ``error`` is something else)."""
-    if not MISSING_KERNEL.search(str(error)):
+def unsupported_dtype_error(error: BaseException, device: torch.device) -> ValueError | None:
+    """The one-line error for an op that ``device`` lacks in bf16 or fp16 (None when ``error`` is something else)."""
+    text = str(error)
+    match = MISSING_KERNEL.search(text)
+    if match is None:
         return None
-    name = str(dtype).removeprefix("torch.")
-    way_out = "--dtype float32" if name != "float32" else "another --dtype"
-    return ValueError(f"an operation of this model has no {name} kernel on {device.type} ({str(error).splitlines()[0]}): "
-                      f"pass {way_out}")
+    name = "float16" if "half" in match.group(0).lower() else "bfloat16"
+    return ValueError(f"an operation of this model has no {name} kernel on {device.type} "
+                      f"({text.splitlines()[0]}): pass --dtype float32")
 
 
 @contextmanager
-def explained_dtype_errors(dtype: torch.dtype, device: torch.device):
-    """Inside the block, an op missing for ``dtype`` on ``device`` becomes ``unsupported_dtype_error``'s line."""
+def explained_dtype_errors(device: torch.device):
+    """Inside the block, an op missing for bf16/fp16 on ``device`` becomes ``unsupported_dtype_error``'s line."""
     try:
         yield
     except RuntimeError as error:
-        explained = unsupported_dtype_error(error, dtype, device)
+        explained = unsupported_dtype_error(error, device)
         if explained is None:
             raise
         raise explained from None

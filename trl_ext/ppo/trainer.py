@@ -247,7 +247,7 @@ class PPOTrainer:
         scores = torch.as_tensor([float(s) for s in scores], dtype=torch.float32, device=device)
         if not torch.isfinite(scores).all():
             raise PPOError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
-        with precision.explained_dtype_errors(self.compute_dtype, device):
+        with precision.explained_dtype_errors(device):
             return self._update(self._experience(query_ids, query_mask, response_ids, mask, scores))
 
     # ------------------------------------------------------------------ the training loop
@@ -329,7 +329,7 @@ class PPOTrainer:
 
     def train_step(self, rows: dict) -> dict:
         """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns)."""
-        with precision.explained_dtype_errors(self.compute_dtype, self.accelerator.device):
+        with precision.explained_dtype_errors(self.accelerator.device):
             return self._train_step(rows)
 
     def _train_step(self, rows: dict) -> dict:
