@@ -1,7 +1,13 @@
 """Peak memory of the rlhf recipe with a real vocabulary: how it grows with batch size and vocabulary (CPU).
 
-    OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py          # writes benchmarks/results/memory-scaling-cpu.json
-    OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py --code /tmp/old --rows 16x64/152k/float32 --tag before
+    OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py --rows 64x64/152k/float32 64x64/152k/bfloat16
+        # -> benchmarks/results/memory-scaling-cpu.json; the sweep, one PPO epoch to save time:
+    OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py --options "--num-ppo-epochs 1" \
+        --out benchmarks/results/memory-scaling-sweep-cpu.json \
+        --rows 16x64/152k/float32 64x64/152k/float32 64x64/32k/float32 256x64/152k/float32
+    git archive b0d3402 | tar -x -C /tmp/old   # the code before, measured by the same script:
+    OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py --code /tmp/old --tag before --options "--num-ppo-epochs 1" \
+        --out benchmarks/results/memory-scaling-sweep-cpu.json --rows 16x64/152k/bfloat16 16x64/152k/float32
 
 Each row runs ``trl-ext rlhf`` (the path of ``recipes/rlhf/ppo_rlhf.py``: LoRA, the in-house trainer,
 default memory options) in a fresh process on a Qwen2-shaped policy of tiny width (hidden 32, 2 layers)

@@ -3,10 +3,11 @@
 One update, as the tutorials number it:
   1. generate responses for a batch of prompts (KV-cache sampling, stop at eos)
   2. score them with the reward functions
-  3. log-probs of the policy (and values) and of the frozen reference, one pass each
+  3. log-probs of the policy (and values) and of the frozen reference, in micro-batches of rows
   4. KL-shaped rewards
   5. GAE advantages and returns, advantages whitened
-  6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates
+  6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates, each minibatch's
+     gradient accumulated over micro-batches
 Every formula is a call into ``trl_ext.ppo.core``. It does not import ``trl.experimental.ppo``:
 it is trl-ext's PPO for users on TRL >= 1.13 too, and it is built like TRL's ``GRPOTrainer``
 (``model``, ``reward_funcs``, ``args``, ``train_dataset``, ``processing_class``, ``peft_config``).
