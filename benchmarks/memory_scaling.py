@@ -1,4 +1,4 @@
-"""Peak memory of the rlhf recipe with a real vocabulary: how it grows with batch size and vocabulary (CPU).
+r"""Peak memory of the rlhf recipe with a real vocabulary: how it grows with batch size and vocabulary (CPU).
 
     OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py --rows 64x64/152k/float32 64x64/152k/bfloat16
         # -> benchmarks/results/memory-scaling-cpu.json; the sweep, one PPO epoch to save time:
