@@ -16,9 +16,10 @@ Python). A row reports, over ``--updates`` timed updates after ``--warmup`` unti
 happens there, reported apart): episodes/s, generated tokens/s (sampled token ids up to and including
 the first eos), ms per decode step (generation time over the decoding steps, the prefill included),
 the share of the update spent generating, peak GPU memory, trainable parameters (LoRA applied or not),
-and graphs compiled while timed. A row that fails (out of memory) is listed under ``failed`` with its
-last error line; a row that was not run is not written. Without a GPU (and without ``--tiny``) nothing
-is measured and nothing is written.
+graphs compiled while timed, and for trl-ext rows the trainer's ``timing/*`` phases per update and their
+sum's share of the wall clock (the trainer synchronises the GPU before each reading: about 1). A row
+that fails (out of memory) is listed under ``failed`` with its last error line; a row that was not run
+is not written. Without a GPU (and without ``--tiny``) nothing is measured and nothing is written.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class Clock:
         self.gpu, self.eos_token_id = gpu, eos_token_id
         self.stamps: list[tuple] = []  # (time, generate seconds, decode steps, generated tokens, graphs) so far
         self.generate_seconds, self.steps, self.tokens = 0.0, 0, 0
+        self.phases: list[dict] = []  # the in-house trainer's timing/* stats of each update
 
     def now(self) -> float:
         if self.gpu:
@@ -92,8 +94,11 @@ class Clock:
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    def update_done(self, *_) -> None:
+    def update_done(self, update=None, stats=None) -> None:
         from torch._dynamo.utils import counters
+
+        if stats is not None:
+            self.phases.append({k: v for k, v in stats.items() if k.startswith("timing/") and k != "timing/elapsed"})
 
         graphs = counters["stats"]["unique_graphs"]  # every graph torch.compile has made in this process
         self.stamps.append((self.now(), self.generate_seconds, self.steps, self.tokens, graphs))
@@ -200,6 +205,9 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     start, end = clock.stamps[args.warmup], clock.stamps[-1]
     seconds, generate_seconds = end[0] - start[0], end[1] - start[1]
     steps, tokens = end[2] - start[2], end[3] - start[3]
+    timed_phases = clock.phases[args.warmup:]
+    phases = {k: round(sum(p[k] for p in timed_phases) / len(timed_phases), 3) for k in timed_phases[0]} \
+        if timed_phases else None
     return {"row": row, "batch_size": batch_size, "response_length": response_length, "updates": args.updates,
             "episodes_per_second": round(args.updates * batch_size / seconds, 2),
             "generated_tokens_per_second": round(tokens / seconds, 1),
@@ -210,7 +218,10 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
             "first_update_seconds": round(clock.stamps[1][0] - clock.stamps[0][0], 2),
             "graphs_compiled": end[4], "graphs_compiled_while_timed": end[4] - start[4],
             "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
-            "trainable_parameters": trainable, "versions": versions()}
+            "trainable_parameters": trainable, "versions": versions(),
+            # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
+            "timing_phases_per_update": phases,
+            "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None}
 
 
 def versions() -> dict:

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
-from tiny_models import tiny_deberta_reward, tiny_qwen2
+from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, tiny_deberta_reward, tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +38,24 @@ def test_rlhf_recipe_with_lora(tiny_models, tmp_path, backend):
     lora_b = [t for name, t in adapter.items() if "lora_B" in name]
     assert lora_b and any(t.abs().sum() > 0 for t in lora_b)  # LoRA B starts at zero: it was trained
     assert not any("lora" not in name for name in adapter)  # only the adapter is saved, not the base
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rlhf_recipe_with_half_precision_checkpoints_of_real_vocabulary_sizes(tmp_path, dtype):
+    """Checkpoints as the hub has them: saved in bf16 (or fp16), Qwen2's and DeBERTa-v2's vocabularies."""
+    policy = tiny_qwen2(tmp_path / "qwen2", vocab_size=QWEN2_VOCAB, dtype=dtype)
+    reward = tiny_deberta_reward(tmp_path / "deberta", vocab_size=DEBERTA_V2_VOCAB, dtype=dtype)
+    from trl_ext.commands.cli import main
+
+    out = tmp_path / "o"
+    code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts",
+                 str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out), "--batch-size", "4",
+                 "--total-episodes", "4", "--response-length", "6", "--learning-rate", "1e-2", "--lora-r", "4"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 1 and summary["first_score"] is not None
+    adapter = load_file(str(out / "adapter_model.safetensors"))
+    assert any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)  # the adapters trained
 
 
 def test_rlhf_rejects_bad_prompts_file(tiny_models, tmp_path):

@@ -105,9 +105,9 @@ class _ReplayingTrainer:
             def _minibatch_order(self, size):
                 return torch.as_tensor(orders.pop(0))
 
-            def _optimizer_step(self, loss):
+            def _backward(self, loss):  # one micro-batch per minibatch here: its loss is the minibatch's
                 recorded["losses"].append(loss.item())
-                super()._optimizer_step(loss)
+                super()._backward(loss)
 
         for module, name, key in ((losses, "policy_loss", "policy_losses"), (core, "clipped_value_loss", "value_losses")):
             real = getattr(module, name)

@@ -32,32 +32,37 @@ CHAT_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{%
                  "{% if add_generation_prompt %}[assistant]{% endif %}")
 
 
-def tiny_qwen2(path, chat_template: bool = False):
+# The vocabularies of the real checkpoints: tiny width keeps even these embeddings small.
+QWEN2_VOCAB, DEBERTA_V2_VOCAB = 151936, 128100
+
+
+def tiny_qwen2(path, chat_template: bool = False, vocab_size: int | None = None, dtype=None):
+    """``vocab_size``: rows beyond the character tokenizer's (a real checkpoint's size); ``dtype``: saved in it."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     if chat_template:
         tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    cfg = Qwen2Config(vocab_size=vocab_size or len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
                       tie_word_embeddings=False)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    Qwen2ForCausalLM(cfg).to(dtype or torch.float32).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
-def tiny_deberta_reward(path, chat_template: bool = False):
+def tiny_deberta_reward(path, chat_template: bool = False, vocab_size: int | None = None, dtype=None):
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
 
     tok = word_tokenizer()
     if chat_template:
         tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    cfg = DebertaV2Config(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    cfg = DebertaV2Config(vocab_size=vocab_size or len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                           intermediate_size=16, num_labels=1, type_vocab_size=0, max_position_embeddings=512,
                           pad_token_id=tok.pad_token_id)
-    DebertaV2ForSequenceClassification(cfg).save_pretrained(path)
+    DebertaV2ForSequenceClassification(cfg).to(dtype or torch.float32).save_pretrained(path)
     tok.save_pretrained(path)
     return path

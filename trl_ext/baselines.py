@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
+from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 
 GROUP_TRAINERS = ("grpo", "rloo")
@@ -43,7 +42,7 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, prompts, 
         output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,
         max_completion_length=cfg.response_length, max_steps=steps, learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=1,
-        beta=cfg.kl_coef, seed=cfg.seed, use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
+        beta=cfg.kl_coef, seed=cfg.seed, **launch_training_arguments(),
         report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
         disable_dropout=True,  # as both PPO backends do
     )

@@ -76,9 +76,10 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
                        learning_rate: float, seed: int = 0, warmup_steps: int = 0,
                        center_rewards_coefficient: float | None = None) -> list[dict]:
     """Run ``RewardTrainer`` for ``steps`` steps; returns its log history (losses, accuracies)."""
-    import torch
     from transformers import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
+
+    from trl_ext.ppo.precision import launch_training_arguments
 
     if model.config.num_labels != 1:
         raise PreferenceError(f"a reward model has one output (num_labels=1); this one has {model.config.num_labels}")
@@ -86,7 +87,7 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
         model.config.pad_token_id = tokenizer.pad_token_id
     args = RewardConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
                         learning_rate=learning_rate, warmup_steps=warmup_steps, lr_scheduler_type="cosine",
-                        seed=seed, use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
+                        seed=seed, **launch_training_arguments(),
                         report_to="none", logging_steps=max(1, steps // 10), save_strategy="no",
                         disable_tqdm=True, gradient_checkpointing=False, max_length=None,
                         center_rewards_coefficient=center_rewards_coefficient)

@@ -35,14 +35,15 @@ def check_sft_rows(dataset) -> bool:
 def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: int, batch_size: int,
                         learning_rate: float, seed: int = 0, peft_config=None):
     """Run ``SFTTrainer`` for ``steps`` steps; returns ``(model, log history)`` with any LoRA adapter merged."""
-    import torch
     from transformers import PrinterCallback, ProgressCallback
     from trl import SFTConfig, SFTTrainer
+
+    from trl_ext.ppo.precision import launch_training_arguments
 
     check_sft_rows(dataset)
     args = SFTConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
                      learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=0, seed=seed,
-                     use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False, report_to="none",
+                     **launch_training_arguments(), report_to="none",
                      logging_steps=max(1, steps // 10), save_strategy="no", disable_tqdm=True,
                      gradient_checkpointing=False, max_length=None, dataset_num_proc=None)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,

@@ -1,6 +1,8 @@
 """Launched with 2 processes (torchrun) by tests/test_sharded.py: the in-house rollout and update on a
 tiny GPT-2 really sharded with PyTorch's FSDP2 over gloo (accelerate turns FSDP on only with GPUs, so
-this subclass shards in the trainer's one wrapping hook). Prints one JSON line per rank."""
+this subclass shards in the trainer's one wrapping hook). Prints one JSON line per rank.
+Arguments: the sampler (default loop) and 'bf16': the policy as a bf16 checkpoint is (trainable weights
+become float32 masters, the whole sharded module one dtype; the reference keeps bf16)."""
 
 import json
 import sys
@@ -18,6 +20,9 @@ from trl_ext.ppo import PPOConfig, PPOTrainer
 
 
 class FSDP2Trainer(PPOTrainer):
+    def _shards_parameters(self):
+        return True
+
     def _prepare(self, model):
         mesh = init_device_mesh("cpu", (self.accelerator.num_processes,))
         for block in model.policy.transformer.h:
@@ -28,13 +33,17 @@ class FSDP2Trainer(PPOTrainer):
 
 def main() -> int:
     torch.set_num_threads(1)
+    args = sys.argv[1:]
+    sampler = next((a for a in args if a != "bf16"), "loop")
     tokenizer = build_tokenizer()
     prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
-    trainer = FSDP2Trainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
+    policy = build_policy(tokenizer).to(torch.bfloat16 if "bf16" in args else torch.float32)
+    trainer = FSDP2Trainer(policy, lambda completions, **kw: [float(len(c)) for c in completions],
                            args=PPOConfig(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
-                                          learning_rate=1e-2, sampler=(sys.argv[1:] or ["loop"])[0]),
+                                          learning_rate=1e-2, sampler=sampler),
                            processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
     model = trainer.model
+    params = list(model.parameters())
     local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())
     total = sum(p.numel() for p in model.parameters())
     before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
@@ -45,7 +54,9 @@ def main() -> int:
     print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), "local": local, "total": total,
                       "updates": len(history), "checksum": checksum, "sharded_after": sharded,
                       "moved": any(not torch.equal(before[n], after[n]) for n in before),
-                      "scores": [h["objective/scores"] for h in history]}), flush=True)
+                      "scores": [h["objective/scores"] for h in history],
+                      "dtypes": sorted({str(p.dtype) for p in params}),
+                      "reference_dtype": str(next(trainer.ref_policy.parameters()).dtype)}), flush=True)
     dist.destroy_process_group()
     return 0
 

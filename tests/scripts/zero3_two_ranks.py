@@ -1,7 +1,9 @@
 """Launched with 2 processes (torchrun, DS_ACCELERATOR=cpu) by tests/test_sharded.py: the in-house rollout
 and update on a tiny GPT-2 partitioned by DeepSpeed ZeRO-3 over gloo. accelerate does not run DeepSpeed on
 CPU (its state sees one process per rank), so this subclass drives DeepSpeed directly in the trainer's
-wrapping hook, and steps through the engine as accelerate does on GPUs. Prints one JSON line per rank."""
+wrapping hook, and steps through the engine as accelerate does on GPUs. Prints one JSON line per rank.
+Arguments: the sampler (default loop) and 'bf16': the policy as a bf16 checkpoint is (trainable weights
+become float32 masters, the whole sharded module one dtype; the reference keeps bf16)."""
 
 import json
 import os
@@ -19,6 +21,9 @@ from trl_ext.ppo.config import mini_batch_size
 
 
 class ZeRO3Trainer(PPOTrainer):
+    def _shards_parameters(self):
+        return True
+
     def _prepare(self, model):
         config = {
             "train_micro_batch_size_per_gpu": mini_batch_size(self.config),
@@ -33,19 +38,24 @@ class ZeRO3Trainer(PPOTrainer):
                                                                          if p.requires_grad])
         return engine, optimizer
 
-    def _optimizer_step(self, loss):
+    def _backward(self, loss):
         self.model.backward(loss)
+
+    def _optimizer_step(self):
         self.model.step()
 
 
 def main() -> int:
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
+    args = sys.argv[1:]
+    sampler = next((a for a in args if a != "bf16"), "loop")
     tokenizer = build_tokenizer()
     prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
-    trainer = ZeRO3Trainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
+    policy = build_policy(tokenizer).to(torch.bfloat16 if "bf16" in args else torch.float32)
+    trainer = ZeRO3Trainer(policy, lambda completions, **kw: [float(len(c)) for c in completions],
                            args=PPOConfig(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
-                                          learning_rate=1e-2, sampler=(sys.argv[1:] or ["loop"])[0]),
+                                          learning_rate=1e-2, sampler=sampler),
                            processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
     params = list(trainer.model.module.parameters())
     local = sum(p.ds_tensor.numel() for p in params)
@@ -60,7 +70,9 @@ def main() -> int:
     print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), "local": local, "total": total,
                       "partitioned": empty_outside_forward, "updates": len(history), "checksum": checksum,
                       "moved": any(not torch.equal(a, b) for a, b in zip(before, after)),
-                      "scores": [h["objective/scores"] for h in history]}), flush=True)
+                      "scores": [h["objective/scores"] for h in history],
+                      "dtypes": sorted({str(p.dtype) for p in params}),
+                      "reference_dtype": str(next(trainer.ref_policy.parameters()).dtype)}), flush=True)
     dist.destroy_process_group()
     return 0
 

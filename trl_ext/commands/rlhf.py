@@ -110,8 +110,10 @@ def load_prompts(path: str | Path) -> list[str]:
     return prompts
 
 
-def load_models(models: RLHFModels):
+def load_models(models: RLHFModels, dtype: str = "auto"):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from trl_ext.ppo.precision import torch_dtype
 
     from trl_ext.rewards import ClassifierReward, WeightedSum
     from trl_ext.rewards.base import import_reward_function
@@ -122,10 +124,10 @@ def load_models(models: RLHFModels):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token  # documented default, as TRL's examples do
     tokenizer.padding_side = "left"
-    policy = AutoModelForCausalLM.from_pretrained(models.policy)
+    policy = AutoModelForCausalLM.from_pretrained(models.policy, dtype=torch_dtype(dtype))
     rewards = []
     if models.reward:
-        reward_model = AutoModelForSequenceClassification.from_pretrained(models.reward)
+        reward_model = AutoModelForSequenceClassification.from_pretrained(models.reward, dtype=torch_dtype(dtype))
         if reward_model.config.num_labels != 1:
             raise ValueError(f"reward model {models.reward!r} has {reward_model.config.num_labels} labels; "
                              "the RLHF recipe expects a scalar reward model (num_labels=1)")
@@ -283,7 +285,7 @@ def run_rlhf(opts, print_fn=print) -> dict:
     reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
     trained_here = replace(models, policy=policy_dir, reward=reward_dir,
                            pair=models.pair and not opts.stages.preferences)
-    policy, tokenizer, reward_fn = load_models(trained_here)
+    policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
     tokenizer.truncation_side = "left"
     ids = tokenizer(prompts, truncation=True, max_length=opts.data.max_prompt_length)["input_ids"]
     dataset = Dataset.from_dict({"prompt": prompts, "input_ids": ids})

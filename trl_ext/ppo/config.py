@@ -9,6 +9,7 @@ from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
+from trl_ext.ppo.precision import DTYPES
 
 LR_SCHEDULES = ("linear", "constant")
 SAMPLERS = ("auto", "loop", "static", "generate")
@@ -72,6 +73,14 @@ class PPOConfig:
     sampler: str = field("auto", help="'static': static KV cache, decode step compiled to a CUDA graph (GPUs); "
                          "'loop': the KV-cache loop, fastest for small models on CPU; 'generate': model.generate "
                          "(repetition_penalty); 'auto': static on a GPU, loop otherwise", choices=SAMPLERS)
+    dtype: str = field("auto", help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
+                       "the checkpoint's; trainable weights are float32 masters either way (README, dtype policy)",
+                       choices=DTYPES)
+    local_rollout_forward_batch_size: int = field(0, help="rows per forward pass of the experience phase (policy, "
+                                                  "reference, critic); 0: as many as keep one pass's logits under "
+                                                  "2**27 values (TRL's name)")
+    micro_batch_size: int = field(0, help="rows per forward/backward in the update, gradients accumulated over a "
+                                  "minibatch (same result, less memory); 0: sized like the experience passes")
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
@@ -95,7 +104,7 @@ class PPOConfig:
                      "response_length", "temperature", "num_generations"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
+        for name in ("local_rollout_forward_batch_size", "micro_batch_size", "save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
@@ -142,6 +151,19 @@ def trackers(report_to: str) -> list[str]:
 
 def mini_batch_size(config: PPOConfig) -> int:
     return config.batch_size // config.num_mini_batches
+
+
+# Logit values (rows x tokens x vocabulary) one automatically sized forward pass may produce: 512 MB in
+# float32, whatever the batch, response length or vocabulary.
+LOGITS_BUDGET = 2 ** 27
+
+
+def rows_per_pass(option: int, batch: int, tokens: int, vocab: int) -> int:
+    """Rows of one forward pass over ``batch`` rows of ``tokens`` response positions: ``option``, or
+    (``option == 0``) as many as keep the pass's logits within ``LOGITS_BUDGET``; at least 1."""
+    if option > 0:
+        return min(option, batch)
+    return max(1, min(batch, LOGITS_BUDGET // max(1, tokens * vocab)))
 
 
 def num_updates(config: PPOConfig, world_size: int) -> int:

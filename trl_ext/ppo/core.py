@@ -12,19 +12,47 @@ import torch
 from trl_ext.ppo.registry import Registry
 
 
-def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``log softmax(logits)[tokens]``: ``(B, T, V), (B, T) -> (B, T)``.
+# Rows of (tokens, V) logits taken at once below: the float32 working copies stay under about
+# 2**24 elements (64 MB) whatever the vocabulary, instead of one float32 copy of the whole batch.
+CHUNK_ELEMENTS = 2 ** 24
 
-    Gather-then-logsumexp never materialises the ``(B, T, V)`` log-softmax.
+
+def _row_chunks(logits: torch.Tensor) -> list[torch.Tensor]:
+    """``(..., V)`` logits as ``(n, V)`` row slices of at most ``CHUNK_ELEMENTS`` elements, in order.
+
+    Views only: a sliced ``(B, T, V)`` tensor (response positions of the whole sequence) cannot be
+    flattened without a copy, so it is walked row by row of its first dimension instead.
     """
-    picked = torch.gather(logits, -1, tokens.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
+    rows = max(1, CHUNK_ELEMENTS // max(1, logits.shape[-1]))
+    if logits.dim() <= 2:
+        return list(logits.reshape(-1, logits.shape[-1]).split(rows))
+    try:
+        return list(logits.view(-1, logits.shape[-1]).split(rows))
+    except RuntimeError:
+        return [chunk for row in logits for chunk in _row_chunks(row)]
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-token entropy of the categorical distribution: ``(B, T, V) -> (B, T)``."""
-    log_p = torch.log_softmax(logits, dim=-1)
-    return -(log_p.exp() * log_p).sum(-1)
+def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log softmax(logits / temperature)[tokens]`` in float32: ``(B, T, V), (B, T) -> (B, T)``.
+
+    A selective log-softmax: the chosen logit minus the row's logsumexp, over chunks of rows, so
+    neither a ``(B, T, V)`` log-softmax nor a float32 copy of bf16 logits exists at once.
+    """
+    chunks = _row_chunks(logits)
+    picked = []
+    for chunk, ids in zip(chunks, tokens.reshape(-1).split([c.shape[0] for c in chunks])):
+        chunk = chunk.float() / temperature
+        picked.append(chunk.gather(-1, ids[:, None]).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
+    return torch.cat(picked).reshape(tokens.shape)
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Per-token entropy of ``softmax(logits / temperature)`` in float32: ``(B, T, V) -> (B, T)``, chunked as above."""
+    entropies = []
+    for chunk in _row_chunks(logits):
+        log_p = torch.log_softmax(chunk.float() / temperature, dim=-1)
+        entropies.append(-(log_p.exp() * log_p).sum(-1))
+    return torch.cat(entropies).reshape(logits.shape[:-1])
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -2,7 +2,9 @@
 
 ``POLICY_LOSSES``: ``fn(logprobs, old_logprobs, advantages, mask, cliprange) -> (per_token_loss, stats)``,
 all ``(B, T)``. ``LOSS_AGGREGATIONS`` (the config's ``loss_type``, TRL's names):
-``fn(per_token_loss, mask, max_length) -> scalar``. Register a function to add one.
+``fn(per_token_loss, mask, max_length) -> scalar``, with ``normaliser``: what its mean divides by,
+'tokens' or 'rows' (the update's micro-batches weigh their losses by their share of it). Policy losses
+say the same of their stats with ``stats_over``. Register a function to add one.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import torch
 from trl_ext.ppo import core
 from trl_ext.ppo.registry import Registry
 
-POLICY_LOSSES = Registry("policy_loss")
-LOSS_AGGREGATIONS = Registry("loss_type")
+POLICY_LOSSES = Registry("policy_loss", stats_over="tokens")
+LOSS_AGGREGATIONS = Registry("loss_type", normaliser="tokens")
 
 
 @POLICY_LOSSES.register("clip")
@@ -29,7 +31,7 @@ def token_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
     return loss, stats
 
 
-@POLICY_LOSSES.register("sequence_clip")
+@POLICY_LOSSES.register("sequence_clip", stats_over="rows")
 def sequence_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
     """One ratio per sequence, ``exp(sum_t logp - sum_t logp_old)`` (TRL's RLOO); the sequence's loss
     is put on each of its tokens, so the 'grpo' (sequence-mean) aggregation gives RLOO's mean over sequences."""
@@ -50,14 +52,14 @@ def token_mean(per_token_loss, mask, max_length):
     return core.masked_mean(per_token_loss, mask)
 
 
-@LOSS_AGGREGATIONS.register("grpo")
+@LOSS_AGGREGATIONS.register("grpo", normaliser="rows")
 def sequence_mean(per_token_loss, mask, max_length):
     """Mean over sequences of each sequence's token mean (TRL's 'grpo'): short answers weigh more per token."""
     mask = mask.to(per_token_loss.dtype)
     return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
 
 
-@LOSS_AGGREGATIONS.register("dr_grpo")
+@LOSS_AGGREGATIONS.register("dr_grpo", normaliser="rows")
 def fixed_length_mean(per_token_loss, mask, max_length):
     """Token sum over ``rows x max_length`` (TRL's 'dr_grpo', Liu et al. 2025): no length bias."""
     mask = mask.to(per_token_loss.dtype)
@@ -79,3 +81,14 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config) 
             stats["kl_loss"] = core.masked_mean(kl, mask)
     loss = LOSS_AGGREGATIONS[config.loss_type].fn(per_token, mask, config.response_length)
     return loss, stats
+
+
+def share(normaliser: str, part_mask: torch.Tensor, whole_mask: torch.Tensor) -> torch.Tensor:
+    """A micro-batch's share of its minibatch's normaliser ('tokens': unmasked tokens, 'rows': rows).
+
+    A mean over the micro-batch times its share, summed over the micro-batches, is the mean over the
+    whole minibatch: so accumulated gradients equal the minibatch's own, token means included.
+    """
+    if normaliser == "rows":
+        return torch.tensor(part_mask.shape[0] / whole_mask.shape[0], device=part_mask.device)
+    return part_mask.float().sum() / whole_mask.float().sum()

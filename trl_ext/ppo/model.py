@@ -48,11 +48,12 @@ class ActorCritic(nn.Module):
     def separate_critic(self) -> bool:
         return self.critic_backbone is not None
 
-    def forward(self, input_ids, attention_mask, position_ids):
-        """Return ``(logits (B, L, V), values (B, L) or None without a critic)`` for the whole sequence."""
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int = 0):
+        """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
+        ``logits_to_keep`` positions (0: all, ``K = L``; HF's option), values of every position."""
         shared = self.value_head is not None and not self.separate_critic
         out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          output_hidden_states=shared, use_cache=False)
+                          output_hidden_states=shared, use_cache=False, logits_to_keep=logits_to_keep)
         if self.value_head is None:
             return out.logits, None
         if self.separate_critic:
@@ -60,6 +61,8 @@ class ActorCritic(nn.Module):
                                           position_ids=position_ids, use_cache=False).last_hidden_state
         else:
             hidden = out.hidden_states[-1]
+        # A bf16 backbone hands bf16 states to the float32 head (precision.py); autocast recasts if on.
+        hidden = hidden.to(self.value_head.weight.dtype)
         return out.logits, self.value_head(hidden).squeeze(-1)
 
     def save_value_head(self, path: str | Path) -> None:

@@ -44,8 +44,9 @@ def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *
     done = torch.zeros(batch, dtype=torch.bool, device=query_ids.device)
     out = []
     for _ in range(max_new_tokens):
+        # logits_to_keep=1: the prefill's logits of every prompt position would be (B, P, V) for nothing
         result = model(input_ids=inputs, attention_mask=mask, position_ids=positions, past_key_values=past,
-                       use_cache=True)
+                       use_cache=True, logits_to_keep=1)
         logits = result.logits[:, -1, :].float()
         past = result.past_key_values
         if temperature == 0:

@@ -3,10 +3,11 @@
 One update, as the tutorials number it:
   1. generate responses for a batch of prompts (KV-cache sampling, stop at eos)
   2. score them with the reward functions
-  3. log-probs of the policy (and values) and of the frozen reference, one pass each
+  3. log-probs of the policy (and values) and of the frozen reference, in micro-batches of rows
   4. KL-shaped rewards
   5. GAE advantages and returns, advantages whitened
-  6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates
+  6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates, each minibatch's
+     gradient accumulated over micro-batches
 Every formula is a call into ``trl_ext.ppo.core``. It does not import ``trl.experimental.ppo``:
 it is trl-ext's PPO for users on TRL >= 1.13 too, and it is built like TRL's ``GRPOTrainer``
 (``model``, ``reward_funcs``, ``args``, ``train_dataset``, ``processing_class``, ``peft_config``).
@@ -23,9 +24,9 @@ import torch
 from torch import nn
 
 from trl_ext.batching import pad_batch
-from trl_ext.ppo import checkpoint, core, losses
+from trl_ext.ppo import checkpoint, core, losses, precision
 from trl_ext.ppo.advantages import compute_advantages, needs_values
-from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, trackers
+from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, rows_per_pass, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.model import ActorCritic, load_value_head
 from trl_ext.ppo.rollout import (
@@ -53,8 +54,9 @@ def _collate(rows: list[dict], repeats: int = 1) -> dict:
     return {key: [row[key] for row in rows] for key in rows[0]}
 
 
-def load_causal_lm(model, processing_class):
-    """``model`` as a module (loaded when it is a path) and its tokenizer, with pad = eos when it has none (as GRPO)."""
+def load_causal_lm(model, processing_class, dtype: str = "auto"):
+    """``model`` as a module (loaded when it is a path, in ``dtype``) and its tokenizer, with pad = eos
+    when it has none (as GRPO)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if isinstance(model, (str, Path)):
@@ -62,9 +64,9 @@ def load_causal_lm(model, processing_class):
 
         config = read_model_config(model, "policy")
         require_architecture(model, config, ("ForCausalLM", "LMHeadModel"), "policy", "causal LM")
-        path, model = str(model), AutoModelForCausalLM.from_pretrained(model)
+        path, model = str(model), AutoModelForCausalLM.from_pretrained(model, dtype=precision.torch_dtype(dtype))
     else:
-        path = getattr(model.config, "_name_or_path", None)
+        path, model = getattr(model.config, "_name_or_path", None), precision.cast_model(model, dtype)
     if processing_class is None:
         if not path:
             raise PPOError("pass processing_class: the model was not loaded from a path, so its tokenizer is unknown")
@@ -76,8 +78,8 @@ def load_causal_lm(model, processing_class):
     return model, processing_class
 
 
-def resolve_reward_funcs(reward_funcs) -> list[Callable]:
-    """A callable, a path to a sequence classifier, or a list of them -> a list of callables."""
+def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:
+    """A callable, a path to a sequence classifier (loaded in ``dtype``), or a list of them -> a list of callables."""
     from trl_ext.rewards.classifier import ClassifierReward
 
     if reward_funcs is None:
@@ -86,7 +88,7 @@ def resolve_reward_funcs(reward_funcs) -> list[Callable]:
     resolved = []
     for item in items:
         if isinstance(item, (str, Path)):
-            item = ClassifierReward.from_pretrained(item)
+            item = ClassifierReward.from_pretrained(item, dtype=dtype)
         if not callable(item):
             raise PPOError(f"reward_funcs holds a {type(item).__name__}: expected a callable or a path to a "
                            "sequence classifier")
@@ -117,9 +119,9 @@ class PPOTrainer:
 
         config = args if args is not None else PPOConfig()
         model_or_path = model
-        policy, tokenizer = load_causal_lm(model, processing_class)
+        policy, tokenizer = load_causal_lm(model, processing_class, config.dtype)
         self.config, self.tokenizer = config, tokenizer
-        self.reward_funcs = resolve_reward_funcs(reward_funcs)
+        self.reward_funcs = resolve_reward_funcs(reward_funcs, config.dtype)
         self.reward_names = [reward_name(f) for f in self.reward_funcs]
         weights = config.reward_weights or [1.0] * len(self.reward_funcs)
         if len(weights) != len(self.reward_funcs):
@@ -132,6 +134,9 @@ class PPOTrainer:
                                                       log_with=trackers(config.report_to) or None,
                                                       project_dir=config.output_dir)
         torch.manual_seed(config.seed)
+        self.compute_dtype = precision.model_dtype(policy)  # the checkpoint's (or --dtype's), before master weights
+        precision.check_device_supports(self.compute_dtype, self.accelerator.device)
+        self.vocab_size = getattr(policy.config, "vocab_size", None) or policy.get_output_embeddings().weight.shape[0]
         if peft_config is not None:
             from peft import get_peft_model
 
@@ -150,6 +155,8 @@ class PPOTrainer:
                             critic=needs_values(config))
         if isinstance(model_or_path, (str, Path)) and model.value_head is not None:
             load_value_head(model.value_head, model_or_path)  # continuing from a saved PPO policy
+        # The reference was copied above and keeps the checkpoint's dtype; what trains becomes float32.
+        precision.float32_master_weights(model, uniform=self._shards_parameters())
         _disable_dropout(model)
         self.model, self.optimizer = self._prepare(model)
         total = num_updates(config, self.accelerator.num_processes)
@@ -176,6 +183,12 @@ class PPOTrainer:
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
             self._load_checkpoint(self.resumed_from)
 
+    def _shards_parameters(self) -> bool:
+        """Whether ``_prepare`` flattens parameters into shards (FSDP, DeepSpeed): they need one dtype."""
+        from accelerate.utils import DistributedType
+
+        return self.accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+
     def _prepare(self, model: ActorCritic):
         """Wrap ``model`` for the launch (DDP, DeepSpeed, FSDP: accelerate's ``prepare``) with its optimizer.
 
@@ -184,9 +197,12 @@ class PPOTrainer:
         """
         return self.accelerator.prepare(model, self._optimizer(model))
 
-    def _optimizer_step(self, loss: torch.Tensor) -> None:
-        """Backward and one optimizer step (accelerate routes both to DeepSpeed's engine when it runs it)."""
+    def _backward(self, loss: torch.Tensor) -> None:
+        """Gradients of one micro-batch's share of the loss, added to those of the minibatch's others."""
         self.accelerator.backward(loss)
+
+    def _optimizer_step(self) -> None:
+        """One optimizer step on the accumulated gradients (accelerate routes it to DeepSpeed's engine)."""
         if self.config.max_grad_norm > 0:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
@@ -232,7 +248,8 @@ class PPOTrainer:
         scores = torch.as_tensor([float(s) for s in scores], dtype=torch.float32, device=device)
         if not torch.isfinite(scores).all():
             raise PPOError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
-        return self._update(self._experience(query_ids, query_mask, response_ids, mask, scores))
+        with precision.explained_dtype_errors(device):
+            return self._update(self._experience(query_ids, query_mask, response_ids, mask, scores))
 
     # ------------------------------------------------------------------ the training loop
 
@@ -313,13 +330,20 @@ class PPOTrainer:
 
     def train_step(self, rows: dict) -> dict:
         """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns)."""
-        timings = {}
-        tick = time.perf_counter()
+        with precision.explained_dtype_errors(self.accelerator.device):
+            return self._train_step(rows)
+
+    def _train_step(self, rows: dict) -> dict:
+        timings, tick = {}, self._clock()
+
+        def lap(name: str) -> None:  # phases end to end: their sum is the step's wall time
+            nonlocal tick
+            now = self._clock()
+            timings[f"timing/{name}"], tick = now - tick, now
+
         query_ids, query_mask = self._pad_queries(rows["input_ids"])
         responses = self._sample(query_ids, query_mask)
-        timings["timing/generate"] = time.perf_counter() - tick
-
-        tick = time.perf_counter()
+        lap("generate")
         mask = response_mask(responses, self.tokenizer.eos_token_id)
         width = int(mask.sum(1).max())  # columns past it are padding in every row: drop them, later passes cost less
         mask = mask[:, :width]
@@ -328,14 +352,11 @@ class PPOTrainer:
         completion_ids = completion_token_ids(responses, mask)
         completions = self._completions(prompts, completion_ids)
         scores, reward_stats = self._score(rows, prompts, completions, completion_ids)
-        timings["timing/reward"] = time.perf_counter() - tick
-
-        tick = time.perf_counter()
+        lap("reward")
         experience = self._experience(query_ids, query_mask, responses, mask, scores)
-        timings["timing/experience"] = time.perf_counter() - tick
-        tick = time.perf_counter()
+        lap("experience")
         stats = self._update(experience)
-        timings["timing/update"] = time.perf_counter() - tick
+        lap("update")
         stats.update(reward_stats)
         stats.update(timings)
         stats["samples"] = [(p, c) for p, c in zip(prompts[:2], completions[:2])]
@@ -381,6 +402,12 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ internals
 
+    def _clock(self) -> float:
+        """Seconds now, after the GPU finished its queued work: phases timed so add up to the wall clock."""
+        if self.accelerator.device.type == "cuda":
+            torch.cuda.synchronize(self.accelerator.device)
+        return time.perf_counter()
+
     def _pad_queries(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
         if len(queries) == 0 or any(len(q) == 0 for q in queries):
             raise PPOError("every query needs at least one token")
@@ -404,13 +431,16 @@ class PPOTrainer:
         finally:
             policy.train(was_training)
 
-    def _response_logprobs(self, logits: torch.Tensor, responses: torch.Tensor, query_length: int):
-        logits = logits[:, query_length - 1:-1].float() / self.config.temperature
-        return core.logprobs_from_logits(logits, responses), logits
+    def _logits_to_keep(self, responses: torch.Tensor) -> int:
+        """Logits of the positions that predict response tokens (and the last one, dropped): no prompt logits."""
+        return responses.shape[1] + 1
 
-    def _reference_logits(self, query_response, attention_mask, position_ids) -> torch.Tensor:
+    def _forward_rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
+        return rows_per_pass(option, batch, self._logits_to_keep(responses), self.vocab_size)
+
+    def _reference_logits(self, query_response, attention_mask, position_ids, logits_to_keep: int = 0) -> torch.Tensor:
         inputs = dict(input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids,
-                      use_cache=False)
+                      use_cache=False, logits_to_keep=logits_to_keep)
         with self.accelerator.autocast():
             if self.ref_policy is not None:
                 return self.ref_policy(**inputs).logits
@@ -425,17 +455,27 @@ class PPOTrainer:
         query_response = torch.cat([query_ids, responses], dim=1)
         attention_mask = torch.cat([query_mask.long(), mask], dim=1)
         position_ids = positions_from_mask(attention_mask)
-        length = query_ids.shape[1]
+        length, keep = query_ids.shape[1], self._logits_to_keep(responses)
 
-        with self.accelerator.autocast():
-            logits, values = self.model(query_response, attention_mask, position_ids)
-        old_logprobs, _ = self._response_logprobs(logits, responses, length)
-        ref_logits = self._reference_logits(query_response, attention_mask, position_ids)
-        ref_logprobs, _ = self._response_logprobs(ref_logits, responses, length)
+        # Micro-batches of rows: one pass's logits stay within the budget whatever the batch size.
+        rows = self._forward_rows(cfg.local_rollout_forward_batch_size, len(responses), responses)
+        old_logprobs, ref_logprobs, values = [], [], []
+        for start in range(0, len(responses), rows):
+            part = slice(start, start + rows)
+            inputs = (query_response[part], attention_mask[part], position_ids[part])
+            with self.accelerator.autocast():
+                logits, part_values = self.model(*inputs, logits_to_keep=keep)
+            old_logprobs.append(core.logprobs_from_logits(logits[:, :-1], responses[part], cfg.temperature))
+            del logits  # before the reference's own logits exist
+            if part_values is not None:
+                values.append(part_values[:, length - 1:-1].float())
+            ref_logits = self._reference_logits(*inputs, logits_to_keep=keep)
+            ref_logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], responses[part], cfg.temperature))
+            del ref_logits
+        old_logprobs, ref_logprobs = torch.cat(old_logprobs), torch.cat(ref_logprobs)
         ended = (responses == self.tokenizer.eos_token_id).logical_and(mask.bool()).any(-1)
         group_ids = torch.arange(len(responses), device=responses.device) // cfg.num_generations
-        result = compute_advantages(scores, old_logprobs, ref_logprobs,
-                                    None if values is None else values[:, length - 1:-1].float(),
+        result = compute_advantages(scores, old_logprobs, ref_logprobs, torch.cat(values) if values else None,
                                     mask, ended, group_ids, cfg)
         return Experience(
             query_response=query_response, attention_mask=attention_mask, position_ids=position_ids,
@@ -454,36 +494,64 @@ class PPOTrainer:
             order = self._minibatch_order(len(exp))
             for mb_index in range(cfg.num_mini_batches):
                 mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))
-                with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
-                    logits, values = self.model(mb.query_response, mb.attention_mask, mb.position_ids)
-                logprobs, response_logits = self._response_logprobs(logits, mb.responses, exp.query_length)
-                pg_loss, pg = losses.policy_loss(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.mask,
-                                                 cfg)
-                with torch.set_grad_enabled(cfg.ent_coef > 0):
-                    entropy = core.masked_mean(core.entropy_from_logits(response_logits), mb.mask)
-                loss = pg_loss - cfg.ent_coef * entropy
-                step_stats = {"loss/policy_avg": pg_loss, "policy/clipfrac_avg": pg["clipfrac"],
-                              "policy/approxkl_avg": pg["approxkl"], "val/ratio": pg["ratio"],
-                              "policy/entropy_avg": entropy}
-                if "kl_loss" in pg:
-                    step_stats["loss/kl_avg"] = pg["kl_loss"]
-                if values is not None:  # a critic-free estimator trains no value function
-                    new_values = values[:, exp.query_length - 1:-1].float()
-                    vf_loss, vf = core.clipped_value_loss(new_values, mb.old_values, mb.returns, mb.value_mask,
-                                                          cfg.cliprange_value)
-                    loss = loss + cfg.vf_coef * vf_loss
-                    step_stats.update({"loss/value_avg": vf_loss, "val/clipfrac_avg": vf["clipfrac"]})
-                if self._any_rank_non_finite(loss):
-                    self._stop_on_bad_loss(loss, epoch, mb_index)
-                self._optimizer_step(loss)
-                for name, value in step_stats.items():
-                    stats.setdefault(name, []).append(value.detach())
+                mb_stats: dict[str, torch.Tensor] = {}
+                for micro in self._micro_batches(mb):
+                    loss, micro_stats = self._micro_batch_loss(micro, mb, exp.query_length)
+                    if self._any_rank_non_finite(loss):
+                        self._stop_on_bad_loss(loss, epoch, mb_index)
+                    self._backward(loss)
+                    for name, value in micro_stats.items():  # each already weighted by its share
+                        mb_stats[name] = mb_stats.get(name, 0.0) + value.detach()
+                self._optimizer_step()
+                for name, value in mb_stats.items():
+                    stats.setdefault(name, []).append(value)
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
         metrics = self._metrics(exp, {name: torch.stack(values).mean() for name, values in stats.items()})
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()
         return metrics
+
+    def _micro_batches(self, mb: Experience) -> list[Experience]:
+        """``mb`` in rows of ``micro_batch_size`` (auto: the logits budget). DeepSpeed's engine steps on
+        every backward that accelerate routes to it, so under DeepSpeed a minibatch is one micro-batch."""
+        from accelerate.utils import DistributedType
+
+        rows = len(mb) if self.accelerator.distributed_type == DistributedType.DEEPSPEED else \
+            self._forward_rows(self.config.micro_batch_size, len(mb), mb.responses)
+        return [mb.minibatch(torch.arange(start, min(start + rows, len(mb)), device=mb.mask.device))
+                for start in range(0, len(mb), rows)]
+
+    def _micro_batch_loss(self, micro: Experience, mb: Experience, query_length: int):
+        """The loss of ``micro`` weighted by its share of minibatch ``mb`` (so the accumulated gradient is
+        the minibatch's), and its stats weighted likewise (they sum to the minibatch's)."""
+        cfg = self.config
+        with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
+            logits, values = self.model(micro.query_response, micro.attention_mask, micro.position_ids,
+                                        logits_to_keep=self._logits_to_keep(micro.responses))
+        response_logits = logits[:, :-1]
+        logprobs = core.logprobs_from_logits(response_logits, micro.responses, cfg.temperature)
+        pg_loss, pg = losses.policy_loss(logprobs, micro.old_logprobs, micro.ref_logprobs, micro.advantages,
+                                         micro.mask, cfg)
+        tokens = losses.share("tokens", micro.mask, mb.mask)
+        pg_share = losses.share(losses.LOSS_AGGREGATIONS[cfg.loss_type].normaliser, micro.mask, mb.mask)
+        pg_stats_share = losses.share(losses.POLICY_LOSSES[cfg.policy_loss].stats_over, micro.mask, mb.mask)
+        with torch.set_grad_enabled(cfg.ent_coef > 0):
+            entropy = core.masked_mean(core.entropy_from_logits(response_logits, cfg.temperature), micro.mask)
+        loss = pg_share * pg_loss - cfg.ent_coef * tokens * entropy
+        stats = {"loss/policy_avg": pg_share * pg_loss, "policy/clipfrac_avg": pg_stats_share * pg["clipfrac"],
+                 "policy/approxkl_avg": pg_stats_share * pg["approxkl"], "val/ratio": pg_stats_share * pg["ratio"],
+                 "policy/entropy_avg": tokens * entropy}
+        if "kl_loss" in pg:
+            stats["loss/kl_avg"] = tokens * pg["kl_loss"]
+        if values is not None:  # a critic-free estimator trains no value function
+            new_values = values[:, query_length - 1:-1].float()
+            vf_loss, vf = core.clipped_value_loss(new_values, micro.old_values, micro.returns, micro.value_mask,
+                                                  cfg.cliprange_value)
+            value_share = losses.share("tokens", micro.value_mask, mb.value_mask)
+            loss = loss + cfg.vf_coef * value_share * vf_loss
+            stats.update({"loss/value_avg": value_share * vf_loss, "val/clipfrac_avg": value_share * vf["clipfrac"]})
+        return loss, stats
 
     def _minibatch_order(self, size: int) -> torch.Tensor:
         """A fresh shuffle of the rollouts for each PPO epoch (the equality test replays TRL's instead)."""

@@ -53,8 +53,9 @@ class ClassifierReward(RewardFunction):
         self.name = name or ("classifier_label_logit" if conditional else "classifier_score")
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **kwargs) -> ClassifierReward:
-        """A scalar reward model from a ``save_pretrained`` directory (what a path in ``reward_funcs`` means)."""
+    def from_pretrained(cls, path: str | Path, dtype: str = "auto", **kwargs) -> ClassifierReward:
+        """A scalar reward model from a ``save_pretrained`` directory (what a path in ``reward_funcs`` means),
+        in ``dtype`` ('auto': the checkpoint's; the reward model is frozen, bf16 scores as well)."""
         from transformers import AutoModelForSequenceClassification
 
         from trl_ext.model_dirs import ArtifactError, load_tokenizer, read_model_config, require_architecture
@@ -64,7 +65,9 @@ class ClassifierReward(RewardFunction):
         tokenizer = load_tokenizer(path, "reward model", padding_side="right")
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForSequenceClassification.from_pretrained(path)
+        from trl_ext.ppo.precision import torch_dtype
+
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch_dtype(dtype))
         conditional = "label_column" in kwargs or "label_fn" in kwargs
         if model.config.num_labels != 1 and not conditional:
             raise ArtifactError(f"reward model {str(path)!r} is a {model.config.num_labels}-label classifier, not a "

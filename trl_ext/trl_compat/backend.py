@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from trl_ext.ppo.model import base_backbone
+from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
@@ -62,9 +63,7 @@ def trl_ppo_config(cfg, output_dir: str | Path):
         local_rollout_forward_batch_size=cfg.batch_size,
         gradient_accumulation_steps=1,
         stop_token="eos",
-        bf16=False,
-        fp16=False,
-        use_cpu=not torch.cuda.is_available(),
+        **launch_training_arguments(),  # the launch's mixed precision and device
         gradient_checkpointing=False,
         num_sample_generations=0,
         save_strategy="steps" if cfg.save_steps else "no",

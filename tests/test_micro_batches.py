@@ -1,0 +1,88 @@
+"""Memory options change nothing but memory: chunked log-probs and entropy, micro-batched experience
+passes and gradient accumulation in the update equal the one-pass computations."""
+
+import copy
+
+import pytest
+import torch
+
+from trl_ext.ppo import core
+from trl_ext.ppo.config import PPOConfig, rows_per_pass
+from trl_ext.ppo.trainer import PPOTrainer
+
+TOLERANCE = 1e-5
+RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype):
+    torch.manual_seed(0)
+    whole = (torch.randn(3, 9, 50) * 4).to(dtype)
+    logits = whole[:, 2:-1]  # response positions of a longer sequence: a view that cannot be flattened
+    tokens = torch.randint(0, 50, (3, 6))
+    log_p = torch.log_softmax(logits.float() / 0.7, dim=-1)
+    expected = log_p.gather(-1, tokens[..., None]).squeeze(-1)
+    expected_entropy = -(log_p.exp() * log_p).sum(-1)
+    monkeypatch.setattr(core, "CHUNK_ELEMENTS", 120)  # 2 rows of 50 per chunk: many chunks, a short last one
+    assert len(core._row_chunks(logits)) > 3
+    assert torch.allclose(core.logprobs_from_logits(logits, tokens, 0.7), expected, atol=1e-6)
+    assert torch.allclose(core.entropy_from_logits(logits, 0.7), expected_entropy, atol=1e-5)
+    assert core.logprobs_from_logits(logits, tokens).dtype == torch.float32
+
+
+def test_automatic_rows_bound_the_logits_of_one_pass():
+    assert rows_per_pass(0, 64, 65, 151936) == 13  # Qwen's vocabulary, 64 response tokens: 13 rows a pass
+    assert rows_per_pass(0, 64, 9, 42) == 64  # a tiny vocabulary: the whole batch in one pass
+    assert rows_per_pass(0, 4, 10 ** 6, 10 ** 6) == 1
+    assert rows_per_pass(3, 64, 65, 151936) == 3 and rows_per_pass(100, 8, 1, 1) == 8
+    with pytest.raises(ValueError, match="micro_batch_size must not be negative"):
+        PPOConfig(micro_batch_size=-1)
+
+
+def _update(tokenizer, policy, options, forwards=None):
+    from trl_ext.doubling.task import ppo_prompt_dataset
+
+    cfg = PPOConfig(batch_size=len(RESPONSES), num_mini_batches=2, num_ppo_epochs=2, learning_rate=1e-3,
+                    response_length=7, **options)
+    trainer = PPOTrainer(policy, args=cfg, processing_class=tokenizer)
+    if forwards is not None:
+        trainer.policy.register_forward_hook(lambda module, args, out: forwards.append(1))
+    queries = ppo_prompt_dataset(tokenizer, len(RESPONSES), seed=0)["input_ids"]
+    responses = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in RESPONSES]
+    stats = trainer.step(queries, responses, [0.5 * i - 1.5 for i in range(len(RESPONSES))])
+    weights = {}
+    for name, p in trainer.actor_critic.named_parameters():
+        if name.endswith("attn.c_attn.bias"):
+            # GPT-2's key bias shifts every score of a row alike: its gradient is 0 up to rounding, and Adam
+            # turns that noise into steps of up to lr (tests/test_trl_equality.py measures the same)
+            width = p.shape[0] // 3
+            p = torch.cat([p[:width], p[2 * width:]])
+        weights[name] = p.detach().clone()
+    return stats, weights
+
+
+@pytest.mark.parametrize("options", [
+    {},  # PPO: GAE, a shared critic, the token-mean loss
+    {"advantage_estimator": "grpo", "num_generations": 2, "loss_type": "grpo", "beta": 0.1, "ent_coef": 0.01},
+    {"advantage_estimator": "rloo", "num_generations": 2, "policy_loss": "sequence_clip", "loss_type": "dr_grpo"},
+], ids=["ppo-bnpo", "grpo-sequence-mean-beta-entropy", "rloo-sequence-clip-dr-grpo"])
+def test_micro_batches_equal_one_pass(tokenizer, options):
+    from trl_ext.doubling.models import build_policy
+
+    policy = build_policy(tokenizer, seed=1)
+    forwards = []
+    whole_stats, whole_weights = _update(tokenizer, copy.deepcopy(policy), options)
+    # 1 row per experience pass; 3 rows per update pass: minibatches of 4 in uneven parts (3 + 1)
+    micro_stats, micro_weights = _update(tokenizer, copy.deepcopy(policy),
+                                         {**options, "local_rollout_forward_batch_size": 1, "micro_batch_size": 3},
+                                         forwards)
+    experience_passes = len(RESPONSES)  # the reference is a separate copy: the policy's passes alone counted
+    update_passes = 2 * 2 * 2  # epochs x minibatches x (3 + 1)
+    assert len(forwards) == experience_passes + update_passes
+    for name, value in whole_stats.items():
+        if isinstance(value, float):
+            assert micro_stats[name] == pytest.approx(value, abs=TOLERANCE), name
+    start = policy.state_dict()
+    assert (whole_weights["policy.transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]).abs().max() > 1e-4  # it moved
+    gap = max((whole_weights[n] - micro_weights[n]).abs().max().item() for n in whole_weights)
+    assert gap < TOLERANCE
