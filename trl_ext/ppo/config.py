@@ -83,6 +83,11 @@ class PPOConfig:
                                   "minibatch (same result, less memory); 0: sized like the experience passes")
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
+    critic_warmup_steps: int = field(0, help="first updates that train the value function alone, the policy "
+                                     "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic)")
+    critic_init: str | None = field(None, help="a scalar reward model of the policy's architecture (num_labels=1, "
+                                    "e.g. from train-reward-model) whose backbone and score head start the separate "
+                                    "critic (seed 003)")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
     value_head_init: str = field("linear", help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
                                  "start at V = 0 (peaks at a 3-5x higher KL on the doubling task)",
@@ -104,7 +109,8 @@ class PPOConfig:
                      "response_length", "temperature", "num_generations"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("local_rollout_forward_batch_size", "micro_batch_size", "save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
+        for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
+                     "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
@@ -125,6 +131,12 @@ class PPOConfig:
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
                 raise ValueError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
+        critic = ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_values  # a known name by now
+        if (self.critic_warmup_steps or self.critic_init) and not critic:
+            raise ValueError(f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
+                             f"{self.advantage_estimator!r} has none (use gae)")
+        if self.critic_init and not self.separate_critic:
+            raise ValueError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
         if self.reward_weights is not None:
             if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
                     not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):

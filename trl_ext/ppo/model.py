@@ -32,7 +32,8 @@ class ActorCritic(nn.Module):
     """``value_head_init``: 'linear' is ``nn.Linear``'s own random init, as TRL's
     ``AutoModelForCausalLMWithValueHead``; 'zero' starts at V = 0 (README, "The KL gap", measures both)."""
 
-    def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear", critic: bool = True):
+    def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear", critic: bool = True,
+                 critic_source=None):
         super().__init__()
         if value_head_init not in VALUE_HEAD_INITS:
             raise ValueError(f"value_head_init must be one of {', '.join(VALUE_HEAD_INITS)}; got {value_head_init!r}")
@@ -43,14 +44,36 @@ class ActorCritic(nn.Module):
         if critic and value_head_init == "zero":
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
+        if critic_source is not None:
+            self._init_critic_from(critic_source)
+
+    def _init_critic_from(self, reward_model) -> None:
+        """Seed 003's critic: the backbone and score head of a scalar reward model of the policy's architecture,
+        so the first values are the reward model's own estimates instead of noise."""
+        if self.critic_backbone is None:
+            raise ValueError("critic_init needs separate_critic=True and an estimator with a critic (gae): the "
+                             "reward model's backbone becomes the critic's")
+        score = getattr(reward_model, "score", None)
+        source = base_backbone(reward_model)
+        if type(source) is not type(self.critic_backbone) or not isinstance(score, nn.Linear) or \
+                score.weight.shape != self.value_head.weight.shape:
+            raise ValueError(f"critic_init: a {type(reward_model).__name__} cannot seed the critic of a "
+                             f"{type(self.policy).__name__}: it needs the policy's architecture and hidden size and one "
+                             "linear 'score' output (a reward model trained from the policy, num_labels=1)")
+        self.critic_backbone.load_state_dict(source.state_dict())
+        with torch.no_grad():
+            self.value_head.weight.copy_(score.weight)
+            self.value_head.bias.copy_(score.bias if score.bias is not None else torch.zeros(1))
 
     @property
     def separate_critic(self) -> bool:
         return self.critic_backbone is not None
 
-    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int = 0):
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int = 0, critic_only: bool = False):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
-        ``logits_to_keep`` positions (0: all, ``K = L``; HF's option), values of every position."""
+        ``logits_to_keep`` positions (0: all, ``K = L``; HF's option), values of every position.
+        ``critic_only``: gradients of the values reach the value function alone, not the policy's shared
+        backbone (critic warm-up)."""
         shared = self.value_head is not None and not self.separate_critic
         out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                           output_hidden_states=shared, use_cache=False, logits_to_keep=logits_to_keep)
@@ -60,7 +83,7 @@ class ActorCritic(nn.Module):
             hidden = self.critic_backbone(input_ids=input_ids, attention_mask=attention_mask,
                                           position_ids=position_ids, use_cache=False).last_hidden_state
         else:
-            hidden = out.hidden_states[-1]
+            hidden = out.hidden_states[-1].detach() if critic_only else out.hidden_states[-1]
         # A bf16 backbone hands bf16 states to the float32 head (precision.py); autocast recasts if on.
         hidden = hidden.to(self.value_head.weight.dtype)
         return out.logits, self.value_head(hidden).squeeze(-1)

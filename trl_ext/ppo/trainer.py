@@ -96,6 +96,19 @@ def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:
     return resolved
 
 
+def _critic_source(path: str | None):
+    """The scalar reward model whose backbone and score head start the critic (``critic_init``), or None."""
+    if path is None:
+        return None
+    from transformers import AutoModelForSequenceClassification
+
+    from trl_ext.model_dirs import read_model_config, require_architecture
+
+    require_architecture(path, read_model_config(path, "critic_init"), ("ForSequenceClassification",), "critic_init",
+                         "sequence classifier")
+    return AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+
+
 def _trainer_state(max_steps: int):
     """The ``trainer_state`` TRL's GRPO hands reward functions (for schedules on training progress)."""
     from transformers import TrainerState
@@ -152,7 +165,7 @@ class PPOTrainer:
             # use_reentrant=False: gradients reach LoRA adapters even when the inputs need none
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init,
-                            critic=needs_values(config))
+                            critic=needs_values(config), critic_source=_critic_source(config.critic_init))
         if isinstance(model_or_path, (str, Path)) and model.value_head is not None:
             load_value_head(model.value_head, model_or_path)  # continuing from a saved PPO policy
         # The reference was copied above and keeps the checkpoint's dtype; what trains becomes float32.
@@ -526,9 +539,10 @@ class PPOTrainer:
         """The loss of ``micro`` weighted by its share of minibatch ``mb`` (so the accumulated gradient is
         the minibatch's), and its stats weighted likewise (they sum to the minibatch's)."""
         cfg = self.config
+        warming_up = self.update_index < cfg.critic_warmup_steps  # the value function alone learns
         with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
             logits, values = self.model(micro.query_response, micro.attention_mask, micro.position_ids,
-                                        logits_to_keep=self._logits_to_keep(micro.responses))
+                                        logits_to_keep=self._logits_to_keep(micro.responses), critic_only=warming_up)
         response_logits = logits[:, :-1]
         logprobs = core.logprobs_from_logits(response_logits, micro.responses, cfg.temperature)
         pg_loss, pg = losses.policy_loss(logprobs, micro.old_logprobs, micro.ref_logprobs, micro.advantages,
@@ -539,6 +553,8 @@ class PPOTrainer:
         with torch.set_grad_enabled(cfg.ent_coef > 0):
             entropy = core.masked_mean(core.entropy_from_logits(response_logits, cfg.temperature), micro.mask)
         loss = pg_share * pg_loss - cfg.ent_coef * tokens * entropy
+        if warming_up:  # stats as usual, but no policy term in the loss
+            loss = pg_loss.new_zeros(())
         stats = {"loss/policy_avg": pg_share * pg_loss, "policy/clipfrac_avg": pg_stats_share * pg["clipfrac"],
                  "policy/approxkl_avg": pg_stats_share * pg["approxkl"], "val/ratio": pg_stats_share * pg["ratio"],
                  "policy/entropy_avg": tokens * entropy}
