@@ -1,7 +1,9 @@
 """``trl-ext`` command line: one subcommand per module of ``trl_ext.commands``, each a ``Command``.
 
-Every subcommand takes its options as flags or from ``--config FILE.yaml``; bad input ends
-with a one-line ``trl-ext: error: ...`` and exit code 2 (set ``TRL_EXT_DEBUG=1`` for the traceback).
+Every subcommand takes its options as flags or from ``--config FILE.yaml``. A ``TrlExtError`` (bad
+input, a backend that cannot run here, a failed training run) or an ``OSError`` ends with one
+``trl-ext: error: ...`` line and exit code 2 (``TRL_EXT_DEBUG=1`` shows its traceback); any other
+exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 import json
 import os
 import sys
+
+from trl_ext.errors import TrlExtError
 
 
 def commands() -> dict:
@@ -36,9 +40,21 @@ def render(result) -> str:
     return "\n".join(lines + [result.headline])
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What ends a command with one line: the ``TrlExtError`` family, ``OSError``, and the library's input
+    errors that predate the family (each a ``ValueError`` subclass named for its input; they are to become
+    ``InputError`` subclasses in their own modules)."""
+    from trl_ext.ppo.checkpoint import CheckpointError
+    from trl_ext.ppo.data import DatasetError
+    from trl_ext.reward_modeling import PreferenceError
+    from trl_ext.sft import SFTDataError
+    from trl_ext.trl_compat import TRLPPOUnavailable
+
+    return (TrlExtError, OSError, CheckpointError, DatasetError, PreferenceError, SFTDataError, TRLPPOUnavailable)
+
+
 def main(argv: list[str] | None = None) -> int:
     from trl_ext.commands.parsing import add_command_arguments, build_options
-    from trl_ext.ppo.trainer import PPOError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_known_warnings()
@@ -54,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     command = table[namespace.command]
     try:
         result = command.run(build_options(command, namespace))
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError, PPOError) as err:
-        if os.environ.get("TRL_EXT_DEBUG"):
+    except Exception as err:
+        if os.environ.get("TRL_EXT_DEBUG") or not isinstance(err, user_errors()):
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"trl-ext: error: {message}", file=sys.stderr)

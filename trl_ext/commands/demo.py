@@ -17,6 +17,7 @@ from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
 from trl_ext.commands.stages import (
+from trl_ext.errors import InputError
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
 from trl_ext.options import field
@@ -56,16 +57,16 @@ class PipelineOptions:
     def __post_init__(self):
         unknown = [b for b in self.backend_list if b not in BACKENDS]
         if not self.backend_list or unknown:
-            raise ValueError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
+            raise InputError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
         unknown = [r for r in self.reward_list if r not in REWARDS]
         if not self.reward_list or unknown:
-            raise ValueError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
+            raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
         if self.jobs <= 0:
-            raise ValueError(f"jobs must be positive, got {self.jobs}")
+            raise InputError(f"jobs must be positive, got {self.jobs}")
         if self.reward_model_temperature <= 0:
-            raise ValueError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
+            raise InputError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
         if self.reward_url and self.reward_list != ["classifier"]:
-            raise ValueError("--reward-url replaces the classifier reward: give it with --rewards classifier")
+            raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
 
     @property
     def backend_list(self) -> list[str]:
@@ -82,7 +83,7 @@ class SeedOptions:
 
     def __post_init__(self):
         if self.seeds <= 0:
-            raise ValueError(f"seeds must be positive, got {self.seeds}")
+            raise InputError(f"seeds must be positive, got {self.seeds}")
 
 
 def _finished(path: Path, marker: str, config: dict) -> dict | None:

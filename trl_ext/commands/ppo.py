@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
 
@@ -51,7 +52,7 @@ class DoublingModels:
 
     def __post_init__(self):
         if not self.reward and not self.reward_fn and not self.reward_url:
-            raise ValueError("give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url")
+            raise InputError("give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url")
 
 
 @dataclass
@@ -65,9 +66,9 @@ class WatchOptions:
 
     def __post_init__(self):
         if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
-            raise ValueError("eval_n and probe_n must be in 1..1000")
+            raise InputError("eval_n and probe_n must be in 1..1000")
         if self.probe_every < 0:
-            raise ValueError(f"probe_every must not be negative, got {self.probe_every}")
+            raise InputError(f"probe_every must not be negative, got {self.probe_every}")
 
 
 @dataclass
@@ -77,7 +78,7 @@ class BackendOption:
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+            raise InputError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
 
 
 # The doubling classifier was trained on answers that end in the eos E: completions keep it. A separate
@@ -110,7 +111,7 @@ def load_reward_dir(path: str):
         return ClassifierReward(classifier, classifier_tokenizer, name="reward_model")
     if labels == NUM_LABELS:
         return doubling_classifier_reward(classifier, classifier_tokenizer)
-    raise ValueError(f"reward model {path!r} has {labels} labels; the doubling reward needs "
+    raise InputError(f"reward model {path!r} has {labels} labels; the doubling reward needs "
                      f"the {NUM_LABELS}-label charset classifier or a scalar reward model (num_labels=1)")
 
 
@@ -213,11 +214,11 @@ def run_ppo(opts, print_fn=print) -> dict:
     # instead of each silently running alone.
     state = PartialState(cpu=not torch.cuda.is_available())
     if watch.stop_at_target and state.num_processes > 1:
-        raise ValueError("stop_at_target probes on the main process only: use it with one process")
+        raise InputError("stop_at_target probes on the main process only: use it with one process")
     resume_after = None
     if cfg.resume_from_checkpoint:
         if not backend.startswith("scratch"):
-            raise ValueError(f"--resume-from-checkpoint resumes the scratch backends; {backend!r} cannot resume "
+            raise InputError(f"--resume-from-checkpoint resumes the scratch backends; {backend!r} cannot resume "
                              "(TRL 1.12's PPOTrainer.train() takes no checkpoint)")
         from trl_ext.ppo import checkpoint
 

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from trl_ext.batching import pad_batch
+from trl_ext.errors import InputError
 
 
 @dataclass
@@ -25,10 +26,10 @@ class LoopResult:
 def _check_rows(dataset, columns: tuple[str, ...]) -> None:
     missing = [c for c in columns if c not in dataset.column_names]
     if missing:
-        raise ValueError(f"dataset is missing column(s) {missing}; it has {dataset.column_names}")
+        raise InputError(f"dataset is missing column(s) {missing}; it has {dataset.column_names}")
     for index, ids in enumerate(dataset["input_ids"]):
         if not ids:
-            raise ValueError(f"dataset row {index} has empty input_ids")
+            raise InputError(f"dataset row {index} has empty input_ids")
 
 
 def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, warmup_steps: int,
@@ -43,7 +44,7 @@ def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, 
     _check_rows(dataset, ("input_ids", "label") if use_labels else ("input_ids",))
     steps = len(dataset) // batch_size
     if steps == 0:
-        raise ValueError(f"dataset of {len(dataset)} rows is smaller than one batch of {batch_size}")
+        raise InputError(f"dataset of {len(dataset)} rows is smaller than one batch of {batch_size}")
     torch.manual_seed(seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)

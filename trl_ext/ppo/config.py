@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
@@ -94,32 +95,32 @@ class PPOConfig:
         for name in ("learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
                      "response_length", "temperature", "num_generations"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("save_steps", "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+                raise InputError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
-            raise ValueError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
+            raise InputError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
         if self.batch_size % self.num_mini_batches:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
+            raise InputError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")
         if self.batch_size % self.num_generations:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
+            raise InputError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
         if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
-            raise ValueError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
+            raise InputError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
                              f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}")
         if self.repetition_penalty != 1.0 and self.sampler != "generate":
-            raise ValueError("repetition_penalty needs sampler='generate' (the other samplers have none)")
+            raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones
         for f in fields(self):  # every set of choices is written once, in its field
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
-                raise ValueError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
+                raise InputError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
         if self.reward_weights is not None:
             if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
                     not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):
-                raise ValueError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
+                raise InputError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
             self.reward_weights = [float(w) for w in self.reward_weights]
 
 
@@ -135,7 +136,7 @@ def trackers(report_to: str) -> list[str]:
         return ["all"]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, "
+        raise InputError(f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, "
                          f"{', '.join(known)}")
     return names
 
