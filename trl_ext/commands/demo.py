@@ -17,9 +17,9 @@ from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
 from trl_ext.commands.stages import (
-from trl_ext.errors import InputError
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
 
