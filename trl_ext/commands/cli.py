@@ -25,15 +25,6 @@ def commands() -> dict:
             "serve-reward": serve_reward.COMMAND}
 
 
-def quiet_known_warnings() -> None:
-    """The command line (not the library) hides two notices a user can do nothing about: that the `trl`
-    backend imports `trl.experimental` (the point of it), and transformers' rename of gradient checkpointing."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=r"You are importing from 'trl\.experimental'")
-    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6", category=FutureWarning)
-
-
 def render(result) -> str:
     """The one place a command's result becomes text: its data as JSON when asked, then its headline."""
     lines = [json.dumps(result.data, ensure_ascii=False, indent=2)] if result.print_data else []
@@ -55,9 +46,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: list[str] | None = None) -> int:
     from trl_ext.commands.parsing import add_command_arguments, build_options
+    from trl_ext.commands.quiet import quiet
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    quiet_known_warnings()
+    quiet()
     table = commands()
     parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.",
                                      allow_abbrev=False)
