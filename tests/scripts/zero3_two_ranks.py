@@ -13,8 +13,9 @@ from datasets import Dataset
 
 from trl_ext.doubling.models import build_policy
 from trl_ext.doubling.tokenizer import build_tokenizer
-from trl_ext.ppo import PPOConfig, PPOTrainer
+from trl_ext.ppo import PPOTrainer
 from trl_ext.ppo.config import mini_batch_size
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 
 class ZeRO3Trainer(PPOTrainer):
@@ -43,7 +44,7 @@ def main() -> int:
     tokenizer = build_tokenizer()
     prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
     trainer = ZeRO3Trainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
-                           args=PPOConfig(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
+                           args=doubling_ppo_config(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
                                           learning_rate=1e-2, sampler=(sys.argv[1:] or ["loop"])[0]),
                            processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
     params = list(trainer.model.module.parameters())

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.commands.quiet import stdout_without
+from trl_ext.doubling.ppo_settings import DOUBLING_COMMAND_PPO
 from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
@@ -83,10 +84,8 @@ class BackendOption:
             raise InputError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
 
 
-# The doubling classifier was trained on answers that end in the eos E: completions keep it. A separate
-# critic: the value loss of a shared one trains the backbone that computes the digits, which neither
-# reward protects, and sampled value accuracy falls (README, "What limits sampled accuracy").
-DOUBLING_DEFAULTS = {"skip_special_tokens": False, "separate_critic": True}
+# The command's trainer options start from the doubling task's tuned values, not PPOConfig's LLM defaults.
+DOUBLING_DEFAULTS = DOUBLING_COMMAND_PPO
 
 
 def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",

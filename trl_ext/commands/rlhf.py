@@ -86,9 +86,8 @@ class RLHFBackend:
             raise InputError(f"backend must be one of {', '.join(RLHF_BACKENDS)}; got {self.backend!r}")
 
 
-# Real-LLM scale: the trainer's defaults are the doubling task's.
-RLHF_DEFAULTS = {"learning_rate": 1e-5, "batch_size": 8, "total_episodes": 1024, "response_length": 64,
-                 "kl_coef": 0.05, "vf_coef": 0.1}
+# PPOConfig's defaults are a real LLM run's (TRL's); LoRA trains at a higher rate than full fine-tuning.
+RLHF_DEFAULTS = {"learning_rate": 1e-5, "response_length": 64}
 
 
 def load_prompts(path: str | Path) -> list[str]:

@@ -21,14 +21,15 @@ SCALE_REWARDS = ("group", "batch", "none")
 class PPOConfig:
     output_dir: str | None = field(None, help="where a bad loss saves the last good policy (the CLI sets it from --out)",
                                    cli=False)
-    learning_rate: float = field(3e-4, help="AdamW learning rate")
+    learning_rate: float = field(3e-6, help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
+                                 "has the option; the doubling task's: trl_ext.doubling.ppo_settings)")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
                                    choices=LR_SCHEDULES)
-    batch_size: int = field(64, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
+    batch_size: int = field(8, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
     num_mini_batches: int = field(1, help="minibatches per PPO epoch; batch_size gives the seed's per-sample updates")
     num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
-    total_episodes: int = field(19200, help="rollouts in the whole run, over all processes (300 updates of 64)")
-    kl_coef: float = field(0.2, help="weight of the KL penalty to the reference policy")
+    total_episodes: int = field(1024, help="rollouts in the whole run, over all processes (128 updates of 8)")
+    kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy")
     kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
     kl_mode: str = field("token", help="'token': -kl_coef*kl per token (seed 000, TRL); "
                          "'sequence': score - kl_coef*sum(kl) on the last token (seed 004)",
@@ -55,7 +56,7 @@ class PPOConfig:
                            "response_length", choices=LOSS_AGGREGATIONS)
     cliprange: float = field(0.2, help="policy ratio clip")
     cliprange_value: float = field(0.2, help="value clip around the old values")
-    vf_coef: float = field(0.5, help="value loss weight (the seed uses 0.1; 0.5 learned the shared critic faster)")
+    vf_coef: float = field(0.1, help="value loss weight")
     ent_coef: float = field(0.0, help="entropy bonus weight")
     gamma: float = field(1.0, help="discount")
     lam: float = field(0.95, help="GAE lambda")
@@ -65,8 +66,8 @@ class PPOConfig:
                                 choices=SCORE_POSITIONS)
     missing_eos_penalty: float | None = field(None, help="subtract this from the score of a response that ends "
                                               "without eos (TRL's option; default: none)")
-    response_length: int = field(8, help="most tokens a response may have")
-    temperature: float = field(1.0, help="sampling temperature of rollouts")
+    response_length: int = field(53, help="most tokens a response may have")
+    temperature: float = field(0.7, help="sampling temperature of rollouts")
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
     top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
