@@ -167,7 +167,7 @@ def _print_flushed(*args):
     print(*args, flush=True)
 
 
-def _worker_setup():
+def _worker_setup(trl_backend: bool):
     """Each worker: one torch thread (a core each), the CLI's quiet output, and the PPO run's imports done
     while the main process still pretrains."""
     import torch
@@ -178,10 +178,14 @@ def _worker_setup():
     quiet()
     import trl_ext.doubling.artifacts  # noqa: F401
     import trl_ext.ppo.trainer  # noqa: F401
+    from trl_ext.trl_compat import trl_ppo_available
+
+    if trl_backend and trl_ppo_available():  # TRL's PPO imports DeepSpeed: seconds better spent beside pretraining
+        import trl.experimental.ppo  # noqa: F401
 
 
 @contextmanager
-def _workers(jobs: int):
+def _workers(jobs: int, backends: list[str]):
     """A pool of ``jobs`` worker processes for the pipeline's stages (None for ``jobs`` 1: all in this process)."""
     import multiprocessing
     import os
@@ -191,7 +195,8 @@ def _workers(jobs: int):
         yield None
         return
     # spawn: each child starts clean (no inherited torch threads or accelerate state)
-    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_setup)
+    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_setup,
+                                                      initargs=("trl" in backends,))
     try:
         yield pool
     except BaseException:
@@ -295,7 +300,7 @@ def run_demo(opts, print_fn=print) -> dict:
     watch, pipeline = opts.watch, opts.pipeline
     out = prepare_out_dir(opts.output.out, opts.output.overwrite,
                           owned=DEMO_FILES + tuple(f"ppo_{b}{s}" for b in BACKENDS for s in REWARD_SUFFIX.values()))
-    with _workers(pipeline.jobs) as workers:
+    with _workers(pipeline.jobs, pipeline.backend_list) as workers:
         results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
                    "backends": {}}
         rows, runs = [], []
@@ -342,7 +347,7 @@ def run_compare(opts, print_fn=print) -> dict:
 
         connect_reward(pipeline.reward_url)
     out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
-    with _workers(pipeline.jobs) as workers:
+    with _workers(pipeline.jobs, pipeline.backend_list) as workers:
         results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
                    "backends": {}}
         rows, runs = [], []
