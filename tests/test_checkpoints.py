@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.checkpoint import CheckpointError
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -60,7 +61,7 @@ def _trainer(tokenizer, out, **options):
     from trl_ext.doubling.models import build_policy
 
     data = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 16})
-    args = PPOConfig(**{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 1, "output_dir": str(out), **options})
+    args = doubling_ppo_config(**{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 1, "output_dir": str(out), **options})
     return PPOTrainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
                       args=args, processing_class=tokenizer, train_dataset=data)
 

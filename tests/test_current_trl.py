@@ -15,6 +15,7 @@ from tiny_models import tiny_deberta_reward, tiny_qwen2
 from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer
 from trl_ext.rewards import ClassifierReward, RewardError
 from trl_ext.trl_compat import trl_ppo_available
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +50,7 @@ def test_in_house_ppo_on_conversations_with_two_reward_functions(models):
     def mentions_target(prompts, completions, target, **kwargs):
         return [float(t in c[0]["content"]) for c, t in zip(completions, target)]
 
-    args = PPOConfig(batch_size=4, total_episodes=8, response_length=6, num_ppo_epochs=1, learning_rate=1e-2,
+    args = doubling_ppo_config(batch_size=4, total_episodes=8, response_length=6, num_ppo_epochs=1, learning_rate=1e-2,
                      reward_weights=[1.0, 0.5])
     trainer = PPOTrainer(str(models["chat_policy"]), [short, mentions_target], args=args,
                          train_dataset=conversations(8))
@@ -80,7 +81,7 @@ def test_in_house_ppo_on_conversations_with_two_reward_functions(models):
 
 def test_reward_model_path_in_reward_funcs_and_text_prompts(models):
     data = Dataset.from_dict({"prompt": ["hello there", "what is up", "abc", "xyz"]})
-    args = PPOConfig(batch_size=4, total_episodes=4, response_length=4, num_ppo_epochs=1)
+    args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=4, num_ppo_epochs=1)
     trainer = PPOTrainer(str(models["plain_policy"]), str(models["reward"]), args=args, train_dataset=data)
     assert isinstance(trainer.reward_funcs[0], ClassifierReward)
     history = trainer.train()
@@ -129,7 +130,7 @@ def test_bad_inputs_are_named(models):
     from trl_ext.model_dirs import ArtifactError
     from trl_ext.ppo.data import DatasetError
 
-    args = PPOConfig(batch_size=4, total_episodes=4, response_length=4)
+    args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=4)
     with pytest.raises(DatasetError, match=r"row 0 is a conversation, but the tokenizer .*qwen2_plain.* has no chat"):
         PPOTrainer(str(models["plain_policy"]), lambda **kw: [], args=args, train_dataset=conversations(4))
     with pytest.raises(ArtifactError, match=r"qwen2_chat' holds a \['Qwen2ForCausalLM'\], not a sequence classifier"):
@@ -204,7 +205,7 @@ def test_trl_rewards_own_functions_work_unchanged(models):
     from trl.rewards import get_soft_overlong_punishment, think_format_reward
 
     overlong = get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)  # reads completion_ids
-    args = PPOConfig(batch_size=4, total_episodes=4, response_length=6, num_ppo_epochs=1)
+    args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=6, num_ppo_epochs=1)
     trainer = PPOTrainer(str(models["chat_policy"]), [think_format_reward, overlong], args=args,
                          train_dataset=conversations(4))
     stats = trainer.train()[0]

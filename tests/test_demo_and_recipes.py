@@ -44,6 +44,11 @@ def test_demo_end_to_end_tiny_and_resume(tmp_path):
     report = (out / "report.md").read_text()
     assert "| backend | greedy exact |" in report and "| trl |" in report and "curves.png" in report
     assert "greedy exact" in run.stdout  # the terminal table
+    # the output is the stages, their progress and the table: no warnings or notices, no library progress bars
+    output = run.stdout + run.stderr
+    for noise in ("Warning", "WARNING", "it/s]", "Writing model shards", "Loading weights", "Setting accelerator",
+                  "attention_mask", "loss_type", "===training policy==="):
+        assert noise not in output, (noise, output[-3000:])
     if "trl" not in RUNNABLE:  # newest TRL: the trl row says why it did not run and how to get it
         assert not (out / "ppo_trl").exists()
         for text in (report, run.stdout):

@@ -5,6 +5,7 @@ import torch
 
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.trainer import PPOError, PPOTrainer
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 
 @pytest.fixture()
@@ -19,7 +20,7 @@ def pieces(trained_artifacts):
 
 def doubling_config(**options) -> PPOConfig:
     """The doubling classifier was trained on answers that end in E (the eos): keep it in completions."""
-    return PPOConfig(skip_special_tokens=False, **options)
+    return doubling_ppo_config(skip_special_tokens=False, **options)
 
 
 def _params(module):
@@ -53,7 +54,7 @@ def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
 
 def test_step_wise_api(pieces):
     policy, tok, reward = pieces
-    trainer = PPOTrainer(policy, args=PPOConfig(batch_size=4, num_ppo_epochs=1), processing_class=tok)
+    trainer = PPOTrainer(policy, args=doubling_ppo_config(batch_size=4, num_ppo_epochs=1), processing_class=tok)
     queries = [tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]] * 2 + \
               [tok("S大写:10x2=", add_special_tokens=False)["input_ids"]] * 2
     responses = trainer.generate(queries)
@@ -71,7 +72,7 @@ def test_step_wise_api(pieces):
 
 def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
     policy, tok, _ = pieces
-    trainer = PPOTrainer(policy, args=PPOConfig(batch_size=2, num_ppo_epochs=1, missing_eos_penalty=1.5),
+    trainer = PPOTrainer(policy, args=doubling_ppo_config(batch_size=2, num_ppo_epochs=1, missing_eos_penalty=1.5),
                          processing_class=tok)
     queries = [tok("S数字:12x2=", add_special_tokens=False)["input_ids"]] * 2
     finished, cut = tok("24E", add_special_tokens=False)["input_ids"], tok("2444", add_special_tokens=False)["input_ids"]
@@ -149,7 +150,7 @@ def test_bad_reward_output_inside_training_is_named(pieces):
     def half_nan(prompts, completions, **columns):
         return [float("nan") if i == 3 else 1.0 for i in range(len(prompts))]
 
-    trainer = PPOTrainer(policy, half_nan, args=PPOConfig(batch_size=8, total_episodes=8),
+    trainer = PPOTrainer(policy, half_nan, args=doubling_ppo_config(batch_size=8, total_episodes=8),
                          train_dataset=ppo_prompt_dataset(tok, 8, seed=0), processing_class=tok)
     with pytest.raises(RewardError, match="'half_nan' returned nan at index 3"):
         trainer.train()
@@ -196,7 +197,7 @@ def test_in_house_trainer_does_not_need_trl_ppo():
 
 def test_step_masks_padding_of_responses_without_eos(pieces):
     policy, tok, _ = pieces
-    trainer = PPOTrainer(policy, args=PPOConfig(batch_size=2, num_ppo_epochs=1), processing_class=tok)
+    trainer = PPOTrainer(policy, args=doubling_ppo_config(batch_size=2, num_ppo_epochs=1), processing_class=tok)
     query = tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]
     six, six_six, zero = tok.convert_tokens_to_ids(["6", "6", "0"])
     stats = trainer.step([query, query], [[six, six], [six, six_six, zero, tok.eos_token_id, six]], [1.0, 0.0])
@@ -261,7 +262,7 @@ def test_a_registered_advantage_estimator_drives_the_trainer(tokenizer):
     def outcome_only(batch, config):  # every token gets the sequence's total reward
         calls.append(batch.rewards.shape)
         return batch.per_token(batch.sequence_returns()), None
-    trainer = PPOTrainer(build_policy(tokenizer), args=PPOConfig(batch_size=2, num_ppo_epochs=1, kl_mode="sequence",
+    trainer = PPOTrainer(build_policy(tokenizer), args=doubling_ppo_config(batch_size=2, num_ppo_epochs=1, kl_mode="sequence",
                                                                  advantage_estimator="trainer_test_outcome"),
                          processing_class=tokenizer)
     assert trainer.actor_critic.value_head is None  # critic-free: no value head, no value loss

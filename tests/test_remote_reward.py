@@ -21,6 +21,7 @@ import torch
 from trl_ext.doubling.rewards import ExactMatch
 from trl_ext.rewards import RemoteReward, RemoteRewardError, RewardError
 from trl_ext.rewards.server import RewardServer
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -153,11 +154,10 @@ PPO_OPTIONS = dict(batch_size=16, num_mini_batches=2, total_episodes=48, num_ppo
 def _train(artifacts, reward, callback=None):
     from trl_ext.doubling.artifacts import load_policy
     from trl_ext.doubling.task import ppo_prompt_dataset
-    from trl_ext.ppo.config import PPOConfig
     from trl_ext.ppo.trainer import PPOTrainer
 
     policy, tok = load_policy(artifacts["policy"])
-    cfg = PPOConfig(skip_special_tokens=False, separate_critic=True, **PPO_OPTIONS)
+    cfg = doubling_ppo_config(skip_special_tokens=False, separate_critic=True, **PPO_OPTIONS)
     trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, 3),
                          processing_class=tok)
     history = trainer.train(callback)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from trl_ext.doubling.rewards import CharsetCompliance, ExactMatch, ValueCorrect, doubling_classifier_reward
-from trl_ext.rewards import ClassifierReward, Clipped, RewardError, RunningNormalized, WeightedSum, call_reward
+from trl_ext.rewards import ClassifierReward, Clipped, RewardError, WeightedSum, call_reward
 
 PROMPTS = ["S数字:3320x2="] * 5 + ["S大写:3164x2="]
 COMPLETIONS = ["6640E", "六六四〇E", "6641E", "x=E", "E", "陆叁贰捌E"]
@@ -46,9 +46,6 @@ def test_combinators():
     both = WeightedSum([ValueCorrect(), CharsetCompliance()], [1.0, 2.0])
     assert both(PROMPTS, COMPLETIONS) == [3.0, 1.0, 2.0, 0.0, 0.0, 3.0]
     assert Clipped(both, 0.5, 2.0)(PROMPTS, COMPLETIONS) == [2.0, 1.0, 2.0, 0.5, 0.5, 2.0]
-    norm = RunningNormalized(ValueCorrect())
-    out = norm(PROMPTS, COMPLETIONS)
-    assert sum(out) == pytest.approx(0.0, abs=1e-6) and norm.count == 6
 
 
 def test_rewards_pickle_round_trip(trained_artifacts):

@@ -15,6 +15,7 @@ from datasets import Dataset
 from launch import torchrun_port_args
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.rollout import filter_logits, sample_responses
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_s
 
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer, accelerator=accelerator,
-                         args=PPOConfig(batch_size=4, total_episodes=8, num_ppo_epochs=1),
+                         args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1),
                          train_dataset=_prompts(tokenizer))
     seen = []
     handle = trainer.policy.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
@@ -90,7 +91,7 @@ def test_gradient_checkpointing_updates(tokenizer):
     from trl_ext.doubling.models import build_policy
 
     trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer, train_dataset=_prompts(tokenizer),
-                         args=PPOConfig(batch_size=4, total_episodes=8, num_ppo_epochs=1, gradient_checkpointing=True))
+                         args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, gradient_checkpointing=True))
     assert trainer.policy.is_gradient_checkpointing
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     history = trainer.train()
@@ -106,7 +107,7 @@ def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
 
     path = tiny_qwen2(tmp_path / "qwen2")
     trainer = PPOTrainer(str(path), _length, processing_class=None,
-                         args=PPOConfig(batch_size=2, total_episodes=2, response_length=4, learning_rate=1e-1),
+                         args=doubling_ppo_config(batch_size=2, total_episodes=2, response_length=4, learning_rate=1e-1),
                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
     assert trainer.ref_policy is None  # no second copy of the base model
     base = AutoModelForCausalLM.from_pretrained(path).eval()
@@ -135,7 +136,7 @@ def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
 
     policy = build_policy(tokenizer, seed=3)
     trainer = PPOTrainer(policy, _length, processing_class=tokenizer,
-                         args=PPOConfig(batch_size=8, top_k=1, sampler=sampler))
+                         args=doubling_ppo_config(batch_size=8, top_k=1, sampler=sampler))
     queries = _prompts(tokenizer)["input_ids"]
     ids, mask = trainer._pad_queries(queries)
     greedy = sample_responses(policy, ids, mask, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id,

@@ -5,6 +5,7 @@ import torch
 
 from trl_ext.ppo.rollout import sample_responses
 from trl_ext.ppo.static_sampler import StaticSampler, bucket, pick_tokens
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 VOCAB = 96
 
@@ -180,13 +181,13 @@ def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer)
     from datasets import Dataset
 
     from trl_ext.doubling.models import build_policy
-    from trl_ext.ppo import PPOConfig, PPOTrainer
+    from trl_ext.ppo import PPOTrainer
 
     prompts = Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(8)]})
     histories = {}
     for sampler in ("loop", "static"):
         trainer = PPOTrainer(build_policy(tokenizer, seed=3), _length, processing_class=tokenizer, train_dataset=prompts,
-                             args=PPOConfig(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler))
+                             args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler))
         assert trainer.sampler == sampler
         histories[sampler] = [{k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"}
                               for h in trainer.train()]

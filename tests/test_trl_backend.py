@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from trl_ext.ppo.config import PPOConfig
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 
 @pytest.fixture()
@@ -26,7 +26,7 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
     from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
     policy, tok, reward = pieces
-    cfg = PPOConfig(batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16,
+    cfg = doubling_ppo_config(batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16,
                     separate_critic=separate_critic)
     trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 16, 0), tmp_path)
     value_model = trainer.accelerator.unwrap_model(trainer.model).value_model
@@ -56,7 +56,7 @@ def test_trl_backend_learns_requested_charset(pieces, tmp_path):
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
-    cfg = PPOConfig(batch_size=64, total_episodes=64 * 30, learning_rate=3e-4, separate_critic=True,
+    cfg = doubling_ppo_config(batch_size=64, total_episodes=64 * 30, learning_rate=3e-4, separate_critic=True,
                     lr_scheduler_type="constant", seed=1)
     trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, cfg.total_episodes, 1), tmp_path)
     trainer.train()

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from trl_ext.ppo import core, losses
-from trl_ext.ppo.config import PPOConfig
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 pytestmark = pytest.mark.needs_trl_ppo
 
@@ -155,7 +155,7 @@ def _run_both(tokenizer, tmp_path, monkeypatch, separate_critic=False, score_pos
     from trl_ext.doubling.models import build_policy
 
     n = len(RESPONSES)
-    cfg = PPOConfig(batch_size=n, num_mini_batches=num_mini_batches, num_ppo_epochs=2, total_episodes=n, learning_rate=1e-4,
+    cfg = doubling_ppo_config(batch_size=n, num_mini_batches=num_mini_batches, num_ppo_epochs=2, total_episodes=n, learning_rate=1e-4,
                     separate_critic=separate_critic, score_position=score_position, whiten_rewards=whiten_rewards,
                     kl_coef=0.1, response_length=7, cliprange=0.1, cliprange_value=0.05)
     data, responses, scores = _rollouts(tokenizer, n)

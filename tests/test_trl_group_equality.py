@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from trl_ext.ppo import core, losses
-from trl_ext.ppo.config import PPOConfig
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 TOLERANCE = 1e-5
 GROUPS = [["12E", "二四E", "E", "陆陆肆零E"], ["246E", "4", "8E", "六E"]]  # G = 4 completions per prompt
@@ -117,7 +117,7 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     prompt_ids = _prompts(tokenizer)
     completions = [[tokenizer(t, add_special_tokens=False)["input_ids"] for t in group] for group in GROUPS]
     scores = [[1.0, -0.5, 0.0, 2.0], [0.3, 0.3, -1.0, 1.5]]
-    cfg = PPOConfig(num_generations=4, batch_size=8, num_mini_batches=1, num_ppo_epochs=1, total_episodes=8,
+    cfg = doubling_ppo_config(num_generations=4, batch_size=8, num_mini_batches=1, num_ppo_epochs=1, total_episodes=8,
                     learning_rate=1e-4, response_length=7, max_grad_norm=1.0, **options)
     theirs, trl = _trl_update(kind, path, tokenizer, prompt_ids, copy.deepcopy(completions), scores, cfg, tmp_path,
                               monkeypatch)

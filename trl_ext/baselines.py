@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trl_ext.errors import InputError
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 
@@ -30,9 +31,9 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, prompts, 
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
     if kind not in GROUP_TRAINERS:
-        raise ValueError(f"kind must be one of {GROUP_TRAINERS}, got {kind!r}")
+        raise InputError(f"kind must be one of {GROUP_TRAINERS}, got {kind!r}")
     if cfg.batch_size % num_generations:
-        raise ValueError(f"batch_size {cfg.batch_size} is not divisible by num_generations {num_generations}")
+        raise InputError(f"batch_size {cfg.batch_size} is not divisible by num_generations {num_generations}")
     if kind == "grpo":
         from trl import GRPOConfig as Config, GRPOTrainer as Trainer
     else:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trl_ext.errors import InputError
 
-class ArtifactError(ValueError):
+
+class ArtifactError(InputError):
     """A directory passed as a model is missing, not a model, or not the kind expected."""
 
 

@@ -9,10 +9,11 @@ difference when the eos is what one of the two lacks).
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
 from trl_ext.rewards.classifier import ClassifierReward, is_conversation
 
 
-class PreferenceError(ValueError):
+class PreferenceError(InputError):
     """A preference row the trainer cannot use; the message names the row."""
 
 

@@ -7,10 +7,11 @@ causal LM: PPO then puts a fresh adapter on it, and the SFT model is PPO's refer
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
 from trl_ext.rewards.classifier import is_conversation
 
 
-class SFTDataError(ValueError):
+class SFTDataError(InputError):
     """A prompt/completion row the trainer cannot use; the message names the row."""
 
 

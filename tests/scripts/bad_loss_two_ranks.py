@@ -7,8 +7,9 @@ import torch
 from datasets import Dataset
 
 from trl_ext.doubling.models import build_policy
-from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer, core
+from trl_ext.ppo import PPOError, PPOTrainer, core
 from trl_ext.doubling.tokenizer import build_tokenizer
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 
 def main(out_dir: str) -> int:
@@ -17,7 +18,7 @@ def main(out_dir: str) -> int:
     policy = build_policy(tokenizer)
     prompts = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 32})
     trainer = PPOTrainer(policy, lambda completions, **kw: [1.0] * len(completions), processing_class=tokenizer,
-                         args=PPOConfig(batch_size=4, total_episodes=32, num_ppo_epochs=1, output_dir=out_dir),
+                         args=doubling_ppo_config(batch_size=4, total_episodes=32, num_ppo_epochs=1, output_dir=out_dir),
                          train_dataset=prompts)
     real, calls = core.clipped_value_loss, {"n": 0}
 

@@ -16,7 +16,8 @@ from torch.distributed.tensor import DTensor
 
 from trl_ext.doubling.models import build_policy
 from trl_ext.doubling.tokenizer import build_tokenizer
-from trl_ext.ppo import PPOConfig, PPOTrainer
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.ppo import PPOTrainer
 
 
 class FSDP2Trainer(PPOTrainer):
@@ -39,8 +40,8 @@ def main() -> int:
     prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
     policy = build_policy(tokenizer).to(torch.bfloat16 if "bf16" in args else torch.float32)
     trainer = FSDP2Trainer(policy, lambda completions, **kw: [float(len(c)) for c in completions],
-                           args=PPOConfig(batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2,
-                                          learning_rate=1e-2, sampler=sampler),
+                           args=doubling_ppo_config(batch_size=4, total_episodes=16, num_ppo_epochs=2,
+                                                     num_mini_batches=2, learning_rate=1e-2, sampler=sampler),
                            processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
     model = trainer.model
     params = list(model.parameters())

@@ -1,7 +1,9 @@
 """``trl-ext`` command line: one subcommand per module of ``trl_ext.commands``, each a ``Command``.
 
-Every subcommand takes its options as flags or from ``--config FILE.yaml``; bad input ends
-with a one-line ``trl-ext: error: ...`` and exit code 2 (set ``TRL_EXT_DEBUG=1`` for the traceback).
+Every subcommand takes its options as flags or from ``--config FILE.yaml``. A ``TrlExtError`` (bad
+input, a backend that cannot run here, a failed training run) or an ``OSError`` ends with one
+``trl-ext: error: ...`` line and exit code 2 (``TRL_EXT_DEBUG=1`` shows its traceback); any other
+exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import argparse
 import json
 import os
 import sys
+
+from trl_ext.errors import TrlExtError
 
 
 def commands() -> dict:
@@ -21,15 +25,6 @@ def commands() -> dict:
             "serve-reward": serve_reward.COMMAND}
 
 
-def quiet_known_warnings() -> None:
-    """The command line (not the library) hides two notices a user can do nothing about: that the `trl`
-    backend imports `trl.experimental` (the point of it), and transformers' rename of gradient checkpointing."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=r"You are importing from 'trl\.experimental'")
-    warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6", category=FutureWarning)
-
-
 def render(result) -> str:
     """The one place a command's result becomes text: its data as JSON when asked, then its headline."""
     lines = [json.dumps(result.data, ensure_ascii=False, indent=2)] if result.print_data else []
@@ -38,10 +33,10 @@ def render(result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from trl_ext.commands.parsing import add_command_arguments, build_options
-    from trl_ext.ppo.trainer import PPOError
+    from trl_ext.commands.quiet import quiet
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    quiet_known_warnings()
+    quiet()
     table = commands()
     parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.",
                                      allow_abbrev=False)
@@ -54,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     command = table[namespace.command]
     try:
         result = command.run(build_options(command, namespace))
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError, PPOError) as err:
-        if os.environ.get("TRL_EXT_DEBUG"):
+    except Exception as err:
+        if os.environ.get("TRL_EXT_DEBUG") or not isinstance(err, (TrlExtError, OSError)):
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"trl-ext: error: {message}", file=sys.stderr)

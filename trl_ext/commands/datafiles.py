@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from trl_ext.errors import InputError
+
 
 def read_jsonl(path: str | Path, what: str) -> list[tuple[int, dict]]:
     """``(line number, object)`` for each non-empty line of ``path``; ``what`` names the file in errors."""
@@ -18,12 +20,12 @@ def read_jsonl(path: str | Path, what: str) -> list[tuple[int, dict]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number}: not valid JSON ({err})") from err
+            raise InputError(f"{path}:{number}: not valid JSON ({err})") from err
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
         rows.append((number, row))
     if not rows:
-        raise ValueError(f"{what} file {str(path)!r} holds no rows")
+        raise InputError(f"{what} file {str(path)!r} holds no rows")
     return rows
 
 
@@ -32,7 +34,7 @@ def require_one_format(rows: list[tuple[int, dict]], key: str, path: str | Path)
     first = isinstance(rows[0][1].get(key), list)
     for number, row in rows:
         if isinstance(row.get(key), list) != first:
-            raise ValueError(f"{path}:{number}: mixes text and conversations (line {rows[0][0]} is "
+            raise InputError(f"{path}:{number}: mixes text and conversations (line {rows[0][0]} is "
                              f"{'a conversation' if first else 'text'}); use one format for every row")
 
 

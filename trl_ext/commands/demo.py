@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
@@ -19,6 +21,7 @@ from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_
 from trl_ext.commands.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
 
@@ -56,16 +59,16 @@ class PipelineOptions:
     def __post_init__(self):
         unknown = [b for b in self.backend_list if b not in BACKENDS]
         if not self.backend_list or unknown:
-            raise ValueError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
+            raise InputError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
         unknown = [r for r in self.reward_list if r not in REWARDS]
         if not self.reward_list or unknown:
-            raise ValueError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
+            raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
         if self.jobs <= 0:
-            raise ValueError(f"jobs must be positive, got {self.jobs}")
+            raise InputError(f"jobs must be positive, got {self.jobs}")
         if self.reward_model_temperature <= 0:
-            raise ValueError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
+            raise InputError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
         if self.reward_url and self.reward_list != ["classifier"]:
-            raise ValueError("--reward-url replaces the classifier reward: give it with --rewards classifier")
+            raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
 
     @property
     def backend_list(self) -> list[str]:
@@ -82,7 +85,7 @@ class SeedOptions:
 
     def __post_init__(self):
         if self.seeds <= 0:
-            raise ValueError(f"seeds must be positive, got {self.seeds}")
+            raise InputError(f"seeds must be positive, got {self.seeds}")
 
 
 def _finished(path: Path, marker: str, config: dict) -> dict | None:
@@ -94,26 +97,36 @@ def _finished(path: Path, marker: str, config: dict) -> dict | None:
     return result if result.get("config") == config else None
 
 
-def _supervised_stages(pipeline: PipelineOptions, out: Path, say) -> dict:
-    results = {}
-    stages = [("policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=pipeline.pretrain_steps), run_pretrain)]
+def _supervised_stage(name: str, stage_cfg, run, fresh: bool, say) -> dict:
+    """One supervised stage: its saved result if it finished with these options, else trained now."""
+    done = None if fresh else _finished(Path(stage_cfg.out), "metrics.json", asdict(stage_cfg))
+    if done is not None:
+        say(f"[{name}] reusing {stage_cfg.out}")
+        return done
+    say(f"[{name}] training ...")
+    return run(stage_cfg)
+
+
+def _supervised_stages(pipeline: PipelineOptions, out: Path, say, workers) -> dict:
+    """Pretraining here; the classifier, which needs no policy, beside it on a worker when there is one."""
+    fresh = pipeline.fresh
+    beside = None
     if "classifier" in pipeline.reward_list and not pipeline.reward_url:
-        stages.append(("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps),
-                       run_train_reward))
+        args = ("reward", RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps),
+                partial(run_train_reward, show_progress=workers is None), fresh)
+        beside = workers.apply_async(_supervised_stage, (*args, _print_flushed)) if workers else \
+            _supervised_stage(*args, say)
+    results = {"policy": _supervised_stage("policy", PretrainConfig(out=str(out / "policy"), seed=0,
+                                                                    steps=pipeline.pretrain_steps),
+                                           run_pretrain, fresh, say)}
+    if beside is not None:
+        results["reward"] = beside.get() if workers else beside
     if "reward_model" in pipeline.reward_list:
         # Initialised from the pretrained policy, as InstructGPT initialises its reward model from the
         # SFT model: the policy already computes doublings, so the reward model learns to check them.
-        stages.append(("reward_model", RewardModelConfig(out=str(out / "reward_model"), base=str(out / "policy"),
-                                                         seed=0, steps=pipeline.reward_model_steps),
-                       run_train_reward_model))
-    for name, stage_cfg, run in stages:
-        done = None if pipeline.fresh else _finished(out / name, "metrics.json", asdict(stage_cfg))
-        if done is not None:
-            say(f"[{name}] reusing {out / name}")
-            results[name] = done
-        else:
-            say(f"[{name}] training ...")
-            results[name] = run(stage_cfg)
+        results["reward_model"] = _supervised_stage(
+            "reward_model", RewardModelConfig(out=str(out / "reward_model"), base=str(out / "policy"), seed=0,
+                                              steps=pipeline.reward_model_steps), run_train_reward_model, fresh, say)
     return results
 
 
@@ -154,31 +167,51 @@ def _print_flushed(*args):
     print(*args, flush=True)
 
 
-def _one_torch_thread():
+def _worker_setup(trl_backend: bool):
+    """Each worker: one torch thread (a core each), the CLI's quiet output, and the PPO run's imports done
+    while the main process still pretrains."""
     import torch
 
+    from trl_ext.commands.quiet import quiet
+
     torch.set_num_threads(1)
+    quiet()
+    import trl_ext.doubling.artifacts  # noqa: F401
+    import trl_ext.ppo.trainer  # noqa: F401
+    from trl_ext.trl_compat import trl_ppo_available
+
+    if trl_backend and trl_ppo_available():  # TRL's PPO imports DeepSpeed: seconds better spent beside pretraining
+        import trl.experimental.ppo  # noqa: F401
 
 
-def _ppo_stages(opts, out: Path, runs: list[PPORun], say) -> list[dict]:
-    """Every run's summary, in order; up to ``jobs`` runs at once in child processes."""
+@contextmanager
+def _workers(jobs: int, backends: list[str]):
+    """A pool of ``jobs`` worker processes for the pipeline's stages (None for ``jobs`` 1: all in this process)."""
     import multiprocessing
     import os
 
-    jobs = min(opts.pipeline.jobs, len(runs), os.cpu_count() or 1)
+    jobs = min(jobs, os.cpu_count() or 1)
     if jobs <= 1:
-        return [_ppo_stage(opts, out, run, say) for run in runs]
+        yield None
+        return
     # spawn: each child starts clean (no inherited torch threads or accelerate state)
-    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_one_torch_thread)
+    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_setup,
+                                                      initargs=("trl" in backends,))
     try:
-        pending = [pool.apply_async(_ppo_stage, (opts, out, run, _print_flushed)) for run in runs]
-        summaries = [p.get() for p in pending]
+        yield pool
     except BaseException:
-        pool.terminate()  # Ctrl-C or a failed run: stop the others now; finished runs stay reusable
+        pool.terminate()  # Ctrl-C or a failed run: stop the others now; finished stages stay reusable
         raise
     pool.close()
     pool.join()
-    return summaries
+
+
+def _ppo_stages(opts, out: Path, runs: list[PPORun], say, workers) -> list[dict]:
+    """Every run's summary, in order; on the workers, as many at once as there are, when there are any."""
+    if workers is None:
+        return [_ppo_stage(opts, out, run, say) for run in runs]
+    pending = [workers.apply_async(_ppo_stage, (opts, out, run, _print_flushed)) for run in runs]
+    return [p.get() for p in pending]
 
 
 def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list, say) -> bool:
@@ -267,16 +300,18 @@ def run_demo(opts, print_fn=print) -> dict:
     watch, pipeline = opts.watch, opts.pipeline
     out = prepare_out_dir(opts.output.out, opts.output.overwrite,
                           owned=DEMO_FILES + tuple(f"ppo_{b}{s}" for b in BACKENDS for s in REWARD_SUFFIX.values()))
-    results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn),
-               "backends": {}}
-    rows, runs = [], []
-    for reward in pipeline.reward_list:
-        for backend in pipeline.backend_list:
-            run = PPORun(backend, reward, opts.train.seed, f"ppo_{backend}{REWARD_SUFFIX[reward]}")
-            if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
-                runs.append(run)
+    with _workers(pipeline.jobs, pipeline.backend_list) as workers:
+        results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
+                   "backends": {}}
+        rows, runs = [], []
+        for reward in pipeline.reward_list:
+            for backend in pipeline.backend_list:
+                run = PPORun(backend, reward, opts.train.seed, f"ppo_{backend}{REWARD_SUFFIX[reward]}")
+                if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
+                    runs.append(run)
+        summaries = _ppo_stages(opts, out, runs, print_fn, workers)
     histories = {}
-    for run, summary in zip(runs, _ppo_stages(opts, out, runs, print_fn)):
+    for run, summary in zip(runs, summaries):
         results["backends"][run.label] = summary
         rows.append(_row(summary, run.label))
         histories[run.label] = _history(out / run.folder)
@@ -312,17 +347,19 @@ def run_compare(opts, print_fn=print) -> dict:
 
         connect_reward(pipeline.reward_url)
     out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
-    results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn),
-               "backends": {}}
-    rows, runs = [], []
-    for reward in pipeline.reward_list:
-        for backend in pipeline.backend_list:
-            for seed in range(first, first + seeds):
-                run = PPORun(backend, reward, seed, f"{backend}{REWARD_SUFFIX[reward]}_seed{seed}")
-                if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
-                    runs.append(run)
+    with _workers(pipeline.jobs, pipeline.backend_list) as workers:
+        results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
+                   "backends": {}}
+        rows, runs = [], []
+        for reward in pipeline.reward_list:
+            for backend in pipeline.backend_list:
+                for seed in range(first, first + seeds):
+                    run = PPORun(backend, reward, seed, f"{backend}{REWARD_SUFFIX[reward]}_seed{seed}")
+                    if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
+                        runs.append(run)
+        summaries = _ppo_stages(opts, out, runs, print_fn, workers)
     histories, per_label = {}, {}
-    for run, summary in zip(runs, _ppo_stages(opts, out, runs, print_fn)):
+    for run, summary in zip(runs, summaries):
         per_label.setdefault(run.label, []).append(_row(summary, run.label))
         if run.seed == first:
             histories[run.label] = _history(out / run.folder)

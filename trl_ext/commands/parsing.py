@@ -17,10 +17,11 @@ import types
 import typing
 from pathlib import Path
 
+from trl_ext.errors import InputError
 from trl_ext.options import cli_fields
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     pass
 
 

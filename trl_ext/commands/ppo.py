@@ -6,6 +6,7 @@ Writes to ``--out``: the tuned policy (``save_pretrained``) with its value head,
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from dataclasses import dataclass
@@ -14,6 +15,9 @@ from types import SimpleNamespace
 
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
+from trl_ext.commands.quiet import stdout_without
+from trl_ext.doubling.ppo_settings import DOUBLING_COMMAND_PPO
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
 
@@ -51,7 +55,7 @@ class DoublingModels:
 
     def __post_init__(self):
         if not self.reward and not self.reward_fn and not self.reward_url:
-            raise ValueError("give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url")
+            raise InputError("give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url")
 
 
 @dataclass
@@ -65,9 +69,9 @@ class WatchOptions:
 
     def __post_init__(self):
         if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
-            raise ValueError("eval_n and probe_n must be in 1..1000")
+            raise InputError("eval_n and probe_n must be in 1..1000")
         if self.probe_every < 0:
-            raise ValueError(f"probe_every must not be negative, got {self.probe_every}")
+            raise InputError(f"probe_every must not be negative, got {self.probe_every}")
 
 
 @dataclass
@@ -77,13 +81,11 @@ class BackendOption:
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+            raise InputError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
 
 
-# The doubling classifier was trained on answers that end in the eos E: completions keep it. A separate
-# critic: the value loss of a shared one trains the backbone that computes the digits, which neither
-# reward protects, and sampled value accuracy falls (README, "What limits sampled accuracy").
-DOUBLING_DEFAULTS = {"skip_special_tokens": False, "separate_critic": True}
+# The command's trainer options start from the doubling task's tuned values, not PPOConfig's LLM defaults.
+DOUBLING_DEFAULTS = DOUBLING_COMMAND_PPO
 
 
 def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",
@@ -110,7 +112,7 @@ def load_reward_dir(path: str):
         return ClassifierReward(classifier, classifier_tokenizer, name="reward_model")
     if labels == NUM_LABELS:
         return doubling_classifier_reward(classifier, classifier_tokenizer)
-    raise ValueError(f"reward model {path!r} has {labels} labels; the doubling reward needs "
+    raise InputError(f"reward model {path!r} has {labels} labels; the doubling reward needs "
                      f"the {NUM_LABELS}-label charset classifier or a scalar reward model (num_labels=1)")
 
 
@@ -178,10 +180,16 @@ def train_backend(opts, policy, tokenizer, reward_fn, recorder, accelerator=None
 
     trainer = build_trl_trainer(cfg, policy, tokenizer, reward_fn, dataset, out, callbacks=[_Record()])
     recorder.begin()
+    # TRL's loop calls gc.collect() twice an update; frozen, the long-lived objects (models, datasets,
+    # modules) are no longer scanned each time. Nothing is freed differently: they live for the run.
+    gc.freeze()
     try:
-        trainer.train()
+        with stdout_without("===training policy==="):
+            trainer.train()
     except _Stop:
         pass
+    finally:
+        gc.unfreeze()
     recorder.end()
     save_trl_policy(trainer, tokenizer, out)
     return policy, trainer.accelerator
@@ -213,11 +221,11 @@ def run_ppo(opts, print_fn=print) -> dict:
     # instead of each silently running alone.
     state = PartialState(cpu=not torch.cuda.is_available())
     if watch.stop_at_target and state.num_processes > 1:
-        raise ValueError("stop_at_target probes on the main process only: use it with one process")
+        raise InputError("stop_at_target probes on the main process only: use it with one process")
     resume_after = None
     if cfg.resume_from_checkpoint:
         if not backend.startswith("scratch"):
-            raise ValueError(f"--resume-from-checkpoint resumes the scratch backends; {backend!r} cannot resume "
+            raise InputError(f"--resume-from-checkpoint resumes the scratch backends; {backend!r} cannot resume "
                              "(TRL 1.12's PPOTrainer.train() takes no checkpoint)")
         from trl_ext.ppo import checkpoint
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig
 
@@ -55,7 +56,7 @@ class RLHFStages:
         for name in ("sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate", "reward_eval_n",
                      "stage_batch_size"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 @dataclass
@@ -82,12 +83,11 @@ class RLHFBackend:
 
     def __post_init__(self):
         if self.backend not in RLHF_BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(RLHF_BACKENDS)}; got {self.backend!r}")
+            raise InputError(f"backend must be one of {', '.join(RLHF_BACKENDS)}; got {self.backend!r}")
 
 
-# Real-LLM scale: the trainer's defaults are the doubling task's.
-RLHF_DEFAULTS = {"learning_rate": 1e-5, "batch_size": 8, "total_episodes": 1024, "response_length": 64,
-                 "kl_coef": 0.05, "vf_coef": 0.1}
+# PPOConfig's defaults are a real LLM run's (TRL's); LoRA trains at a higher rate than full fine-tuning.
+RLHF_DEFAULTS = {"learning_rate": 1e-5, "response_length": 64}
 
 
 def load_prompts(path: str | Path) -> list[str]:
@@ -99,14 +99,14 @@ def load_prompts(path: str | Path) -> list[str]:
         prompts = []
         for number, row in read_jsonl(path, "prompts"):
             if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-                raise ValueError(f"{path}:{number}: expected an object with a non-empty string 'prompt'")
+                raise InputError(f"{path}:{number}: expected an object with a non-empty string 'prompt'")
             prompts.append(row["prompt"])
         return prompts
     if not path.exists():
         raise FileNotFoundError(f"prompts file {str(path)!r} does not exist")
     prompts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not prompts:
-        raise ValueError(f"prompts file {str(path)!r} holds no prompts")
+        raise InputError(f"prompts file {str(path)!r} holds no prompts")
     return prompts
 
 
@@ -120,7 +120,7 @@ def load_models(models: RLHFModels, dtype: str = "auto"):
 
     tokenizer = AutoTokenizer.from_pretrained(models.policy)
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"the policy tokenizer in {models.policy!r} has no eos token: responses could never end")
+        raise InputError(f"the policy tokenizer in {models.policy!r} has no eos token: responses could never end")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token  # documented default, as TRL's examples do
     tokenizer.padding_side = "left"
@@ -129,7 +129,7 @@ def load_models(models: RLHFModels, dtype: str = "auto"):
     if models.reward:
         reward_model = AutoModelForSequenceClassification.from_pretrained(models.reward, dtype=torch_dtype(dtype))
         if reward_model.config.num_labels != 1:
-            raise ValueError(f"reward model {models.reward!r} has {reward_model.config.num_labels} labels; "
+            raise InputError(f"reward model {models.reward!r} has {reward_model.config.num_labels} labels; "
                              "the RLHF recipe expects a scalar reward model (num_labels=1)")
         reward_tokenizer = AutoTokenizer.from_pretrained(models.reward)
         rewards.append(ClassifierReward(reward_model, reward_tokenizer, pair=models.pair,
@@ -257,13 +257,13 @@ def run_rlhf(opts, print_fn=print) -> dict:
 
     backend, models = opts.run.backend, opts.models
     if not (models.reward or models.reward_fn or models.reward_url or opts.stages.preferences):
-        raise ValueError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url or "
+        raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url or "
                          "--preferences (a preference file to train the reward model on first)")
     if models.reward and opts.stages.preferences:
-        raise ValueError("give --reward or --preferences, not both: --preferences trains the reward model "
+        raise InputError("give --reward or --preferences, not both: --preferences trains the reward model "
                          "(its base is --reward-base)")
     if opts.train.separate_critic:
-        raise ValueError("the RLHF recipe shares the LoRA backbone between policy and value head; "
+        raise InputError("the RLHF recipe shares the LoRA backbone between policy and value head; "
                          "separate_critic is not supported here")
     if backend == "trl":
         from trl_ext.trl_compat import require_trl_ppo

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from trl_ext.doubling.evaluate import evaluate_policy
+from trl_ext.errors import TrainingError
 
 KEY_METRICS = ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "loss/value_avg")
 
@@ -69,9 +70,7 @@ class RunRecorder:
         row.update(backend=self.backend, update=update, train_seconds=round(self.train_seconds, 3))
         bad = [k for k in KEY_METRICS if k in row and not math.isfinite(row[k])]
         if bad:
-            from trl_ext.ppo.trainer import PPOError
-
-            raise PPOError(f"{self.backend} PPO: non-finite {bad} at update {update}")
+            raise TrainingError(f"{self.backend} PPO: non-finite {bad} at update {update}")
         if self.probe_every and update % self.probe_every == 0:
             tick = time.perf_counter()
             probe = evaluate_policy(policy, self.tokenizer, n=self.probe_n, seed=self.seed + 1, sample=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trl_ext.commands.parsing import Command, CommandResult
+from trl_ext.errors import InputError
 from trl_ext.options import field
 
 
@@ -33,12 +34,12 @@ class ServeOptions:
 
     def __post_init__(self):
         if not _names(self.reward) and not _names(self.reward_fn):
-            raise ValueError("give --reward (model directories) and/or --reward-fn (module:callable)")
+            raise InputError("give --reward (model directories) and/or --reward-fn (module:callable)")
         count = len(_names(self.reward)) + len(_names(self.reward_fn))
         if self.weights is not None and len(_names(self.weights)) != count:
-            raise ValueError(f"--weights has {len(_names(self.weights))} values for {count} rewards")
+            raise InputError(f"--weights has {len(_names(self.weights))} values for {count} rewards")
         if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be in 0..65535, got {self.port}")
+            raise InputError(f"port must be in 0..65535, got {self.port}")
 
 
 def build_reward(opts: ServeOptions):
@@ -53,7 +54,7 @@ def build_reward(opts: ServeOptions):
         try:
             weights = [float(w) for w in _names(opts.weights)]
         except ValueError:
-            raise ValueError(f"--weights {opts.weights!r}: expected numbers separated by commas") from None
+            raise InputError(f"--weights {opts.weights!r}: expected numbers separated by commas") from None
         reward = WeightedSum(rewards, weights)
     else:
         reward = rewards[0] if len(rewards) == 1 else WeightedSum(rewards)

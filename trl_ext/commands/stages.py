@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trl_ext.commands.parsing import Command, CommandResult
+from trl_ext.errors import InputError
 from trl_ext.options import field
 
 
@@ -49,13 +50,13 @@ class EvalConfig:
 
     def __post_init__(self):
         if not 0 < self.n <= 1000:
-            raise ValueError(f"n must be in 1..1000, got {self.n}")
+            raise InputError(f"n must be in 1..1000, got {self.n}")
 
 
 def _positive(cfg, *names: str) -> None:
     for name in names:
         if getattr(cfg, name) <= 0:
-            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+            raise InputError(f"{name} must be positive, got {getattr(cfg, name)}")
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -147,7 +148,7 @@ class RewardModelConfig:
     def __post_init__(self):
         _positive(self, "steps", "batch_size", "lr", "eval_n")
         if self.center_rewards_coefficient is not None and self.center_rewards_coefficient < 0:
-            raise ValueError(f"center_rewards_coefficient must be >= 0, got {self.center_rewards_coefficient}")
+            raise InputError(f"center_rewards_coefficient must be >= 0, got {self.center_rewards_coefficient}")
 
 
 def load_preferences(path: str | Path):
@@ -169,7 +170,7 @@ def run_train_reward_model(cfg: RewardModelConfig) -> dict:
         data = load_preferences(cfg.data)
         check_preferences(data)
         if len(data) <= cfg.eval_n:
-            raise ValueError(f"{cfg.data} has {len(data)} rows: not enough for {cfg.eval_n} held-out pairs and training")
+            raise InputError(f"{cfg.data} has {len(data)} rows: not enough for {cfg.eval_n} held-out pairs and training")
         train, heldout = data.select(range(len(data) - cfg.eval_n)), data.select(range(len(data) - cfg.eval_n, len(data)))
     else:
         from trl_ext.doubling.preferences import preference_dataset
@@ -229,7 +230,7 @@ def _reward_model_base(cfg: RewardModelConfig):
         model = AutoModelForSequenceClassification.from_pretrained(cfg.base, num_labels=1,
                                                                    ignore_mismatched_sizes=True)
     except (ValueError, KeyError) as err:
-        raise ValueError(f"reward model base {cfg.base!r} cannot become a sequence classifier: "
+        raise InputError(f"reward model base {cfg.base!r} cannot become a sequence classifier: "
                          f"{str(err).splitlines()[0]}") from None
     tokenizer = AutoTokenizer.from_pretrained(cfg.base)
     if tokenizer.pad_token is None:

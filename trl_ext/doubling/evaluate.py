@@ -7,6 +7,7 @@ import torch
 from trl_ext.batching import pad_batch
 from trl_ext.doubling.generation import generate_completions
 from trl_ext.doubling.task import CHARSET_NAMES, eval_prompt_dataset, parse_answer, truncate_completion
+from trl_ext.errors import InputError
 
 
 def score_completions(questions: list[int], labels: list[int], answers: list[str],
@@ -16,7 +17,7 @@ def score_completions(questions: list[int], labels: list[int], answers: list[str
     ``exact`` is the seed's test: the completion up to its first E equals the expected answer.
     """
     if not (len(questions) == len(labels) == len(answers) == len(completions)) or not completions:
-        raise ValueError(
+        raise InputError(
             f"need equally many questions, labels, answers and completions (got {len(questions)}, "
             f"{len(labels)}, {len(answers)}, {len(completions)}), and at least one"
         )

@@ -24,6 +24,7 @@ import random
 from datasets import Dataset
 
 from trl_ext.doubling.task import CHARSETS, EOS, generate_samples, spell
+from trl_ext.errors import InputError
 
 KINDS = (("wrong_value", 0.60), ("other_charset", 0.15), ("mixed_charset", 0.15), ("missing_eos", 0.05),
          ("truncated", 0.05))
@@ -69,7 +70,7 @@ def rejected_answer(question: int, label: int, kind: str, rng: random.Random) ->
     if kind == "truncated":
         answer = spell(value, label)
         return answer[: rng.randrange(1, len(answer))] + EOS
-    raise ValueError(f"unknown rejection kind {kind!r}")
+    raise InputError(f"unknown rejection kind {kind!r}")
 
 
 def preference_dataset(n: int, seed: int, split: str = "train") -> Dataset:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
 from trl_ext.rewards.base import RewardFunction
 from trl_ext.doubling.task import expected_answer, parse_answer, parse_prompt, truncate_completion
 
@@ -10,7 +11,7 @@ def requested_label(prompt: str) -> int:
     """The character set a prefixed prompt asks for (``S数字:...`` -> 0). A module-level function, so it pickles."""
     label = parse_prompt(prompt).label
     if label is None:
-        raise ValueError(f"prompt {prompt!r} has no charset prefix")
+        raise InputError(f"prompt {prompt!r} has no charset prefix")
     return label
 
 

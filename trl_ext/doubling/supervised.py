@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from trl_ext.batching import pad_batch
+from trl_ext.errors import InputError
 
 
 @dataclass
@@ -22,13 +23,13 @@ class LoopResult:
     seconds: float
 
 
-def _check_rows(dataset, columns: tuple[str, ...]) -> None:
-    missing = [c for c in columns if c not in dataset.column_names]
+def _check_rows(columns: dict, names: tuple[str, ...]) -> None:
+    missing = [c for c in names if c not in columns]
     if missing:
-        raise ValueError(f"dataset is missing column(s) {missing}; it has {dataset.column_names}")
-    for index, ids in enumerate(dataset["input_ids"]):
+        raise InputError(f"dataset is missing column(s) {missing}; it has {sorted(columns)}")
+    for index, ids in enumerate(columns["input_ids"]):
         if not ids:
-            raise ValueError(f"dataset row {index} has empty input_ids")
+            raise InputError(f"dataset row {index} has empty input_ids")
 
 
 def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, warmup_steps: int,
@@ -40,22 +41,24 @@ def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, 
     """
     import time
 
-    _check_rows(dataset, ("input_ids", "label") if use_labels else ("input_ids",))
+    columns = dataset[:]  # every row as Python lists at once: reading the dataset per step cost a tenth of it
+    _check_rows(columns, ("input_ids", "label") if use_labels else ("input_ids",))
     steps = len(dataset) // batch_size
     if steps == 0:
-        raise ValueError(f"dataset of {len(dataset)} rows is smaller than one batch of {batch_size}")
+        raise InputError(f"dataset of {len(dataset)} rows is smaller than one batch of {batch_size}")
     torch.manual_seed(seed)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    # foreach: one kernel per op over all parameters, not one per parameter (the same numbers, bit for bit)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)
     schedule = get_cosine_schedule_with_warmup(optimizer, min(warmup_steps, steps // 2), steps)
     losses = []
     start = time.perf_counter()
     bar = tqdm(range(steps), desc=desc, disable=None if show_progress else True, leave=False, mininterval=1.0)
     for step in bar:
-        rows = dataset[step * batch_size:(step + 1) * batch_size]
-        input_ids, attention_mask = pad_batch(rows["input_ids"], pad_id, side="right")
+        rows = slice(step * batch_size, (step + 1) * batch_size)
+        input_ids, attention_mask = pad_batch(columns["input_ids"][rows], pad_id, side="right")
         if use_labels:
-            labels = torch.as_tensor(rows["label"], dtype=torch.long)
+            labels = torch.as_tensor(columns["label"][rows], dtype=torch.long)
         else:
             labels = input_ids.masked_fill(attention_mask == 0, -100)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss

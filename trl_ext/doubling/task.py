@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
+from trl_ext.errors import InputError
+
 PAD, BOS, EOS = "P", "S", "E"
 DIGITS = "0123456789"
 LOWER = "〇一二三四五六七八九"
@@ -42,7 +44,7 @@ def check_text(text: str) -> None:
         raise TypeError(f"expected a string, got {type(text).__name__}")
     for position, ch in enumerate(text):
         if ch not in VOCAB:
-            raise ValueError(f"character {ch!r} at position {position} of {text!r} is not in the doubling vocabulary")
+            raise InputError(f"character {ch!r} at position {position} of {text!r} is not in the doubling vocabulary")
 
 
 def _split_questions() -> tuple[list[int], list[int]]:
@@ -86,10 +88,10 @@ def generate_samples(n: int, seed: int, split: str = "train", prefixed: bool = F
     from the 1,000 held-out ones; the two never share a question.
     """
     if n <= 0:
-        raise ValueError(f"n must be positive, got {n}")
+        raise InputError(f"n must be positive, got {n}")
     pools = {"train": TRAIN_QUESTIONS, "heldout": HELD_OUT_QUESTIONS}
     if split not in pools:
-        raise ValueError(f"split must be one of {sorted(pools)}, got {split!r}")
+        raise InputError(f"split must be one of {sorted(pools)}, got {split!r}")
     rng = random.Random(seed)
     pool = pools[split]
     return [Sample(rng.choice(pool), rng.randrange(len(CHARSETS)), prefixed) for _ in range(n)]
@@ -98,7 +100,7 @@ def generate_samples(n: int, seed: int, split: str = "train", prefixed: bool = F
 def heldout_prompts(n: int = HELD_OUT_SIZE, seed: int = 0) -> list[Sample]:
     """The first ``n`` held-out questions, each once, with seeded labels: the evaluation set."""
     if not 0 < n <= HELD_OUT_SIZE:
-        raise ValueError(f"n must be in 1..{HELD_OUT_SIZE}, got {n}")
+        raise InputError(f"n must be in 1..{HELD_OUT_SIZE}, got {n}")
     rng = random.Random(seed)
     questions = list(HELD_OUT_QUESTIONS)
     rng.shuffle(questions)
@@ -164,13 +166,13 @@ def parse_prompt(prompt: str) -> ParsedPrompt:
     body = prompt[1:] if prompt.startswith(BOS) else prompt
     head, sep, rest = body.partition(":")
     if not sep or not rest.endswith("x2=") or not rest[:-3].isdigit() or not rest[:-3].isascii():
-        raise ValueError(f"malformed doubling prompt {prompt!r}: expected like 'S数字:3320x2='")
+        raise InputError(f"malformed doubling prompt {prompt!r}: expected like 'S数字:3320x2='")
     if head == NO_PREFIX:
         label = None
     elif head in PREFIXES:
         label = PREFIXES.index(head)
     else:
-        raise ValueError(f"unknown prefix {head!r} in prompt {prompt!r}: expected one of {PREFIXES + (NO_PREFIX,)}")
+        raise InputError(f"unknown prefix {head!r} in prompt {prompt!r}: expected one of {PREFIXES + (NO_PREFIX,)}")
     return ParsedPrompt(int(rest[:-3]), label)
 
 

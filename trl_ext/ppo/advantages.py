@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trl_ext.errors import InputError
 from trl_ext.ppo import core
 from trl_ext.ppo.registry import Registry
 
@@ -90,7 +91,7 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
     """
     estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
     if estimator.needs_values and values is None:
-        raise ValueError(f"advantage_estimator {config.advantage_estimator!r} needs values, but there is no critic")
+        raise InputError(f"advantage_estimator {config.advantage_estimator!r} needs values, but there is no critic")
     mask = mask.to(logprobs.dtype)
     kl = core.kl_estimate(logprobs, ref_logprobs, config.kl_estimator) * mask
     if config.missing_eos_penalty is not None:

@@ -11,6 +11,8 @@ with ``weights_only=True``.
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
+
 import json
 import re
 import shutil
@@ -24,7 +26,7 @@ STATE_FILE = "trainer_state.json"
 WEIGHTS_FILE = "trainable.safetensors"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint that is missing, incomplete, or from another model or incompatible options."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
@@ -21,14 +22,15 @@ SCALE_REWARDS = ("group", "batch", "none")
 class PPOConfig:
     output_dir: str | None = field(None, help="where a bad loss saves the last good policy (the CLI sets it from --out)",
                                    cli=False)
-    learning_rate: float = field(3e-4, help="AdamW learning rate")
+    learning_rate: float = field(3e-6, help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
+                                 "has the option; the doubling task's: trl_ext.doubling.ppo_settings)")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
                                    choices=LR_SCHEDULES)
-    batch_size: int = field(64, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
+    batch_size: int = field(8, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
     num_mini_batches: int = field(1, help="minibatches per PPO epoch; batch_size gives the seed's per-sample updates")
     num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
-    total_episodes: int = field(19200, help="rollouts in the whole run, over all processes (300 updates of 64)")
-    kl_coef: float = field(0.2, help="weight of the KL penalty to the reference policy")
+    total_episodes: int = field(1024, help="rollouts in the whole run, over all processes (128 updates of 8)")
+    kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy")
     kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
     kl_mode: str = field("token", help="'token': -kl_coef*kl per token (seed 000, TRL); "
                          "'sequence': score - kl_coef*sum(kl) on the last token (seed 004)",
@@ -55,7 +57,7 @@ class PPOConfig:
                            "response_length", choices=LOSS_AGGREGATIONS)
     cliprange: float = field(0.2, help="policy ratio clip")
     cliprange_value: float = field(0.2, help="value clip around the old values")
-    vf_coef: float = field(0.5, help="value loss weight (the seed uses 0.1; 0.5 learned the shared critic faster)")
+    vf_coef: float = field(0.1, help="value loss weight")
     ent_coef: float = field(0.0, help="entropy bonus weight")
     gamma: float = field(1.0, help="discount")
     lam: float = field(0.95, help="GAE lambda")
@@ -65,8 +67,8 @@ class PPOConfig:
                                 choices=SCORE_POSITIONS)
     missing_eos_penalty: float | None = field(None, help="subtract this from the score of a response that ends "
                                               "without eos (TRL's option; default: none)")
-    response_length: int = field(8, help="most tokens a response may have")
-    temperature: float = field(1.0, help="sampling temperature of rollouts")
+    response_length: int = field(53, help="most tokens a response may have")
+    temperature: float = field(0.7, help="sampling temperature of rollouts")
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
     top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
@@ -108,39 +110,39 @@ class PPOConfig:
         for name in ("learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
                      "response_length", "temperature", "num_generations"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
                      "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+                raise InputError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
-            raise ValueError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
+            raise InputError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
         if self.batch_size % self.num_mini_batches:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
+            raise InputError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
                              f"{self.num_mini_batches}")
         if self.batch_size % self.num_generations:
-            raise ValueError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
+            raise InputError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
         if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
-            raise ValueError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
+            raise InputError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
                              f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}")
         if self.repetition_penalty != 1.0 and self.sampler != "generate":
-            raise ValueError("repetition_penalty needs sampler='generate' (the other samplers have none)")
+            raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones
         for f in fields(self):  # every set of choices is written once, in its field
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
-                raise ValueError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
+                raise InputError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
         critic = ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_values  # a known name by now
         if (self.critic_warmup_steps or self.critic_init) and not critic:
-            raise ValueError(f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
+            raise InputError(f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
                              f"{self.advantage_estimator!r} has none (use gae)")
         if self.critic_init and not self.separate_critic:
-            raise ValueError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
+            raise InputError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
         if self.reward_weights is not None:
             if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
                     not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):
-                raise ValueError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
+                raise InputError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
             self.reward_weights = [float(w) for w in self.reward_weights]
 
 
@@ -156,7 +158,7 @@ def trackers(report_to: str) -> list[str]:
         return ["all"]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, "
+        raise InputError(f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, "
                          f"{', '.join(known)}")
     return names
 

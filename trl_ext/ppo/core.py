@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from trl_ext.errors import InputError
 from trl_ext.ppo.registry import Registry
 
 
@@ -249,7 +250,7 @@ def group_normalised_scores(returns: torch.Tensor, group_ids: torch.Tensor, scal
     if scale == "batch":
         stds = returns.std() if returns.numel() > 1 else torch.zeros_like(returns)
     elif scale != "group":
-        raise ValueError(f"scale_rewards must be one of group, batch, none; got {scale!r}")
+        raise InputError(f"scale_rewards must be one of group, batch, none; got {scale!r}")
     return centred / (stds + eps)
 
 

@@ -7,10 +7,11 @@ or an already tokenized ``input_ids`` column. Other columns go to the reward fun
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
 from trl_ext.rewards.classifier import is_conversation
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """A prompt dataset row the trainer cannot use; the message names the row."""
 
 

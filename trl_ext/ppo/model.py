@@ -7,6 +7,8 @@ a copy of the policy's backbone, a critic that shares nothing with the actor.
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
+
 import copy
 from pathlib import Path
 
@@ -36,7 +38,7 @@ class ActorCritic(nn.Module):
                  critic_source=None):
         super().__init__()
         if value_head_init not in VALUE_HEAD_INITS:
-            raise ValueError(f"value_head_init must be one of {', '.join(VALUE_HEAD_INITS)}; got {value_head_init!r}")
+            raise InputError(f"value_head_init must be one of {', '.join(VALUE_HEAD_INITS)}; got {value_head_init!r}")
         self.policy = policy
         # critic=False (critic-free estimators): no value head, no critic pass, values are None.
         self.critic_backbone = copy.deepcopy(base_backbone(policy)) if separate_critic and critic else None
@@ -51,13 +53,13 @@ class ActorCritic(nn.Module):
         """Seed 003's critic: the backbone and score head of a scalar reward model of the policy's architecture,
         so the first values are the reward model's own estimates instead of noise."""
         if self.critic_backbone is None:
-            raise ValueError("critic_init needs separate_critic=True and an estimator with a critic (gae): the "
+            raise InputError("critic_init needs separate_critic=True and an estimator with a critic (gae): the "
                              "reward model's backbone becomes the critic's")
         score = getattr(reward_model, "score", None)
         source = base_backbone(reward_model)
         if type(source) is not type(self.critic_backbone) or not isinstance(score, nn.Linear) or \
                 score.weight.shape != self.value_head.weight.shape:
-            raise ValueError(f"critic_init: a {type(reward_model).__name__} cannot seed the critic of a "
+            raise InputError(f"critic_init: a {type(reward_model).__name__} cannot seed the critic of a "
                              f"{type(self.policy).__name__}: it needs the policy's architecture and hidden size and one "
                              "linear 'score' output (a reward model trained from the policy, num_labels=1)")
         self.critic_backbone.load_state_dict(source.state_dict())
@@ -105,7 +107,7 @@ def load_value_head(head: nn.Module, path: str | Path) -> bool:
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state.items()}
     if found != expected:
-        raise ValueError(f"{file} holds a value head of shapes {found}; this policy needs {expected}")
+        raise InputError(f"{file} holds a value head of shapes {found}; this policy needs {expected}")
     head.load_state_dict(state)
     return True
 

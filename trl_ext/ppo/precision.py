@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from trl_ext.errors import InputError
+
 import os
 import re
 from contextlib import contextmanager
@@ -26,7 +28,7 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 def torch_dtype(name: str):
     """``'auto'`` (the checkpoint's, as transformers' ``dtype='auto'``) or the ``torch.dtype`` named."""
     if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {name!r}")
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}; got {name!r}")
     return name if name == "auto" else getattr(torch, name)
 
 
@@ -61,18 +63,18 @@ MISSING_KERNEL = re.compile(r"(not implemented|not supported|unsupported).*(Half
 def check_device_supports(dtype: torch.dtype, device: torch.device) -> None:
     """A ValueError naming ``dtype`` and ``--dtype`` when ``device`` cannot run it at all."""
     if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"this GPU ({torch.cuda.get_device_name(device)}) cannot run bfloat16: pass --dtype float16 "
+        raise InputError(f"this GPU ({torch.cuda.get_device_name(device)}) cannot run bfloat16: pass --dtype float16 "
                          "or --dtype float32")
 
 
-def unsupported_dtype_error(error: BaseException, device: torch.device) -> ValueError | None:
+def unsupported_dtype_error(error: BaseException, device: torch.device) -> InputError | None:
     """The one-line error for an op that ``device`` lacks in bf16 or fp16 (None when ``error`` is something else)."""
     text = str(error)
     match = MISSING_KERNEL.search(text)
     if match is None:
         return None
     name = "float16" if "half" in match.group(0).lower() else "bfloat16"
-    return ValueError(f"an operation of this model has no {name} kernel on {device.type} "
+    return InputError(f"an operation of this model has no {name} kernel on {device.type} "
                       f"({text.splitlines()[0]}): pass --dtype float32")
 
 
@@ -94,5 +96,5 @@ def launch_training_arguments() -> dict:
     without CUDA."""
     mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
     if mixed not in ("no", "bf16", "fp16"):
-        raise ValueError(f"ACCELERATE_MIXED_PRECISION={mixed!r}: TRL's trainers here take no, bf16 or fp16")
+        raise InputError(f"ACCELERATE_MIXED_PRECISION={mixed!r}: TRL's trainers here take no, bf16 or fp16")
     return {"bf16": mixed == "bf16", "fp16": mixed == "fp16", "use_cpu": not torch.cuda.is_available()}

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from trl_ext.errors import InputError
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -38,7 +40,7 @@ class Registry(Mapping):
         if unknown:
             raise TypeError(f"{self.kind} takes the properties {sorted(self._defaults)}, not {sorted(unknown)}")
         if name in self._entries:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
+            raise InputError(f"{self.kind} {name!r} is already registered")
 
         def add(fn: Callable) -> Callable:
             self._entries[name] = Entry(fn, {**self._defaults, **properties})
@@ -50,7 +52,7 @@ class Registry(Mapping):
         try:
             return self._entries[name]
         except KeyError:
-            raise ValueError(f"unknown {self.kind} {name!r}: known are {', '.join(self._entries)}") from None
+            raise InputError(f"unknown {self.kind} {name!r}: known are {', '.join(self._entries)}") from None
 
     def __contains__(self, name) -> bool:  # Mapping's would call __getitem__, which raises ValueError
         return name in self._entries

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from trl_ext.batching import pad_batch
+from trl_ext.errors import TrainingError
 from trl_ext.ppo import checkpoint, core, losses, precision
 from trl_ext.ppo.advantages import compute_advantages, needs_values
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, rows_per_pass, trackers
@@ -38,7 +39,7 @@ from trl_ext.rewards.base import call_reward, combine_rewards, place_reward, rew
 from trl_ext.rewards.classifier import is_conversation
 
 
-class PPOError(RuntimeError):
+class PPOError(TrainingError):
     """Training cannot go on (bad model setup, non-finite loss)."""
 
 

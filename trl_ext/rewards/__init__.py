@@ -4,11 +4,11 @@ in ``trl_ext.doubling.rewards``."""
 
 from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, combine_rewards, validate_rewards
 from trl_ext.rewards.classifier import ClassifierReward
-from trl_ext.rewards.combine import Clipped, RunningNormalized, WeightedSum
+from trl_ext.rewards.combine import Clipped, WeightedSum
 from trl_ext.rewards.remote import RemoteReward, RemoteRewardError
 
 __all__ = [
     "ClassifierReward", "Clipped", "RemoteReward", "RemoteRewardError", "RewardError", "RewardFunction",
-    "RunningNormalized", "WeightedSum",
+    "WeightedSum",
     "call_reward", "combine_rewards", "validate_rewards",
 ]

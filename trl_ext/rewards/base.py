@@ -14,8 +14,10 @@ import math
 import numbers
 from collections.abc import Callable, Sequence
 
+from trl_ext.errors import InputError
 
-class RewardError(ValueError):
+
+class RewardError(InputError):
     """A reward function was called with bad input or returned bad values."""
 
 

@@ -1,4 +1,4 @@
-"""Plain wrappers around reward functions: weighted sums, clipping, running normalisation."""
+"""Plain wrappers around reward functions: weighted sums, clipping."""
 
 from __future__ import annotations
 
@@ -36,28 +36,3 @@ class Clipped(RewardFunction):
 
     def score(self, prompts, completions, **columns):
         return [min(self.high, max(self.low, v)) for v in call_reward(self.function, prompts, completions, **columns)]
-
-
-class RunningNormalized(RewardFunction):
-    """``(r - mean) / std`` with mean and std running over every reward seen so far (this batch included)."""
-
-    def __init__(self, function: Callable, eps: float = 1e-8):
-        self.function, self.eps = function, eps
-        self.count, self.mean, self.m2 = 0, 0.0, 0.0
-        self.name = f"normalized_{reward_name(function)}"
-
-    def update(self, values: list[float]) -> None:
-        for value in values:  # Welford's online update
-            self.count += 1
-            delta = value - self.mean
-            self.mean += delta / self.count
-            self.m2 += delta * (value - self.mean)
-
-    @property
-    def std(self) -> float:
-        return math.sqrt(self.m2 / self.count) if self.count > 1 else 1.0
-
-    def score(self, prompts, completions, **columns):
-        values = call_reward(self.function, prompts, completions, **columns)
-        self.update(values)
-        return [(v - self.mean) / (self.std + self.eps) for v in values]

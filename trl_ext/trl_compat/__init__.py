@@ -8,11 +8,13 @@ time: call ``require_trl_ppo()`` first, then import ``trl_ext.trl_compat.backend
 
 from __future__ import annotations
 
+from trl_ext.errors import BackendUnavailableError
+
 INSTALL_HINT = "pip install 'trl-ext[trl-ppo]' (which installs trl>=1.10,<1.13)"
 LAST_TRL_WITH_PPO = (1, 12)
 
 
-class TRLPPOUnavailable(ValueError):
+class TRLPPOUnavailable(BackendUnavailableError, ValueError):
     """The installed TRL has no PPOTrainer."""
 
 

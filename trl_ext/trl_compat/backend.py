@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trl_ext.errors import InputError
 from trl_ext.ppo.model import base_backbone
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
@@ -88,11 +89,11 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     from trl.experimental.ppo import PPOTrainer as TRLPPOTrainer
 
     if cfg.kl_mode != "token":
-        raise ValueError("TRL's PPO shapes rewards per token only: kl_mode must be 'token' for the trl backend")
+        raise InputError("TRL's PPO shapes rewards per token only: kl_mode must be 'token' for the trl backend")
     if cfg.ent_coef:
-        raise ValueError("TRL's PPO has no entropy bonus: ent_coef must be 0 for the trl backend")
+        raise InputError("TRL's PPO has no entropy bonus: ent_coef must be 0 for the trl backend")
     if cfg.resume_from_checkpoint:
-        raise ValueError("TRL 1.12's PPOTrainer cannot resume: its train() takes no checkpoint")
+        raise InputError("TRL 1.12's PPOTrainer cannot resume: its train() takes no checkpoint")
     # transformers' Trainer seeds python, numpy and torch in its __init__; TRL 1.12's PPOTrainer skips
     # that __init__ and shuffles minibatches with the global numpy RNG, so without this a run cannot
     # be repeated (measured: sampled exact 0.977 in one run, 0.992 in the next, same seed).

@@ -1,0 +1,46 @@
+"""The CLI's error boundary: trl-ext's own errors and OSError are one line and exit 2; a bug keeps its traceback."""
+
+import pytest
+
+from trl_ext.commands import cli
+from trl_ext.commands.parsing import Command, CommandResult
+from trl_ext.errors import BackendUnavailableError, InputError, TrainingError, TrlExtError
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.trainer import PPOError
+
+
+def _one_command(monkeypatch, run):
+    command = Command(help="test command", parts={}, run=run)
+    monkeypatch.setattr(cli, "commands", lambda: {"boom": command})
+
+
+def _raises(err):
+    def run(opts) -> CommandResult:
+        raise err
+    return run
+
+
+def test_hierarchy_keeps_the_builtin_types():
+    assert issubclass(InputError, ValueError) and issubclass(InputError, TrlExtError)
+    assert issubclass(TrainingError, RuntimeError) and issubclass(PPOError, TrainingError)
+    assert issubclass(BackendUnavailableError, TrlExtError)
+    with pytest.raises(InputError, match="learning_rate must be positive"):
+        PPOConfig(learning_rate=0)
+
+
+@pytest.mark.parametrize("err", [InputError("bad option --x: 3\nsecond line"), FileNotFoundError("no file 'a'"),
+                                 TrainingError("non-finite loss at update 3"),
+                                 BackendUnavailableError("the trl backend needs TRL <= 1.12")])
+def test_user_errors_are_one_line_and_exit_2(monkeypatch, capsys, err):
+    _one_command(monkeypatch, _raises(err))
+    assert cli.main(["boom"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"trl-ext: error: {str(err).splitlines()[0]}\n"
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("err", [KeyError("objective/kl"), ValueError("a plain ValueError is a bug too")])
+def test_a_bug_keeps_its_traceback(monkeypatch, err):
+    _one_command(monkeypatch, _raises(err))
+    with pytest.raises(type(err)):
+        cli.main(["boom"])

@@ -1,0 +1,69 @@
+"""What the command line hides: notices a user of trl-ext can do nothing about, and progress bars
+of library internals (saving and loading weights). The library itself never silences anything.
+
+``quiet()`` runs in the CLI's process and again in every worker process the pipeline spawns: a
+spawned process starts with fresh warning filters and loggers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import warnings
+from contextlib import contextmanager, redirect_stdout
+
+# Each is a message about how trl-ext calls its dependencies, not about the user's input.
+HIDDEN_WARNINGS = (
+    r"You are importing from 'trl\.experimental'",  # the trl backend exists to import it
+    r".*deprecated and will be removed in v6",  # transformers' rename of gradient checkpointing (TRL passes it)
+)
+HIDDEN_LOG_LINES = re.compile(
+    r"Setting accelerator to CPU"  # DeepSpeed, when imported on a machine without a GPU
+    r"|`loss_type=None` was set in the config"  # transformers, about the tiny models' saved config
+    r"|We strongly recommend passing in an `attention_mask`"  # generate on left-padded prompts: it is passed
+    r"|Passing `generation_config` together with generation-related arguments"  # TRL 1.12's own generate call
+)
+
+
+def _keep(record: logging.LogRecord) -> bool:
+    return not HIDDEN_LOG_LINES.search(record.getMessage())
+
+
+def quiet() -> None:
+    for message in HIDDEN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    # DeepSpeed makes its logger at import, with its own handler: a filter on the logger survives that.
+    logging.getLogger("DeepSpeed").addFilter(_keep)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards", "Loading weights"
+    for handler in hf_logging.get_logger().handlers:  # module loggers propagate to this handler
+        handler.addFilter(_keep)
+
+
+class _WithoutLines:
+    """A text stream that passes everything on but the given whole lines."""
+
+    def __init__(self, stream, hidden: frozenset[str]):
+        self.stream, self.hidden, self.pending = stream, hidden, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if line not in self.hidden:
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextmanager
+def stdout_without(*lines: str):
+    """Run a block with these whole lines dropped from what it prints (TRL 1.12's PPO prints a banner)."""
+    stream = _WithoutLines(sys.stdout, frozenset(lines))
+    with redirect_stdout(stream):
+        yield
+    if stream.pending:
+        sys.stdout.write(stream.pending)
