@@ -182,10 +182,16 @@ def _assert_same(run, reference):
     assert max(float((weights[n] - w).abs().max()) for n, w in reference[0].items()) <= 1e-6
 
 
-def test_same_weights_with_the_reward_local_and_remote(trained_artifacts, local_run):
+def test_same_weights_with_the_reward_local_and_remote(trained_artifacts):
+    # Several requests of 5 per update. The local reference scores in the same batches of 5: a batch's
+    # padding and GEMM shapes change a classifier's logits in the last bit on some CPUs, and Adam makes
+    # that 1e-5 in the weights, which would say nothing about the transport.
+    local = _classifier(trained_artifacts)
+    local.batch_size = 5
+    reference = _train(trained_artifacts, local)
     with RewardServer(_classifier(trained_artifacts)) as server:
-        remote = RemoteReward(server.url, batch_size=5)  # several requests per update
-        _assert_same(_train(trained_artifacts, remote), local_run)
+        remote = RemoteReward(server.url, batch_size=5)
+        _assert_same(_train(trained_artifacts, remote), reference)
     assert remote.retries == 0 and remote.requests == 3 * 4
 
 
