@@ -18,6 +18,8 @@ NOT_TRLS = {
     "total_episodes": "TRL's None (epochs over the dataset); a number of rollouts here",
     "save_steps": "TRL's 500 saves checkpoints unasked",
     "save_total_limit": "TRL's None; 0 here means the same, keep all",
+    "micro_batch_size": "TRL's is derived from its batch options (None until set); 0 here: sized like the passes",
+    "local_rollout_forward_batch_size": "TRL's 64 rows; 0 here sizes the passes by the vocabulary (memory bound)",
 }
 
 

@@ -81,7 +81,8 @@ def test_micro_batches_equal_one_pass(tokenizer, options):
     assert len(forwards) == experience_passes + update_passes
     for name, value in whole_stats.items():
         if isinstance(value, float):
-            assert micro_stats[name] == pytest.approx(value, abs=TOLERANCE), name
+            # relative too: a sequence ratio can be ~40 at this learning rate, where 1e-5 is float32's last bits
+            assert micro_stats[name] == pytest.approx(value, rel=1e-6, abs=TOLERANCE), name
     start = policy.state_dict()
     assert (whole_weights["policy.transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]).abs().max() > 1e-4  # it moved
     gap = max((whole_weights[n] - micro_weights[n]).abs().max().item() for n in whole_weights)
