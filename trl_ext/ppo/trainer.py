@@ -16,6 +16,8 @@ it is trl-ext's PPO for users on TRL >= 1.13 too, and it is built like TRL's ``G
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -274,8 +276,6 @@ class PPOTrainer:
             raise PPOError("train() needs a train_dataset and reward_funcs")
         from torch.utils.data import DataLoader
 
-        import functools
-
         prompts_per_batch = self.config.batch_size // self.config.num_generations
         loader = self.accelerator.prepare(DataLoader(
             self.train_dataset, batch_size=prompts_per_batch, shuffle=False, drop_last=True,
@@ -287,8 +287,6 @@ class PPOTrainer:
         def batches():
             while True:
                 yield from loader
-
-        import itertools
 
         cfg, total = self.config, num_updates(self.config, self.accelerator.num_processes)
         if self.accelerator.trackers or trackers(cfg.report_to):
