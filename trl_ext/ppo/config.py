@@ -74,7 +74,8 @@ class PPOConfig:
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
     sampler: str = field("auto", help="'static': static KV cache, decode step compiled to a CUDA graph (GPUs); "
                          "'loop': the KV-cache loop, fastest for small models on CPU; 'generate': model.generate "
-                         "(repetition_penalty); 'auto': static on a GPU, loop otherwise", choices=SAMPLERS)
+                         "(repetition_penalty); 'auto': generate on a GPU (static becomes the GPU default once "
+                         "measured to win there), loop otherwise", choices=SAMPLERS)
     dtype: str = field("auto", help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
                        "the checkpoint's; trainable weights are float32 masters either way (README, dtype policy)",
                        choices=DTYPES)
