@@ -17,6 +17,8 @@ from trl_ext.rewards import ClassifierReward, RewardError
 from trl_ext.trl_compat import trl_ppo_available
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
+pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -1,6 +1,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -18,6 +20,7 @@ def test_reward_adapter_example_runs(trained_artifacts, capsys):
     assert high > 2.0 > low
 
 
+@pytest.mark.trl_api  # the README's example on TRL's GRPOTrainer
 def test_current_trl_example_runs(tmp_path):
     """The "With TRL >= 1.13" example, with tiny models of the same architectures in place of the paths."""
     from tiny_models import tiny_deberta_reward, tiny_qwen2

@@ -302,6 +302,7 @@ def test_remote_reward_through_trl_ppo_reward_model_adapter(trained_artifacts, t
     assert via_trl == pytest.approx(local(dataset["prompt"], COMPLETIONS), abs=1e-5)
 
 
+@pytest.mark.trl_api  # TRL's GRPOTrainer
 def test_remote_reward_as_a_grpo_reward_func(trained_artifacts, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 

@@ -61,7 +61,8 @@ def test_reward_model_learns_the_doubling_preferences(doubling_rm):
         {"0": "LABEL_0"}
 
 
-@pytest.mark.parametrize("backend", ["scratch", "grpo", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
+@pytest.mark.parametrize("backend", ["scratch", pytest.param("grpo", marks=pytest.mark.trl_api),
+                                     pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
 def test_the_reward_model_drives_ppo_and_grpo(doubling_rm, trained_artifacts, tmp_path, backend):
     out = tmp_path / backend
     run = _cli("ppo", "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",

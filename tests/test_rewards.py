@@ -7,6 +7,8 @@ import torch
 from trl_ext.doubling.rewards import CharsetCompliance, ExactMatch, ValueCorrect, doubling_classifier_reward
 from trl_ext.rewards import ClassifierReward, Clipped, RewardError, WeightedSum, call_reward
 
+pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
+
 PROMPTS = ["S数字:3320x2="] * 5 + ["S大写:3164x2="]
 COMPLETIONS = ["6640E", "六六四〇E", "6641E", "x=E", "E", "陆叁贰捌E"]
 

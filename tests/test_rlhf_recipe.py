@@ -84,6 +84,7 @@ def test_rlhf_with_a_reward_function_instead_of_a_reward_model(tiny_models, tmp_
     assert summary["config"]["models"]["reward_fn"].endswith("rf.py:vowels")
 
 
+@pytest.mark.trl_api  # TRL's SFTTrainer and RewardTrainer
 def test_rlhf_pipeline_sft_then_reward_model_then_ppo(tiny_models, tmp_path):
     """Seeds 002-004 in one command: SFT on prompt/completion rows, a reward model from preference
     pairs (DeBERTa-v2 base), then PPO with LoRA on the SFT model; a second run reuses both stages."""

@@ -37,6 +37,7 @@ def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_bf16_checkpoint():
     assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)  # the ranks agree
 
 
+@pytest.mark.trl_api  # TRL's ZeRO-3 hook removal
 def test_deepspeed_zero3_two_ranks_rollout_and_update_on_a_partitioned_bf16_checkpoint():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
            str(ROOT / "tests/scripts/zero3_two_ranks.py"), "loop", "bf16"]

@@ -16,6 +16,8 @@ import torch
 from trl_ext.ppo import core, losses
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
+pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
+
 TOLERANCE = 1e-5
 GROUPS = [["12E", "二四E", "E", "陆陆肆零E"], ["246E", "4", "8E", "六E"]]  # G = 4 completions per prompt
 
