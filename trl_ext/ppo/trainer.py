@@ -177,6 +177,9 @@ class PPOTrainer:
         precision.float32_master_weights(model, uniform=self._shards_parameters())
         _disable_dropout(model)
         self.model, self.optimizer = self._prepare(model)
+        # Unwrapped once: accelerate's unwrap_model looks up installed packages on every call (ms each), and
+        # its first call imports DeepSpeed where it is installed (a second), which would land in the first update.
+        self._actor_critic = self.accelerator.unwrap_model(self.model)
         total = num_updates(config, self.accelerator.num_processes)
         decay = (lambda step: max(0.0, 1.0 - step / total)) if config.lr_scheduler_type == "linear" else \
             (lambda step: 1.0)
@@ -235,7 +238,7 @@ class PPOTrainer:
 
     @property
     def actor_critic(self) -> ActorCritic:
-        return self.accelerator.unwrap_model(self.model)
+        return self._actor_critic
 
     @property
     def policy(self):
