@@ -632,16 +632,16 @@ class PPOTrainer:
 
     def _metrics(self, exp: Experience, update_stats: dict[str, torch.Tensor]) -> dict:
         """Per-rollout objectives and the update's averaged stats, by name, averaged over processes."""
-        # Without a KL term the reference is not run: its KL is not known.
-        local = {"objective/kl": exp.kl.sum(1).mean()} if self._needs_reference() else {}
         local = {
-            **local,
+            "objective/kl": exp.kl.sum(1).mean(),
             "objective/entropy": (-exp.old_logprobs * exp.mask).sum(1).mean(),
             "objective/non_score_reward": exp.non_score_rewards.sum(1).mean(),
             "objective/scores": exp.scores.mean(),
             "val/response_length": exp.mask.sum(1).float().mean(),
             **update_stats,
         }
+        if not self._needs_reference():  # no KL term: the reference did not run, its KL is not known
+            del local["objective/kl"]
         names = list(local)
         gathered = self.accelerator.gather_for_metrics(torch.stack([local[n].float() for n in names])[None])
         metrics = dict(zip(names, gathered.mean(0).tolist()))
