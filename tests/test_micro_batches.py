@@ -15,7 +15,10 @@ RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype):
+# 120: 2 rows of 50 per chunk (one (6, 50) row of the batch is over it: row by row); 650: two whole (6, 50) rows
+# of the batch per chunk; 10**6: all in one
+@pytest.mark.parametrize("budget, chunks", [(120, 9), (650, 2), (10 ** 6, 1)])
+def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype, budget, chunks):
     torch.manual_seed(0)
     whole = (torch.randn(3, 9, 50) * 4).to(dtype)
     logits = whole[:, 2:-1]  # response positions of a longer sequence: a view that cannot be flattened
@@ -23,8 +26,8 @@ def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype)
     log_p = torch.log_softmax(logits.float() / 0.7, dim=-1)
     expected = log_p.gather(-1, tokens[..., None]).squeeze(-1)
     expected_entropy = -(log_p.exp() * log_p).sum(-1)
-    monkeypatch.setattr(core, "CHUNK_ELEMENTS", 120)  # 2 rows of 50 per chunk: many chunks, a short last one
-    assert len(core._row_chunks(logits)) > 3
+    monkeypatch.setattr(core, "CHUNK_ELEMENTS", budget)
+    assert len(core._row_chunks(logits)) == chunks and all(c.numel() <= budget for c in core._row_chunks(logits))
     assert torch.allclose(core.logprobs_from_logits(logits, tokens, 0.7), expected, atol=1e-6)
     assert torch.allclose(core.entropy_from_logits(logits, 0.7), expected_entropy, atol=1e-5)
     assert core.logprobs_from_logits(logits, tokens).dtype == torch.float32

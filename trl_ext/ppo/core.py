@@ -19,18 +19,28 @@ CHUNK_ELEMENTS = 2 ** 24
 
 
 def _row_chunks(logits: torch.Tensor) -> list[torch.Tensor]:
-    """``(..., V)`` logits as ``(n, V)`` row slices of at most ``CHUNK_ELEMENTS`` elements, in order.
+    """``(..., V)`` logits as slices of at most ``CHUNK_ELEMENTS`` elements, in row-major order of their rows.
 
     Views only: a sliced ``(B, T, V)`` tensor (response positions of the whole sequence) cannot be
-    flattened without a copy, so it is walked row by row of its first dimension instead.
+    flattened without a copy, so it is cut along its first dimension instead (whole ``(T, V)`` rows at a
+    time, or row by row when one is over the budget). Logits within the budget are one chunk.
     """
+    if logits.numel() <= CHUNK_ELEMENTS:
+        return [logits]
     rows = max(1, CHUNK_ELEMENTS // max(1, logits.shape[-1]))
     if logits.dim() <= 2:
         return list(logits.reshape(-1, logits.shape[-1]).split(rows))
     try:
         return list(logits.view(-1, logits.shape[-1]).split(rows))
     except RuntimeError:
+        per_row = logits[0, ..., 0].numel()
+        if per_row <= rows:
+            return list(logits.split(rows // per_row))
         return [chunk for row in logits for chunk in _row_chunks(row)]
+
+
+def _positions(chunk: torch.Tensor) -> int:
+    return chunk[..., 0].numel()
 
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -41,9 +51,10 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
     """
     chunks = _row_chunks(logits)
     picked = []
-    for chunk, ids in zip(chunks, tokens.reshape(-1).split([c.shape[0] for c in chunks])):
+    for chunk, ids in zip(chunks, tokens.reshape(-1).split([_positions(c) for c in chunks])):
         chunk = chunk.float() / temperature
-        picked.append(chunk.gather(-1, ids[:, None]).squeeze(-1) - torch.logsumexp(chunk, dim=-1))
+        ids = ids.reshape(chunk.shape[:-1])
+        picked.append((chunk.gather(-1, ids[..., None]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)).reshape(-1))
     return torch.cat(picked).reshape(tokens.shape)
 
 
@@ -52,7 +63,7 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
     entropies = []
     for chunk in _row_chunks(logits):
         log_p = torch.log_softmax(chunk.float() / temperature, dim=-1)
-        entropies.append(-(log_p.exp() * log_p).sum(-1))
+        entropies.append(-(log_p.exp() * log_p).sum(-1).reshape(-1))
     return torch.cat(entropies).reshape(logits.shape[:-1])
 
 

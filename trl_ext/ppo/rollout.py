@@ -113,6 +113,10 @@ class Experience:
     kl: torch.Tensor  # (B, R) per-token KL estimate
     advantages: torch.Tensor  # (B, R) the estimator's advantages (whitened where it asks)
     returns: torch.Tensor | None  # (B, R) value targets (GAE: advantages + values, pre-whitening); None without a critic
+    # The update's own forward pass, when the experience phase ran it (``PPOTrainer._one_forward_update``):
+    # the log-probs with their graph (``old_logprobs`` is their detached copy) and the policy's entropy per token.
+    logprobs: torch.Tensor | None = None  # (B, R)
+    entropy: torch.Tensor | None = None  # (B, R)
 
     @property
     def query_length(self) -> int:

@@ -3,7 +3,9 @@
 One update, as the tutorials number it:
   1. generate responses for a batch of prompts (KV-cache sampling, stop at eos)
   2. score them with the reward functions
-  3. log-probs of the policy (and values) and of the frozen reference, in micro-batches of rows
+  3. log-probs of the policy (and values) and of the frozen reference (when a KL term needs it), in
+     micro-batches of rows; with one optimizer step per batch and no critic, the policy's pass is the
+     update's own forward (TRL's GRPO skips the no-grad pass the same way)
   4. KL-shaped rewards
   5. GAE advantages and returns, advantages whitened
   6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates, each minibatch's
@@ -175,6 +177,9 @@ class PPOTrainer:
         precision.float32_master_weights(model, uniform=self._shards_parameters())
         _disable_dropout(model)
         self.model, self.optimizer = self._prepare(model)
+        # Unwrapped once: accelerate's unwrap_model looks up installed packages on every call (ms each), and
+        # its first call imports DeepSpeed where it is installed (a second), which would land in the first update.
+        self._actor_critic = self.accelerator.unwrap_model(self.model)
         total = num_updates(config, self.accelerator.num_processes)
         decay = (lambda step: max(0.0, 1.0 - step / total)) if config.lr_scheduler_type == "linear" else \
             (lambda step: 1.0)
@@ -234,7 +239,7 @@ class PPOTrainer:
 
     @property
     def actor_critic(self) -> ActorCritic:
-        return self.accelerator.unwrap_model(self.model)
+        return self._actor_critic
 
     @property
     def policy(self):
@@ -462,41 +467,88 @@ class PPOTrainer:
             with gathered_for_rollout(self.model), self.policy.disable_adapter():
                 return self.policy(**inputs).logits
 
+    def _needs_reference(self) -> bool:
+        """Whether any KL to the reference enters the run (``kl_coef`` in the reward, ``beta`` in the loss)."""
+        return self.config.kl_coef > 0 or self.config.beta > 0
+
+    def _one_forward_update(self, responses: torch.Tensor) -> bool:
+        """Whether the update is one forward pass and one optimizer step over the whole batch: one PPO epoch of
+        one minibatch, one micro-batch, no critic. The policy that pass sees is then the one that sampled, so
+        (as TRL's GRPO with ``num_iterations=1``) the old log-probs are its own, detached (ratio 1): the
+        experience phase runs it, with gradients, instead of a no-grad pass of its own, and the KL in the reward
+        and the advantages read it."""
+        cfg, batch = self.config, len(responses)
+        return (cfg.num_ppo_epochs == 1 and cfg.num_mini_batches == 1 and not needs_values(cfg)
+                and self._micro_batch_rows(batch, responses) >= batch)
+
     @torch.no_grad()
     def _experience(self, query_ids, query_mask, responses, mask, scores) -> Experience:
         cfg = self.config
         query_response = torch.cat([query_ids, responses], dim=1)
         attention_mask = torch.cat([query_mask.long(), mask], dim=1)
         position_ids = positions_from_mask(attention_mask)
-        length, keep = query_ids.shape[1], self._logits_to_keep(responses)
-
-        # Micro-batches of rows: one pass's logits stay within the budget whatever the batch size.
-        rows = self._forward_rows(cfg.local_rollout_forward_batch_size, len(responses), responses)
-        old_logprobs, ref_logprobs, values = [], [], []
-        for start in range(0, len(responses), rows):
-            part = slice(start, start + rows)
-            inputs = (query_response[part], attention_mask[part], position_ids[part])
-            with self.accelerator.autocast():
-                logits, part_values = self.model(*inputs, logits_to_keep=keep)
-            old_logprobs.append(core.logprobs_from_logits(logits[:, :-1], responses[part], cfg.temperature))
-            del logits  # before the reference's own logits exist
-            if part_values is not None:
-                values.append(part_values[:, length - 1:-1].float())
-            ref_logits = self._reference_logits(*inputs, logits_to_keep=keep)
-            ref_logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], responses[part], cfg.temperature))
-            del ref_logits
-        old_logprobs, ref_logprobs = torch.cat(old_logprobs), torch.cat(ref_logprobs)
+        inputs = (query_response, attention_mask, position_ids)
+        # The reference first: a policy pass that is the update's keeps its graph until the backward.
+        ref_logprobs = self._reference_logprobs(inputs, responses) if self._needs_reference() else None
+        logprobs = entropy = values = None
+        if self._one_forward_update(responses):
+            self.model.train()
+            with torch.enable_grad():
+                logprobs, entropy, _ = self._policy_forward(*inputs, responses)
+            old_logprobs = logprobs.detach()
+        else:
+            old_logprobs, values = self._old_policy_pass(inputs, responses)
+        if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy
+            ref_logprobs = old_logprobs
         ended = (responses == self.tokenizer.eos_token_id).logical_and(mask.bool()).any(-1)
         group_ids = torch.arange(len(responses), device=responses.device) // cfg.num_generations
-        result = compute_advantages(scores, old_logprobs, ref_logprobs, torch.cat(values) if values else None,
-                                    mask, ended, group_ids, cfg)
+        result = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, cfg)
         return Experience(
             query_response=query_response, attention_mask=attention_mask, position_ids=position_ids,
             responses=responses, mask=mask, value_mask=result.value_mask, old_logprobs=old_logprobs,
             ref_logprobs=ref_logprobs, old_values=result.values, scores=result.scores, rewards=result.rewards,
             non_score_rewards=result.non_score_rewards, kl=result.kl, advantages=result.advantages,
-            returns=result.returns,
+            returns=result.returns, logprobs=logprobs, entropy=entropy,
         )
+
+    def _experience_parts(self, responses: torch.Tensor) -> list[slice]:
+        """Rows of the experience passes, so that one pass's logits stay within the budget whatever the batch."""
+        rows = self._forward_rows(self.config.local_rollout_forward_batch_size, len(responses), responses)
+        return [slice(start, start + rows) for start in range(0, len(responses), rows)]
+
+    def _old_policy_pass(self, inputs, responses) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs of the policy before the update and the critic's values (None without one), no gradients."""
+        length, keep = inputs[0].shape[1] - responses.shape[1], self._logits_to_keep(responses)
+        old_logprobs, values = [], []
+        for part in self._experience_parts(responses):
+            with self.accelerator.autocast():
+                logits, part_values = self.model(*(x[part] for x in inputs), logits_to_keep=keep)
+            old_logprobs.append(core.logprobs_from_logits(logits[:, :-1], responses[part], self.config.temperature))
+            del logits  # before the next pass's own logits exist
+            if part_values is not None:
+                values.append(part_values[:, length - 1:-1].float())
+        return torch.cat(old_logprobs), torch.cat(values) if values else None
+
+    def _reference_logprobs(self, inputs, responses) -> torch.Tensor:
+        keep, logprobs = self._logits_to_keep(responses), []
+        for part in self._experience_parts(responses):
+            ref_logits = self._reference_logits(*(x[part] for x in inputs), logits_to_keep=keep)
+            logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], responses[part], self.config.temperature))
+            del ref_logits
+        return torch.cat(logprobs)
+
+    def _policy_forward(self, query_response, attention_mask, position_ids, responses, critic_only: bool = False):
+        """The update's forward pass: log-probs of ``responses`` (B, R) with their graph, the policy's entropy
+        per token (B, R) (with its graph when ``ent_coef > 0``), and values (B, L) or None without a critic."""
+        cfg = self.config
+        with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
+            logits, values = self.model(query_response, attention_mask, position_ids,
+                                        logits_to_keep=self._logits_to_keep(responses), critic_only=critic_only)
+        response_logits = logits[:, :-1]
+        logprobs = core.logprobs_from_logits(response_logits, responses, cfg.temperature)
+        with torch.set_grad_enabled(cfg.ent_coef > 0):
+            entropy = core.entropy_from_logits(response_logits, cfg.temperature)
+        return logprobs, entropy, values
 
     def _update(self, exp: Experience) -> dict:
         cfg = self.config
@@ -525,13 +577,20 @@ class PPOTrainer:
         self.lr_scheduler.step()
         return metrics
 
-    def _micro_batches(self, mb: Experience) -> list[Experience]:
-        """``mb`` in rows of ``micro_batch_size`` (auto: the logits budget). DeepSpeed's engine steps on
-        every backward that accelerate routes to it, so under DeepSpeed a minibatch is one micro-batch."""
+    def _micro_batch_rows(self, batch: int, responses: torch.Tensor) -> int:
+        """Rows of an update micro-batch: ``micro_batch_size`` (auto: the logits budget). DeepSpeed's engine
+        steps on every backward that accelerate routes to it, so under DeepSpeed a minibatch is one micro-batch."""
         from accelerate.utils import DistributedType
 
-        rows = len(mb) if self.accelerator.distributed_type == DistributedType.DEEPSPEED else \
-            self._forward_rows(self.config.micro_batch_size, len(mb), mb.responses)
+        if self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            return batch
+        return self._forward_rows(self.config.micro_batch_size, batch, responses)
+
+    def _micro_batches(self, mb: Experience) -> list[Experience]:
+        """``mb`` in rows of ``_micro_batch_rows``."""
+        rows = self._micro_batch_rows(len(mb), mb.responses)
+        if rows >= len(mb):
+            return [mb]
         return [mb.minibatch(torch.arange(start, min(start + rows, len(mb)), device=mb.mask.device))
                 for start in range(0, len(mb), rows)]
 
@@ -540,18 +599,17 @@ class PPOTrainer:
         the minibatch's), and its stats weighted likewise (they sum to the minibatch's)."""
         cfg = self.config
         warming_up = self.update_index < cfg.critic_warmup_steps  # the value function alone learns
-        with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
-            logits, values = self.model(micro.query_response, micro.attention_mask, micro.position_ids,
-                                        logits_to_keep=self._logits_to_keep(micro.responses), critic_only=warming_up)
-        response_logits = logits[:, :-1]
-        logprobs = core.logprobs_from_logits(response_logits, micro.responses, cfg.temperature)
+        if micro.logprobs is None:
+            logprobs, entropy, values = self._policy_forward(micro.query_response, micro.attention_mask,
+                                                             micro.position_ids, micro.responses, warming_up)
+        else:  # the experience phase ran this forward (_one_forward_update)
+            logprobs, entropy, values = micro.logprobs, micro.entropy, None
         pg_loss, pg = losses.policy_loss(logprobs, micro.old_logprobs, micro.ref_logprobs, micro.advantages,
                                          micro.mask, cfg)
         tokens = losses.share("tokens", micro.mask, mb.mask)
         pg_share = losses.share(losses.LOSS_AGGREGATIONS[cfg.loss_type].normaliser, micro.mask, mb.mask)
         pg_stats_share = losses.share(losses.POLICY_LOSSES[cfg.policy_loss].stats_over, micro.mask, mb.mask)
-        with torch.set_grad_enabled(cfg.ent_coef > 0):
-            entropy = core.masked_mean(core.entropy_from_logits(response_logits, cfg.temperature), micro.mask)
+        entropy = core.masked_mean(entropy, micro.mask)
         loss = pg_share * pg_loss - cfg.ent_coef * tokens * entropy
         if warming_up:  # stats as usual, but no policy term in the loss
             loss = pg_loss.new_zeros(())
@@ -583,6 +641,8 @@ class PPOTrainer:
             "val/response_length": exp.mask.sum(1).float().mean(),
             **update_stats,
         }
+        if not self._needs_reference():  # no KL term: the reference did not run, its KL is not known
+            del local["objective/kl"]
         names = list(local)
         gathered = self.accelerator.gather_for_metrics(torch.stack([local[n].float() for n in names])[None])
         metrics = dict(zip(names, gathered.mean(0).tolist()))
