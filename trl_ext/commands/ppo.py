@@ -230,7 +230,7 @@ def run_ppo(opts, print_fn=print) -> dict:
         from trl_ext.ppo import checkpoint
 
         found = checkpoint.resolve(cfg.resume_from_checkpoint, opts.output.out)
-        resume_after = json.loads((found / checkpoint.STATE_FILE).read_text())["update"]
+        resume_after = checkpoint.read_state(found)["update"]
     policy, tokenizer, reward_fn = load_inputs(opts)
     if state.is_main_process:  # a resumed run writes on into its own directory
         prepare_out_dir(opts.output.out, opts.output.overwrite or resume_after is not None)
