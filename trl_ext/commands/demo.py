@@ -22,7 +22,7 @@ from trl_ext.commands.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
 from trl_ext.errors import InputError
-from trl_ext.options import field
+from trl_ext.options import field, require_positive
 from trl_ext.ppo.config import PPOConfig
 
 DEMO_FILES = ("policy", "reward", "reward_model", "results.json", "report.md", "curves.png")
@@ -63,10 +63,7 @@ class PipelineOptions:
         unknown = [r for r in self.reward_list if r not in REWARDS]
         if not self.reward_list or unknown:
             raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
-        if self.jobs <= 0:
-            raise InputError(f"jobs must be positive, got {self.jobs}")
-        if self.reward_model_temperature <= 0:
-            raise InputError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
+        require_positive(self, "jobs", "reward_model_temperature")
         if self.reward_url and self.reward_list != ["classifier"]:
             raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
 
@@ -84,8 +81,7 @@ class SeedOptions:
     seeds: int = field(3, help="PPO seeds per backend (seed, seed+1, ...)")
 
     def __post_init__(self):
-        if self.seeds <= 0:
-            raise InputError(f"seeds must be positive, got {self.seeds}")
+        require_positive(self, "seeds")
 
 
 def _finished(path: Path, marker: str, config: dict) -> dict | None:

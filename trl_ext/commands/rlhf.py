@@ -15,7 +15,7 @@ from pathlib import Path
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.errors import InputError
-from trl_ext.options import field
+from trl_ext.options import field, require_positive
 from trl_ext.ppo.config import PPOConfig
 
 
@@ -53,10 +53,8 @@ class RLHFStages:
     stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
 
     def __post_init__(self):
-        for name in ("sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate", "reward_eval_n",
-                     "stage_batch_size"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate",
+                         "reward_eval_n", "stage_batch_size")
 
 
 @dataclass
