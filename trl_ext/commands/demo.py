@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from trl_ext.commands.backends import BACKENDS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
-from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
+from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
 from trl_ext.commands.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
@@ -290,37 +291,6 @@ def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, res
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def run_demo(opts, print_fn=print) -> dict:
-    from trl_ext.commands.report import text_table
-
-    watch, pipeline = opts.watch, opts.pipeline
-    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
-                          owned=DEMO_FILES + tuple(f"ppo_{b}{s}" for b in BACKENDS for s in REWARD_SUFFIX.values()))
-    with _workers(pipeline.jobs, pipeline.backend_list) as workers:
-        results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
-                   "backends": {}}
-        rows, runs = [], []
-        for reward in pipeline.reward_list:
-            for backend in pipeline.backend_list:
-                run = PPORun(backend, reward, opts.train.seed, f"ppo_{backend}{REWARD_SUFFIX[reward]}")
-                if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
-                    runs.append(run)
-        summaries = _ppo_stages(opts, out, runs, print_fn, workers)
-    histories = {}
-    for run, summary in zip(runs, summaries):
-        results["backends"][run.label] = summary
-        rows.append(_row(summary, run.label))
-        histories[run.label] = _history(out / run.folder)
-    notes = _stage_notes(results["stages"]) + [
-        f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
-        f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
-    _write_outputs(out, "trl-ext demo: the doubling task", rows, histories, results, notes)
-    table = text_table(rows)
-    print_fn(table)
-    results["summary"] = f"demo: results in {out}/results.json, report {out}/report.md, curves {out}/curves.png"
-    return results
-
-
 def _aggregate(rows: list[dict]) -> dict:
     merged = {"backend": rows[0]["backend"]}
     for key in rows[0]:
@@ -333,53 +303,100 @@ def _aggregate(rows: list[dict]) -> dict:
     return merged
 
 
-def run_compare(opts, print_fn=print) -> dict:
+@dataclass(frozen=True)
+class Layout:
+    """What tells ``demo`` and ``compare`` apart; they plan, run, collect and write the same way."""
+
+    name: str  # the command, in its headline
+    title: str  # report.md's heading
+    seeds: int  # PPO runs per backend and reward: --seed, --seed + 1, ...
+    folder: str  # a run's folder in --out, from {backend}, {suffix} (the reward's) and {seed}
+    aggregate: bool  # a row per label over its seeds (mean ± spread), or the one run's row
+
+    def folders(self, first_seed: int) -> tuple[str, ...]:
+        """Every folder a run of this layout may write: what --out may already hold."""
+        return tuple(self.folder.format(backend=b, suffix=x, seed=first_seed + s) for b in BACKENDS
+                     for x in REWARD_SUFFIX.values() for s in range(self.seeds))
+
+
+def _plan(opts, layout: Layout, results: dict, rows: list, say) -> list[PPORun]:
+    """Reward x backend x seed, in that order; a backend that cannot run here gets its 'not run' row instead."""
+    first, runs = opts.train.seed, []
+    for reward in opts.pipeline.reward_list:
+        for backend in opts.pipeline.backend_list:
+            for seed in range(first, first + layout.seeds):
+                folder = layout.folder.format(backend=backend, suffix=REWARD_SUFFIX[reward], seed=seed)
+                run = PPORun(backend, reward, seed, folder)
+                if not _skipped_as_unavailable(backend, run.label, results, rows, say):
+                    runs.append(run)
+    return runs
+
+
+def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict], results: dict,
+             rows: list) -> dict:
+    """Each label's row (and results entry) from its runs' summaries; the first seed's learning curves."""
+    histories, per_label = {}, {}
+    for run, summary in zip(runs, summaries):
+        per_label.setdefault(run.label, []).append(summary)
+        if run.seed == runs[0].seed:
+            histories[run.label] = _history(out / run.folder)
+    for label, per_seed in per_label.items():
+        if layout.aggregate:
+            results["backends"][label] = [_row(summary, label) for summary in per_seed]
+            rows.append(_aggregate(results["backends"][label]))
+        else:
+            results["backends"][label] = per_seed[0]
+            rows.append(_row(per_seed[0], label))
+    return histories
+
+
+def _notes(opts, layout: Layout, stages: dict) -> list[str]:
+    watch, notes = opts.watch, []
+    if layout.aggregate:
+        notes += [f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
+                  "model, prompts in the same order per seed, and episode budget for every row.",
+                  "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
+    return notes + _stage_notes(stages) + [
+        f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
+        f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
+
+
+def run_pipeline(opts, layout: Layout, print_fn=print) -> dict:
+    """The supervised stages, then every planned PPO run (on workers when --jobs > 1), then the rows,
+    ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
     from trl_ext.commands.report import text_table
 
-    first, seeds, pipeline = opts.train.seed, opts.seeds.seeds, opts.pipeline
-    folders = tuple(f"{b}{x}_seed{first + s}" for b in BACKENDS for x in REWARD_SUFFIX.values() for s in range(seeds))
+    pipeline = opts.pipeline
     if pipeline.reward_url:  # an unreachable server: one line before any stage trains
         from trl_ext.commands.serve_reward import connect_reward
 
         connect_reward(pipeline.reward_url)
-    out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
+    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
+                          owned=DEMO_FILES + layout.folders(opts.train.seed))
     with _workers(pipeline.jobs, pipeline.backend_list) as workers:
         results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
                    "backends": {}}
-        rows, runs = [], []
-        for reward in pipeline.reward_list:
-            for backend in pipeline.backend_list:
-                for seed in range(first, first + seeds):
-                    run = PPORun(backend, reward, seed, f"{backend}{REWARD_SUFFIX[reward]}_seed{seed}")
-                    if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
-                        runs.append(run)
+        rows = []  # the 'not run' rows first, as planned
+        runs = _plan(opts, layout, results, rows, print_fn)
         summaries = _ppo_stages(opts, out, runs, print_fn, workers)
-    histories, per_label = {}, {}
-    for run, summary in zip(runs, summaries):
-        per_label.setdefault(run.label, []).append(_row(summary, run.label))
-        if run.seed == first:
-            histories[run.label] = _history(out / run.folder)
-    for label, per_seed in per_label.items():
-        results["backends"][label] = per_seed
-        rows.append(_aggregate(per_seed))
-    notes = [f"Mean ± spread (population std) over {seeds} seed(s); the same pretrained policy, reward model, "
-             "prompts in the same order per seed, and episode budget for every row.",
-             "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed).",
-             *_stage_notes(results["stages"])]
-    _write_outputs(out, "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the doubling task", rows, histories,
-                   results, notes)
+    histories = _collect(layout, out, runs, summaries, results, rows)
+    _write_outputs(out, layout.title, rows, histories, results, _notes(opts, layout, results["stages"]))
     print_fn(text_table(rows))
-    results["summary"] = f"compare: results in {out}/results.json, report {out}/report.md"
+    results["summary"] = (f"{layout.name}: results in {out}/results.json, report {out}/report.md, "
+                          f"curves {out}/curves.png")
     return results
 
 
 def demo_command(opts) -> CommandResult:
-    results = run_demo(opts)
+    results = run_pipeline(opts, Layout("demo", "trl-ext demo: the doubling task", seeds=1,
+                                        folder="ppo_{backend}{suffix}", aggregate=False))
     return CommandResult(results["summary"], results)
 
 
 def compare_command(opts) -> CommandResult:
-    results = run_compare(opts)
+    results = run_pipeline(opts, Layout("compare", "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the "
+                                        "doubling task", seeds=opts.seeds.seeds,
+                                        folder="{backend}{suffix}_seed{seed}", aggregate=True))
     return CommandResult(results["summary"], results)
 
 
