@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from trl_ext.commands.backends import BACKENDS
+from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
@@ -215,7 +215,7 @@ def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list,
     """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
     from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
 
-    if backend != "trl" or trl_ppo_available():
+    if not RUNNERS[backend].needs_trl_ppo or trl_ppo_available():
         return False
     reason = trl_ppo_unavailable_reason()
     if label not in results["backends"]:
