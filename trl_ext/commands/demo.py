@@ -8,8 +8,6 @@ did not change, so an interrupted demo resumes where it stopped. Nothing is ever
 from __future__ import annotations
 
 import json
-import platform
-import statistics
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -19,6 +17,8 @@ from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
+from trl_ext.commands.report import aggregate_rows, summary_row, text_table, write_report
+from trl_ext.commands.run_log import read_history
 from trl_ext.commands.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
@@ -237,72 +237,6 @@ def _stage_notes(stages: dict) -> list[str]:
     return notes
 
 
-def _row(summary: dict, label: str) -> dict:
-    reached = summary.get("reached_0_99") or {}
-    return {
-        "backend": label,
-        "greedy_exact": summary["greedy"]["exact"],
-        "sampled_exact": summary["sampled"]["exact"],
-        "greedy_charset": summary["greedy"]["charset_acc"],
-        "episodes_to_target": reached.get("episode"),
-        "seconds_to_target": reached.get("train_seconds"),
-        "episodes_per_second": summary["episodes_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "final_kl": summary["final_kl"],
-        "episodes": summary["episodes"],
-    }
-
-
-def _history(path: Path) -> list[dict]:
-    file = path / "metrics.jsonl"
-    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
-
-
-def device_tag(info: dict) -> str:
-    """``cpu`` or ``gpu-<name>``: the suffix of a benchmark's results file, from ``machine()``."""
-    return "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
-
-
-def machine() -> dict:
-    import os
-
-    import torch
-
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
-    try:
-        import trl
-
-        info["trl"] = trl.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return info
-
-
-def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, results: dict, notes: list[str]) -> None:
-    from trl_ext.commands.report import markdown_table, plot_curves
-
-    results["rows"] = rows
-    results["machine"] = machine()
-    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    plot_curves(histories, out / "curves.png")
-    lines = [f"# {title}", "", markdown_table(rows), "", "![learning curves](curves.png)", "", *notes]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-
-
-def _aggregate(rows: list[dict]) -> dict:
-    merged = {"backend": rows[0]["backend"]}
-    for key in rows[0]:
-        if key == "backend":
-            continue
-        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-        merged[key] = {"mean": statistics.fmean(values) if values else None,
-                       "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-                       "n": len(values), "of": len(rows)}
-    return merged
-
-
 @dataclass(frozen=True)
 class Layout:
     """What tells ``demo`` and ``compare`` apart; they plan, run, collect and write the same way."""
@@ -339,14 +273,14 @@ def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict
     for run, summary in zip(runs, summaries):
         per_label.setdefault(run.label, []).append(summary)
         if run.seed == runs[0].seed:
-            histories[run.label] = _history(out / run.folder)
+            histories[run.label] = read_history(out / run.folder)
     for label, per_seed in per_label.items():
         if layout.aggregate:
-            results["backends"][label] = [_row(summary, label) for summary in per_seed]
-            rows.append(_aggregate(results["backends"][label]))
+            results["backends"][label] = [summary_row(summary, label) for summary in per_seed]
+            rows.append(aggregate_rows(results["backends"][label]))
         else:
             results["backends"][label] = per_seed[0]
-            rows.append(_row(per_seed[0], label))
+            rows.append(summary_row(per_seed[0], label))
     return histories
 
 
@@ -364,8 +298,6 @@ def _notes(opts, layout: Layout, stages: dict) -> list[str]:
 def run_pipeline(opts, layout: Layout, print_fn=print) -> dict:
     """The supervised stages, then every planned PPO run (on workers when --jobs > 1), then the rows,
     ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
-    from trl_ext.commands.report import text_table
-
     pipeline = opts.pipeline
     if pipeline.reward_url:  # an unreachable server: one line before any stage trains
         from trl_ext.commands.serve_reward import connect_reward
@@ -380,7 +312,7 @@ def run_pipeline(opts, layout: Layout, print_fn=print) -> dict:
         runs = _plan(opts, layout, results, rows, print_fn)
         summaries = _ppo_stages(opts, out, runs, print_fn, workers)
     histories = _collect(layout, out, runs, summaries, results, rows)
-    _write_outputs(out, layout.title, rows, histories, results, _notes(opts, layout, results["stages"]))
+    write_report(out, layout.title, rows, histories, results, _notes(opts, layout, results["stages"]))
     print_fn(text_table(rows))
     results["summary"] = (f"{layout.name}: results in {out}/results.json, report {out}/report.md, "
                           f"curves {out}/curves.png")

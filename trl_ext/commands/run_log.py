@@ -45,6 +45,12 @@ class History:
         return self.rows[-1] if self.rows else {}
 
 
+def read_history(folder: Path) -> list[dict]:
+    """The rows a run logged in ``folder/metrics.jsonl`` (none if it has no log)."""
+    file = folder / "metrics.jsonl"
+    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
 class RunRecorder:
     """Call ``record(update, stats, policy)`` after every update; it returns True to stop.
 
