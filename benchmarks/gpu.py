@@ -316,7 +316,7 @@ def main(argv=None) -> int:
                 failed.append({"row": row, "shape": shape, "error": why})
     if args.tiny:
         return 0 if results else 1
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.report import machine
 
     settings = {k: v for k, v in vars(args).items() if k not in ("one", "out")}
     Path(args.out).write_text(json.dumps({"benchmark": "rlhf-gpu", "machine": machine(), "settings": settings,

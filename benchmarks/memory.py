@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=50)
     args = parser.parse_args(argv)
 
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.report import machine
     from trl_ext.ppo.trainer import PPOTrainer
     from trl_ext.commands.outputs import train_options
     from trl_ext.commands.ppo import DOUBLING_DEFAULTS, load_inputs, ppo_options

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             return run.returncode
         rows.append(json.loads(run.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.report import machine
 
     base = rows[0]["peak_mb"]
     for row in rows:

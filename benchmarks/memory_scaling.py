@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory-scaling-cpu.json"))
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from trl_ext.commands.demo import machine
+    from trl_ext.commands.report import machine
 
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {"benchmark": "memory-scaling"}

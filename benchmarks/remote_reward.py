@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/remote-reward-<device>.json)")
     args = parser.parse_args(argv)
 
-    from trl_ext.commands.demo import device_tag, machine
+    from trl_ext.commands.report import device_tag, machine
 
     if args.build:
         from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward

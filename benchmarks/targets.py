@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from trl_ext.commands.cli import main as cli
-    from trl_ext.commands.demo import device_tag, machine
+    from trl_ext.commands.report import device_tag, machine
 
     per_seed, stages = {}, {}
     for backends, reward in RUNS:

@@ -20,15 +20,15 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
     return max(1, cfg.total_episodes // cfg.batch_size) * cfg.batch_size // num_generations + 1
 
 
-def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path, recorder,
-                         num_generations: int = 8):
-    """Run GRPO or RLOO for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt dataset of
-    at least ``group_prompt_count(cfg)`` rows); ``recorder`` sees every step.
+def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path,
+                        num_generations: int = 8):
+    """A ready GRPO or RLOO trainer for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt
+    dataset of at least ``group_prompt_count(cfg)`` rows).
 
     One gradient step per generated batch (``num_iterations=1``, their default), so an episode is a
     completion used once; ``kl_coef`` becomes their ``beta``.
     """
-    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from transformers import PrinterCallback, ProgressCallback
 
     if kind not in GROUP_TRAINERS:
         raise InputError(f"kind must be one of {GROUP_TRAINERS}, got {kind!r}")
@@ -47,22 +47,9 @@ def train_group_baseline(kind: str, cfg, policy, tokenizer, reward_fn, prompts, 
         report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
         disable_dropout=True,  # as both PPO backends do
     )
-
-    class _Record(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "reward" in logs:
-                metrics = {"objective/scores": logs["reward"], "objective/kl": logs.get("kl", 0.0),
-                           "episode": state.global_step * cfg.batch_size}
-                if recorder.record(state.global_step, metrics, policy):
-                    control.should_training_stop = True
-
-    trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args,
-                      train_dataset=prompts,
-                      processing_class=tokenizer, callbacks=[_Record()])
+    trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args, train_dataset=prompts,
+                      processing_class=tokenizer)
     place_reward(reward_fn, trainer.accelerator.device)
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    recorder.begin()
-    trainer.train()
-    recorder.end()
-    return policy
+    return trainer

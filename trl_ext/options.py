@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from trl_ext.errors import InputError
+
 
 def cli_fields(cls) -> list[dataclasses.Field]:
     """The fields a command line or YAML file may set (``field(..., cli=False)`` marks the others)."""
@@ -19,3 +21,10 @@ def field(default=dataclasses.MISSING, help: str = "", choices=None, cli: bool =
     if choices is not None:
         metadata["choices"] = choices
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def require_positive(options, *names: str) -> None:
+    """Refuse (``InputError``, naming it) the first of ``names`` whose value in ``options`` is not above zero."""
+    for name in names:
+        if getattr(options, name) <= 0:
+            raise InputError(f"{name} must be positive, got {getattr(options, name)}")

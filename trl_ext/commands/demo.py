@@ -8,21 +8,22 @@ did not change, so an interrupted demo resumes where it stopped. Nothing is ever
 from __future__ import annotations
 
 import json
-import platform
-import statistics
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
-from trl_ext.commands.ppo import BACKENDS, DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
+from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
+from trl_ext.commands.report import aggregate_rows, summary_row, text_table, write_report
+from trl_ext.commands.run_log import read_history
 from trl_ext.commands.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
 from trl_ext.errors import InputError
-from trl_ext.options import field
+from trl_ext.options import field, require_positive
 from trl_ext.ppo.config import PPOConfig
 
 DEMO_FILES = ("policy", "reward", "reward_model", "results.json", "report.md", "curves.png")
@@ -63,10 +64,7 @@ class PipelineOptions:
         unknown = [r for r in self.reward_list if r not in REWARDS]
         if not self.reward_list or unknown:
             raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
-        if self.jobs <= 0:
-            raise InputError(f"jobs must be positive, got {self.jobs}")
-        if self.reward_model_temperature <= 0:
-            raise InputError(f"reward_model_temperature must be positive, got {self.reward_model_temperature}")
+        require_positive(self, "jobs", "reward_model_temperature")
         if self.reward_url and self.reward_list != ["classifier"]:
             raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
 
@@ -84,8 +82,7 @@ class SeedOptions:
     seeds: int = field(3, help="PPO seeds per backend (seed, seed+1, ...)")
 
     def __post_init__(self):
-        if self.seeds <= 0:
-            raise InputError(f"seeds must be positive, got {self.seeds}")
+        require_positive(self, "seeds")
 
 
 def _finished(path: Path, marker: str, config: dict) -> dict | None:
@@ -218,7 +215,7 @@ def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list,
     """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
     from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
 
-    if backend != "trl" or trl_ppo_available():
+    if not RUNNERS[backend].needs_trl_ppo or trl_ppo_available():
         return False
     reason = trl_ppo_unavailable_reason()
     if label not in results["backends"]:
@@ -240,150 +237,98 @@ def _stage_notes(stages: dict) -> list[str]:
     return notes
 
 
-def _row(summary: dict, label: str) -> dict:
-    reached = summary.get("reached_0_99") or {}
-    return {
-        "backend": label,
-        "greedy_exact": summary["greedy"]["exact"],
-        "sampled_exact": summary["sampled"]["exact"],
-        "greedy_charset": summary["greedy"]["charset_acc"],
-        "episodes_to_target": reached.get("episode"),
-        "seconds_to_target": reached.get("train_seconds"),
-        "episodes_per_second": summary["episodes_per_second"],
-        "train_seconds": summary["train_seconds"],
-        "final_kl": summary["final_kl"],
-        "episodes": summary["episodes"],
-    }
+@dataclass(frozen=True)
+class Layout:
+    """What tells ``demo`` and ``compare`` apart; they plan, run, collect and write the same way."""
+
+    name: str  # the command, in its headline
+    title: str  # report.md's heading
+    seeds: int  # PPO runs per backend and reward: --seed, --seed + 1, ...
+    folder: str  # a run's folder in --out, from {backend}, {suffix} (the reward's) and {seed}
+    aggregate: bool  # a row per label over its seeds (mean ± spread), or the one run's row
+
+    def folders(self, first_seed: int) -> tuple[str, ...]:
+        """Every folder a run of this layout may write: what --out may already hold."""
+        return tuple(self.folder.format(backend=b, suffix=x, seed=first_seed + s) for b in BACKENDS
+                     for x in REWARD_SUFFIX.values() for s in range(self.seeds))
 
 
-def _history(path: Path) -> list[dict]:
-    file = path / "metrics.jsonl"
-    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
-
-
-def device_tag(info: dict) -> str:
-    """``cpu`` or ``gpu-<name>``: the suffix of a benchmark's results file, from ``machine()``."""
-    return "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
-
-
-def machine() -> dict:
-    import os
-
-    import torch
-
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
-    try:
-        import trl
-
-        info["trl"] = trl.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return info
-
-
-def _write_outputs(out: Path, title: str, rows: list[dict], histories: dict, results: dict, notes: list[str]) -> None:
-    from trl_ext.commands.report import markdown_table, plot_curves
-
-    results["rows"] = rows
-    results["machine"] = machine()
-    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    plot_curves(histories, out / "curves.png")
-    lines = [f"# {title}", "", markdown_table(rows), "", "![learning curves](curves.png)", "", *notes]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-
-
-def run_demo(opts, print_fn=print) -> dict:
-    from trl_ext.commands.report import text_table
-
-    watch, pipeline = opts.watch, opts.pipeline
-    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
-                          owned=DEMO_FILES + tuple(f"ppo_{b}{s}" for b in BACKENDS for s in REWARD_SUFFIX.values()))
-    with _workers(pipeline.jobs, pipeline.backend_list) as workers:
-        results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
-                   "backends": {}}
-        rows, runs = [], []
-        for reward in pipeline.reward_list:
-            for backend in pipeline.backend_list:
-                run = PPORun(backend, reward, opts.train.seed, f"ppo_{backend}{REWARD_SUFFIX[reward]}")
-                if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
+def _plan(opts, layout: Layout, results: dict, rows: list, say) -> list[PPORun]:
+    """Reward x backend x seed, in that order; a backend that cannot run here gets its 'not run' row instead."""
+    first, runs = opts.train.seed, []
+    for reward in opts.pipeline.reward_list:
+        for backend in opts.pipeline.backend_list:
+            for seed in range(first, first + layout.seeds):
+                folder = layout.folder.format(backend=backend, suffix=REWARD_SUFFIX[reward], seed=seed)
+                run = PPORun(backend, reward, seed, folder)
+                if not _skipped_as_unavailable(backend, run.label, results, rows, say):
                     runs.append(run)
-        summaries = _ppo_stages(opts, out, runs, print_fn, workers)
-    histories = {}
+    return runs
+
+
+def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict], results: dict,
+             rows: list) -> dict:
+    """Each label's row (and results entry) from its runs' summaries; the first seed's learning curves."""
+    histories, per_label = {}, {}
     for run, summary in zip(runs, summaries):
-        results["backends"][run.label] = summary
-        rows.append(_row(summary, run.label))
-        histories[run.label] = _history(out / run.folder)
-    notes = _stage_notes(results["stages"]) + [
+        per_label.setdefault(run.label, []).append(summary)
+        if run.seed == runs[0].seed:
+            histories[run.label] = read_history(out / run.folder)
+    for label, per_seed in per_label.items():
+        if layout.aggregate:
+            results["backends"][label] = [summary_row(summary, label) for summary in per_seed]
+            rows.append(aggregate_rows(results["backends"][label]))
+        else:
+            results["backends"][label] = per_seed[0]
+            rows.append(summary_row(per_seed[0], label))
+    return histories
+
+
+def _notes(opts, layout: Layout, stages: dict) -> list[str]:
+    watch, notes = opts.watch, []
+    if layout.aggregate:
+        notes += [f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
+                  "model, prompts in the same order per seed, and episode budget for every row.",
+                  "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
+    return notes + _stage_notes(stages) + [
         f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
         f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
-    _write_outputs(out, "trl-ext demo: the doubling task", rows, histories, results, notes)
-    table = text_table(rows)
-    print_fn(table)
-    results["summary"] = f"demo: results in {out}/results.json, report {out}/report.md, curves {out}/curves.png"
-    return results
 
 
-def _aggregate(rows: list[dict]) -> dict:
-    merged = {"backend": rows[0]["backend"]}
-    for key in rows[0]:
-        if key == "backend":
-            continue
-        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-        merged[key] = {"mean": statistics.fmean(values) if values else None,
-                       "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-                       "n": len(values), "of": len(rows)}
-    return merged
-
-
-def run_compare(opts, print_fn=print) -> dict:
-    from trl_ext.commands.report import text_table
-
-    first, seeds, pipeline = opts.train.seed, opts.seeds.seeds, opts.pipeline
-    folders = tuple(f"{b}{x}_seed{first + s}" for b in BACKENDS for x in REWARD_SUFFIX.values() for s in range(seeds))
+def run_pipeline(opts, layout: Layout, print_fn=print) -> dict:
+    """The supervised stages, then every planned PPO run (on workers when --jobs > 1), then the rows,
+    ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
+    pipeline = opts.pipeline
     if pipeline.reward_url:  # an unreachable server: one line before any stage trains
         from trl_ext.commands.serve_reward import connect_reward
 
         connect_reward(pipeline.reward_url)
-    out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + folders)
+    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
+                          owned=DEMO_FILES + layout.folders(opts.train.seed))
     with _workers(pipeline.jobs, pipeline.backend_list) as workers:
         results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
                    "backends": {}}
-        rows, runs = [], []
-        for reward in pipeline.reward_list:
-            for backend in pipeline.backend_list:
-                for seed in range(first, first + seeds):
-                    run = PPORun(backend, reward, seed, f"{backend}{REWARD_SUFFIX[reward]}_seed{seed}")
-                    if not _skipped_as_unavailable(backend, run.label, results, rows, print_fn):
-                        runs.append(run)
+        rows = []  # the 'not run' rows first, as planned
+        runs = _plan(opts, layout, results, rows, print_fn)
         summaries = _ppo_stages(opts, out, runs, print_fn, workers)
-    histories, per_label = {}, {}
-    for run, summary in zip(runs, summaries):
-        per_label.setdefault(run.label, []).append(_row(summary, run.label))
-        if run.seed == first:
-            histories[run.label] = _history(out / run.folder)
-    for label, per_seed in per_label.items():
-        results["backends"][label] = per_seed
-        rows.append(_aggregate(per_seed))
-    notes = [f"Mean ± spread (population std) over {seeds} seed(s); the same pretrained policy, reward model, "
-             "prompts in the same order per seed, and episode budget for every row.",
-             "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed).",
-             *_stage_notes(results["stages"])]
-    _write_outputs(out, "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the doubling task", rows, histories,
-                   results, notes)
+    histories = _collect(layout, out, runs, summaries, results, rows)
+    write_report(out, layout.title, rows, histories, results, _notes(opts, layout, results["stages"]))
     print_fn(text_table(rows))
-    results["summary"] = f"compare: results in {out}/results.json, report {out}/report.md"
+    results["summary"] = (f"{layout.name}: results in {out}/results.json, report {out}/report.md, "
+                          f"curves {out}/curves.png")
     return results
 
 
 def demo_command(opts) -> CommandResult:
-    results = run_demo(opts)
+    results = run_pipeline(opts, Layout("demo", "trl-ext demo: the doubling task", seeds=1,
+                                        folder="ppo_{backend}{suffix}", aggregate=False))
     return CommandResult(results["summary"], results)
 
 
 def compare_command(opts) -> CommandResult:
-    results = run_compare(opts)
+    results = run_pipeline(opts, Layout("compare", "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the "
+                                        "doubling task", seeds=opts.seeds.seeds,
+                                        folder="{backend}{suffix}_seed{seed}", aggregate=True))
     return CommandResult(results["summary"], results)
 
 

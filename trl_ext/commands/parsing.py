@@ -96,8 +96,9 @@ class Command:
 
     help: str
     parts: dict[str, type]
-    run: typing.Callable[[types.SimpleNamespace], CommandResult]
+    run: typing.Callable[[typing.Any], CommandResult]
     defaults: dict = dataclasses.field(default_factory=dict)
+    options: type = types.SimpleNamespace  # what holds the parts: a typed dataclass where the command has one
 
     def fields(self) -> dict[str, tuple[str, dataclasses.Field, typing.Any]]:
         """Every option name -> (its part, its field, its type); a name may appear in one part only."""
@@ -136,7 +137,13 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> 
                                 help=help_text)
 
 
-def build_options(command: Command, namespace: argparse.Namespace) -> types.SimpleNamespace:
+def parts_of(options: type) -> dict[str, type]:
+    """A typed options dataclass as a command's parts: each field's name and its option dataclass."""
+    hints = typing.get_type_hints(options)
+    return {f.name: hints[f.name] for f in dataclasses.fields(options)}
+
+
+def build_options(command: Command, namespace: argparse.Namespace):
     """Command defaults, then the YAML file, then the flags given; one dataclass instance per part."""
     known = command.fields()
     values = {}
@@ -158,9 +165,9 @@ def build_options(command: Command, namespace: argparse.Namespace) -> types.Simp
         kwargs = {n: values.get(n, command.defaults.get(n)) for n, (p, f, _) in known.items()
                   if p == part and (n in values or n in command.defaults)}
         parts[part] = cls(**kwargs)
-    return types.SimpleNamespace(**parts)
+    return command.options(**parts)
 
 
-def options_dict(options: types.SimpleNamespace) -> dict:
+def options_dict(options) -> dict:
     """Every part as a plain dict (saved beside results; equal dicts mean the same run)."""
     return {part: dataclasses.asdict(value) for part, value in vars(options).items()}

@@ -1,8 +1,12 @@
-"""Rendering results: a terminal table, ``report.md`` and a PNG of learning curves."""
+"""Rendering results: rows from run summaries, a terminal table, ``report.md``, a PNG of learning curves, and
+the machine they came from."""
 
 from __future__ import annotations
 
+import json
 import math
+import platform
+import statistics
 from pathlib import Path
 
 COLUMNS = (
@@ -78,3 +82,66 @@ def plot_curves(histories: dict[str, list[dict]], path: str | Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def summary_row(summary: dict, label: str) -> dict:
+    """The table's row of one ``ppo`` run, from its ``summary.json``."""
+    reached = summary.get("reached_0_99") or {}
+    return {
+        "backend": label,
+        "greedy_exact": summary["greedy"]["exact"],
+        "sampled_exact": summary["sampled"]["exact"],
+        "greedy_charset": summary["greedy"]["charset_acc"],
+        "episodes_to_target": reached.get("episode"),
+        "seconds_to_target": reached.get("train_seconds"),
+        "episodes_per_second": summary["episodes_per_second"],
+        "train_seconds": summary["train_seconds"],
+        "final_kl": summary["final_kl"],
+        "episodes": summary["episodes"],
+    }
+
+
+def aggregate_rows(rows: list[dict]) -> dict:
+    """One row for several seeds' rows of a label: each number as mean, spread (population std) and count."""
+    merged = {"backend": rows[0]["backend"]}
+    for key in rows[0]:
+        if key == "backend":
+            continue
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        merged[key] = {"mean": statistics.fmean(values) if values else None,
+                       "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+                       "n": len(values), "of": len(rows)}
+    return merged
+
+
+def device_tag(info: dict) -> str:
+    """``cpu`` or ``gpu-<name>``: the suffix of a benchmark's results file, from ``machine()``."""
+    return "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
+
+
+def machine() -> dict:
+    """What results were measured on: platform, Python, torch and its threads, the device, TRL."""
+    import os
+
+    import torch
+
+    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    try:
+        import trl
+
+        info["trl"] = trl.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def write_report(out: Path, title: str, rows: list[dict], histories: dict, results: dict, notes: list[str]) -> None:
+    """``results.json`` (with the rows and this machine), ``curves.png`` and ``report.md`` in ``out``."""
+    results["rows"] = rows
+    results["machine"] = machine()
+    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    plot_curves(histories, out / "curves.png")
+    lines = [f"# {title}", "", markdown_table(rows), "", "![learning curves](curves.png)", "", *notes]
+    (out / "report.md").write_text("\n".join(lines) + "\n")

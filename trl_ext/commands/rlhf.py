@@ -12,23 +12,20 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from trl_ext.commands.inputs import ModelOptions
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict
 from trl_ext.errors import InputError
-from trl_ext.options import field
-from trl_ext.ppo.config import PPOConfig
+from trl_ext.options import field, require_positive
+from trl_ext.ppo.config import PPOConfig, num_updates
 
 
 @dataclass
-class RLHFModels:
+class RLHFModels(ModelOptions):
     """The policy and what scores it."""
 
     policy: str = field(help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout)")
     reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
-    reward_fn: str | None = field(None, help="your own reward function as 'module:callable' (TRL's reward_funcs "
-                                  "convention); summed with --reward when both are given")
-    reward_url: str | None = field(None, help="a reward server (`trl-ext serve-reward`) as the address it prints, "
-                                   "e.g. http://127.0.0.1:8000; summed with --reward/--reward-fn when given")
     reward_max_length: int = field(512, help="reward model input length")
     pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
                        "(a reward model trained by --preferences is scored as it was trained: one text)")
@@ -53,10 +50,8 @@ class RLHFStages:
     stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
 
     def __post_init__(self):
-        for name in ("sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate", "reward_eval_n",
-                     "stage_batch_size"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate",
+                         "reward_eval_n", "stage_batch_size")
 
 
 @dataclass
@@ -113,10 +108,9 @@ def load_prompts(path: str | Path) -> list[str]:
 def load_models(models: RLHFModels, dtype: str = "auto"):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+    from trl_ext.commands.inputs import reward_of
     from trl_ext.ppo.precision import torch_dtype
-
-    from trl_ext.rewards import ClassifierReward, WeightedSum
-    from trl_ext.rewards.base import import_reward_function
+    from trl_ext.rewards import ClassifierReward
 
     tokenizer = AutoTokenizer.from_pretrained(models.policy)
     if tokenizer.eos_token_id is None:
@@ -125,22 +119,16 @@ def load_models(models: RLHFModels, dtype: str = "auto"):
         tokenizer.pad_token = tokenizer.eos_token  # documented default, as TRL's examples do
     tokenizer.padding_side = "left"
     policy = AutoModelForCausalLM.from_pretrained(models.policy, dtype=torch_dtype(dtype))
-    rewards = []
-    if models.reward:
-        reward_model = AutoModelForSequenceClassification.from_pretrained(models.reward, dtype=torch_dtype(dtype))
-        if reward_model.config.num_labels != 1:
-            raise InputError(f"reward model {models.reward!r} has {reward_model.config.num_labels} labels; "
-                             "the RLHF recipe expects a scalar reward model (num_labels=1)")
-        reward_tokenizer = AutoTokenizer.from_pretrained(models.reward)
-        rewards.append(ClassifierReward(reward_model, reward_tokenizer, pair=models.pair,
-                                        max_length=models.reward_max_length, name="reward_model"))
-    if models.reward_fn:
-        rewards.append(import_reward_function(models.reward_fn))
-    if models.reward_url:
-        from trl_ext.commands.serve_reward import connect_reward
 
-        rewards.append(connect_reward(models.reward_url))
-    return policy, tokenizer, rewards[0] if len(rewards) == 1 else WeightedSum(rewards)
+    def reward_model(path: str):
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch_dtype(dtype))
+        if model.config.num_labels != 1:
+            raise InputError(f"reward model {path!r} has {model.config.num_labels} labels; "
+                             "the RLHF recipe expects a scalar reward model (num_labels=1)")
+        return ClassifierReward(model, AutoTokenizer.from_pretrained(path), pair=models.pair,
+                                max_length=models.reward_max_length, name="reward_model")
+
+    return policy, tokenizer, reward_of(models, reward_model)
 
 
 def lora_config(lora: LoRAOptions):
@@ -255,8 +243,11 @@ def run_rlhf(opts, print_fn=print) -> dict:
     from accelerate import PartialState
     from datasets import Dataset
 
+    from trl_ext.commands.backends import RunInputs, check_runnable, resumed_update, train_and_save
+    from trl_ext.commands.run_log import RunRecorder
+
     backend, models = opts.run.backend, opts.models
-    if not (models.reward or models.reward_fn or models.reward_url or opts.stages.preferences):
+    if not (models.has_reward or opts.stages.preferences):
         raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url or "
                          "--preferences (a preference file to train the reward model on first)")
     if models.reward and opts.stages.preferences:
@@ -265,10 +256,7 @@ def run_rlhf(opts, print_fn=print) -> dict:
     if opts.train.separate_critic:
         raise InputError("the RLHF recipe shares the LoRA backbone between policy and value head; "
                          "separate_critic is not supported here")
-    if backend == "trl":
-        from trl_ext.trl_compat import require_trl_ppo
-
-        require_trl_ppo()
+    check_runnable(backend, opts.train)
     if models.reward_url:  # an unreachable server: one line before any stage trains
         from trl_ext.commands.serve_reward import connect_reward
 
@@ -276,8 +264,9 @@ def run_rlhf(opts, print_fn=print) -> dict:
     state = PartialState(cpu=not torch.cuda.is_available())
     prompts = load_prompts(opts.data.prompts)
     out = Path(opts.output.out)
-    if state.is_main_process:
-        prepare_out_dir(out, opts.output.overwrite, owned=STAGE_FOLDERS)
+    resume_after = resumed_update(opts.train, out)
+    if state.is_main_process:  # a resumed run writes on into its own directory
+        prepare_out_dir(out, opts.output.overwrite or resume_after is not None, owned=STAGE_FOLDERS)
         # The stages run once, on the main process; the others wait and read what it wrote.
         reward_model_stage(opts, sft_stage(opts, out, print_fn), out, print_fn)
     state.wait_for_everyone()
@@ -289,40 +278,22 @@ def run_rlhf(opts, print_fn=print) -> dict:
     tokenizer.truncation_side = "left"
     ids = tokenizer(prompts, truncation=True, max_length=opts.data.max_prompt_length)["input_ids"]
     dataset = Dataset.from_dict({"prompt": prompts, "input_ids": ids})
-    need = opts.train.total_episodes
-    dataset = dataset.select([i % len(dataset) for i in range(need)])  # cycle the prompts to the budget
-    ppo_cfg = train_options(opts)
-    history: list[dict] = []
-    if backend == "trl":
-        from transformers import TrainerCallback
-
-        from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
-
-        class _Log(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                if logs and "objective/scores" in logs:
-                    history.append({k: v for k, v in logs.items() if isinstance(v, (int, float))})
-
-        trainer = build_trl_trainer(ppo_cfg, policy, tokenizer, reward_fn, dataset, out, callbacks=[_Log()],
-                                    peft_config=lora_config(opts.lora))
-        trainer.train()
-        save_trl_policy(trainer, tokenizer, out)
-        accelerator = trainer.accelerator
-    else:
-        from trl_ext.ppo.trainer import PPOTrainer
-
-        # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
-        trainer = PPOTrainer(policy, reward_fn, args=ppo_cfg, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=lora_config(opts.lora))
-        history = [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in trainer.train()]
-        trainer.save(out)
-        accelerator = trainer.accelerator
+    recorder = RunRecorder(tokenizer, backend=backend, probe_every=0, log_path=out / "metrics.jsonl",
+                           print_fn=print_fn, total_updates=num_updates(opts.train, state.num_processes),
+                           resume_after=resume_after, main_process=state.is_main_process)
+    # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
+    inputs = RunInputs(train_options(opts), policy, tokenizer, reward_fn, peft_config=lora_config(opts.lora),
+                       prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]))  # cycled to n
+    try:
+        runner = train_and_save(backend, inputs, recorder, out)
+    finally:
+        recorder.close()
+    history = recorder.history
     summary = {"backend": backend, "config": options_dict(opts), "updates": len(history),
-               "first_score": history[0].get("objective/scores") if history else None,
-               "last_score": history[-1].get("objective/scores") if history else None,
-               "world_size": accelerator.num_processes}
-    if accelerator.is_main_process:
-        (out / "metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+               "first_score": history.first.get("objective/scores"),
+               "last_score": history.last.get("objective/scores"),
+               "world_size": runner.accelerator.num_processes, "samples": history.samples}
+    if runner.accelerator.is_main_process:
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     summary["summary"] = (f"rlhf[{backend}]: {len(history)} updates, reward score "
                           f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}")

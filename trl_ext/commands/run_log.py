@@ -1,21 +1,58 @@
-"""What a PPO run records, the same way for both backends: metrics per update, held-out probes,
-the first point where greedy exact-match reaches the target, and a JSON-lines log."""
+"""What a PPO run records, the same way for every backend and both PPO commands (``ppo``, ``rlhf``):
+metrics per update, held-out probes, the first point where greedy exact-match reaches the target, and a
+JSON-lines log."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl_ext.doubling.evaluate import evaluate_policy
 from trl_ext.errors import TrainingError
 
 KEY_METRICS = ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "loss/value_avg")
 
 
+def metrics_of(stats: dict) -> dict:
+    """The numbers of one update's stats (our trainer's or a TRL trainer's logs): what the log and the summaries
+    read. Text, such as the (prompt, completion) samples our trainer adds, is left out."""
+    return {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+@dataclass
+class History:
+    """A run's updates: a row of metrics each (``metrics.jsonl``), and apart from them the last samples seen."""
+
+    rows: list[dict] = field(default_factory=list)
+    samples: list = field(default_factory=list)  # [(prompt, completion), ...] of the latest update that had any
+
+    def add(self, row: dict, samples=None) -> None:
+        self.rows.append(row)
+        if samples:
+            self.samples = [list(pair) for pair in samples]  # lists, as they read back from JSON
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def first(self) -> dict:
+        return self.rows[0] if self.rows else {}
+
+    @property
+    def last(self) -> dict:
+        return self.rows[-1] if self.rows else {}
+
+
+def read_history(folder: Path) -> list[dict]:
+    """The rows a run logged in ``folder/metrics.jsonl`` (none if it has no log)."""
+    file = folder / "metrics.jsonl"
+    return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
 class RunRecorder:
-    """Call ``record(update, metrics, policy)`` after every update; it returns True to stop.
+    """Call ``record(update, stats, policy)`` after every update; it returns True to stop.
 
     Every ``probe_every`` updates it measures greedy exact-match (and the requested-charset rate)
     on ``probe_n`` held-out prompts. ``train_seconds`` counts from ``begin()`` (after the trainer is
@@ -24,15 +61,19 @@ class RunRecorder:
 
     def __init__(self, tokenizer, *, backend: str, probe_every: int = 10, probe_n: int = 200,
                  target_exact: float = 0.99, stop_at_target: bool = False, log_path: str | Path | None = None,
-                 print_fn=print, seed: int = 0, total_updates: int | None = None, resume_after: int | None = None):
+                 print_fn=print, seed: int = 0, total_updates: int | None = None, resume_after: int | None = None,
+                 main_process: bool = True):
         from tqdm.auto import tqdm
 
+        # The other processes of a launch keep the history only: no probes, log, lines or bar.
+        if not main_process:
+            probe_every, log_path, print_fn = 0, None, lambda *_: None
         self.tokenizer, self.backend = tokenizer, backend
         self.probe_every, self.probe_n, self.seed = probe_every, probe_n, seed
         self.target_exact, self.stop_at_target = target_exact, stop_at_target
         self.log_path = Path(log_path) if log_path else None
         self.print_fn = print_fn
-        self.history: list[dict] = []
+        self.history = History()
         self.created = self.start = time.perf_counter()
         self.stopped: float | None = None
         self.setup_seconds = 0.0
@@ -65,13 +106,15 @@ class RunRecorder:
         now = self.stopped if self.stopped is not None else time.perf_counter()
         return now - self.start - self.probe_seconds
 
-    def record(self, update: int, metrics: dict, policy) -> bool:
-        row = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        row.update(backend=self.backend, update=update, train_seconds=round(self.train_seconds, 3))
+    def record(self, update: int, stats: dict, policy) -> bool:
+        row = {**metrics_of(stats), "backend": self.backend, "update": update,
+               "train_seconds": round(self.train_seconds, 3)}
         bad = [k for k in KEY_METRICS if k in row and not math.isfinite(row[k])]
         if bad:
             raise TrainingError(f"{self.backend} PPO: non-finite {bad} at update {update}")
         if self.probe_every and update % self.probe_every == 0:
+            from trl_ext.doubling.evaluate import evaluate_policy  # the doubling task's probe: only when asked
+
             tick = time.perf_counter()
             probe = evaluate_policy(policy, self.tokenizer, n=self.probe_n, seed=self.seed + 1, sample=False)
             self.probe_seconds += time.perf_counter() - tick
@@ -88,7 +131,7 @@ class RunRecorder:
         self.bar.update(1)
         self.bar.set_postfix(score=f"{row.get('objective/scores', float('nan')):.3f}",
                              kl=f"{row.get('objective/kl', float('nan')):.3f}", refresh=False)
-        self.history.append(row)
+        self.history.add(row, stats.get("samples"))
         if self.log_path is not None and self.resume_after is not None:
             kept = [line for line in (self.log_path.read_text().splitlines() if self.log_path.exists() else [])
                     if json.loads(line).get("update", 0) <= self.resume_after]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trl_ext.commands.parsing import Command, CommandResult
 from trl_ext.errors import InputError
-from trl_ext.options import field
+from trl_ext.options import field, require_positive
 
 
 @dataclass
@@ -23,7 +23,7 @@ class PretrainConfig:
     eval_n: int = field(1000, help="held-out questions for the final check")
 
     def __post_init__(self):
-        _positive(self, "steps", "batch_size", "lr", "eval_n")
+        require_positive(self, "steps", "batch_size", "lr", "eval_n")
 
 
 @dataclass
@@ -37,7 +37,7 @@ class RewardConfig:
     eval_n: int = field(1000, help="held-out sequences for the accuracy check")
 
     def __post_init__(self):
-        _positive(self, "steps", "batch_size", "lr", "eval_n")
+        require_positive(self, "steps", "batch_size", "lr", "eval_n")
 
 
 @dataclass
@@ -51,12 +51,6 @@ class EvalConfig:
     def __post_init__(self):
         if not 0 < self.n <= 1000:
             raise InputError(f"n must be in 1..1000, got {self.n}")
-
-
-def _positive(cfg, *names: str) -> None:
-    for name in names:
-        if getattr(cfg, name) <= 0:
-            raise InputError(f"{name} must be positive, got {getattr(cfg, name)}")
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -146,7 +140,7 @@ class RewardModelConfig:
                                                      "and PPO's critic need not learn a per-prompt offset; 0: off")
 
     def __post_init__(self):
-        _positive(self, "steps", "batch_size", "lr", "eval_n")
+        require_positive(self, "steps", "batch_size", "lr", "eval_n")
         if self.center_rewards_coefficient is not None and self.center_rewards_coefficient < 0:
             raise InputError(f"center_rewards_coefficient must be >= 0, got {self.center_rewards_coefficient}")
 

@@ -66,6 +66,14 @@ def resolve(spec: str, output_dir: str | Path | None) -> Path:
     return path
 
 
+def read_state(path: str | Path) -> dict:
+    """The trainer state of the checkpoint at ``path`` (counters, fingerprint): the one reader of ``STATE_FILE``."""
+    file = Path(path) / STATE_FILE
+    if not file.exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} holds no {STATE_FILE}: not a complete checkpoint")
+    return json.loads(file.read_text())
+
+
 def fingerprint(model: torch.nn.Module, config, num_processes: int) -> dict:
     """What must match for a checkpoint to fit this run: trainable shapes and the batch layout."""
     return {
@@ -138,7 +146,7 @@ def load(path: Path, *, model, optimizer, scheduler, generator, rank: int) -> di
     """Read a checkpoint into the live objects; returns its trainer state (counters, fingerprint)."""
     from safetensors.torch import load_file
 
-    state = json.loads((path / STATE_FILE).read_text())
+    state = read_state(path)
     weights = load_file(str(path / WEIGHTS_FILE))
     params = dict(model.named_parameters())
     with torch.no_grad():

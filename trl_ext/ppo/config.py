@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from trl_ext.errors import InputError
-from trl_ext.options import field
+from trl_ext.options import field, require_positive
 from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
@@ -108,10 +108,8 @@ class PPOConfig:
                                       "as TRL's GRPO does; False keeps the eos the reward model may expect")
 
     def __post_init__(self):
-        for name in ("learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
-                     "response_length", "temperature", "num_generations"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        require_positive(self, "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
+                         "response_length", "temperature", "num_generations")
         for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
                      "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):

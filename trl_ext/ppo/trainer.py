@@ -338,9 +338,7 @@ class PPOTrainer:
         return path
 
     def _load_checkpoint(self, path: Path) -> None:
-        import json
-
-        saved = json.loads((path / checkpoint.STATE_FILE).read_text())
+        saved = checkpoint.read_state(path)
         checkpoint.check_fits(saved["fingerprint"], self._checkpoint_state()["fingerprint"], path)
         state = checkpoint.load(path, model=self.actor_critic, optimizer=self.optimizer, scheduler=self.lr_scheduler,
                                 generator=self.generator, rank=self.accelerator.process_index)
