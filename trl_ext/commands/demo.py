@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
-from trl_ext.commands.parsing import Command, CommandResult, options_dict
+from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
 from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
 from trl_ext.commands.report import aggregate_rows, summary_row, text_table, write_report
 from trl_ext.commands.run_log import read_history
@@ -141,7 +141,7 @@ class PPORun:
         return self.backend + ("" if self.reward == "classifier" else "+rm")
 
 
-def _ppo_stage(opts, out: Path, run: PPORun, say) -> dict:
+def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
     reward_dir = out / ("reward" if run.reward == "classifier" else "reward_model")
     train = replace(opts.train, seed=run.seed)
     if run.reward == "reward_model":
@@ -203,7 +203,7 @@ def _workers(jobs: int, backends: list[str]):
     pool.join()
 
 
-def _ppo_stages(opts, out: Path, runs: list[PPORun], say, workers) -> list[dict]:
+def _ppo_stages(opts: DemoOptions, out: Path, runs: list[PPORun], say, workers) -> list[dict]:
     """Every run's summary, in order; on the workers, as many at once as there are, when there are any."""
     if workers is None:
         return [_ppo_stage(opts, out, run, say) for run in runs]
@@ -253,7 +253,7 @@ class Layout:
                      for x in REWARD_SUFFIX.values() for s in range(self.seeds))
 
 
-def _plan(opts, layout: Layout, results: dict, rows: list, say) -> list[PPORun]:
+def _plan(opts: DemoOptions, layout: Layout, results: dict, rows: list, say) -> list[PPORun]:
     """Reward x backend x seed, in that order; a backend that cannot run here gets its 'not run' row instead."""
     first, runs = opts.train.seed, []
     for reward in opts.pipeline.reward_list:
@@ -284,7 +284,7 @@ def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict
     return histories
 
 
-def _notes(opts, layout: Layout, stages: dict) -> list[str]:
+def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
     watch, notes = opts.watch, []
     if layout.aggregate:
         notes += [f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
@@ -295,7 +295,7 @@ def _notes(opts, layout: Layout, stages: dict) -> list[str]:
         f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
 
 
-def run_pipeline(opts, layout: Layout, print_fn=print) -> dict:
+def run_pipeline(opts: DemoOptions, layout: Layout, print_fn=print) -> dict:
     """The supervised stages, then every planned PPO run (on workers when --jobs > 1), then the rows,
     ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
     pipeline = opts.pipeline
@@ -319,22 +319,39 @@ def run_pipeline(opts, layout: Layout, print_fn=print) -> dict:
     return results
 
 
-def demo_command(opts) -> CommandResult:
+def demo_command(opts: DemoOptions) -> CommandResult:
     results = run_pipeline(opts, Layout("demo", "trl-ext demo: the doubling task", seeds=1,
                                         folder="ppo_{backend}{suffix}", aggregate=False))
     return CommandResult(results["summary"], results)
 
 
-def compare_command(opts) -> CommandResult:
+def compare_command(opts: CompareOptions) -> CommandResult:
     results = run_pipeline(opts, Layout("compare", "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the "
                                         "doubling task", seeds=opts.seeds.seeds,
                                         folder="{backend}{suffix}_seed{seed}", aggregate=True))
     return CommandResult(results["summary"], results)
 
 
-_PIPELINE_PARTS = {"train": PPOConfig, "output": OutputOptions, "watch": WatchOptions, "pipeline": PipelineOptions}
+@dataclass
+class DemoOptions:
+    """Everything ``demo`` takes, a part per concern (each part's fields are flags of the command)."""
+
+    train: PPOConfig
+    output: OutputOptions
+    watch: WatchOptions
+    pipeline: PipelineOptions
+
+
+@dataclass
+class CompareOptions(DemoOptions):
+    """``demo``'s options and the number of seeds."""
+
+    seeds: SeedOptions
+
+
 # The demo's PPO budget: 100 updates of 64 (greedy 0.99 comes by about update 50-75); compare runs 19,200.
-DEMO = Command(help="the whole pipeline end to end, both backends", parts=_PIPELINE_PARTS, run=demo_command,
+DEMO = Command(help="the whole pipeline end to end, both backends", parts=parts_of(DemoOptions),
+               options=DemoOptions, run=demo_command,
                defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 6400})
-COMPARE = Command(help="both backends side by side over seeds", parts={**_PIPELINE_PARTS, "seeds": SeedOptions},
-                  run=compare_command, defaults={**DOUBLING_DEFAULTS, "out": "compare_out"})
+COMPARE = Command(help="both backends side by side over seeds", parts=parts_of(CompareOptions),
+                  options=CompareOptions, run=compare_command, defaults={**DOUBLING_DEFAULTS, "out": "compare_out"})

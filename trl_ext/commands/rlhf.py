@@ -14,7 +14,7 @@ from pathlib import Path
 
 from trl_ext.commands.inputs import ModelOptions
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
-from trl_ext.commands.parsing import Command, CommandResult, options_dict
+from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
 from trl_ext.errors import InputError
 from trl_ext.options import field, require_positive
 from trl_ext.ppo.config import PPOConfig, num_updates
@@ -168,7 +168,7 @@ def _mark_finished(folder: Path, config: dict, result: dict) -> None:
     (folder / STAGE_MARKER).write_text(json.dumps({"config": config, **result}, indent=2) + "\n")
 
 
-def sft_stage(opts, out: Path, say) -> str:
+def sft_stage(opts: RLHFOptions, out: Path, say) -> str:
     """The policy PPO starts from: ``--policy``, or ``out/sft`` fine-tuned on ``--sft-data``."""
     stages = opts.stages
     if not stages.sft_data:
@@ -209,7 +209,7 @@ def sft_stage(opts, out: Path, say) -> str:
     return str(folder)
 
 
-def reward_model_stage(opts, policy: str, out: Path, say) -> str | None:
+def reward_model_stage(opts: RLHFOptions, policy: str, out: Path, say) -> str | None:
     """The reward model PPO scores with: ``--reward``, or ``out/reward_model`` trained on ``--preferences``."""
     stages = opts.stages
     if not stages.preferences:
@@ -238,7 +238,7 @@ def reward_model_stage(opts, policy: str, out: Path, say) -> str | None:
     return str(folder)
 
 
-def run_rlhf(opts, print_fn=print) -> dict:
+def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     import torch
     from accelerate import PartialState
     from datasets import Dataset
@@ -300,14 +300,25 @@ def run_rlhf(opts, print_fn=print) -> dict:
     return summary
 
 
-def rlhf_command(opts) -> CommandResult:
+@dataclass
+class RLHFOptions:
+    """Everything ``rlhf`` takes, a part per concern (each part's fields are flags of the command)."""
+
+    train: PPOConfig
+    models: RLHFModels
+    data: PromptOptions
+    lora: LoRAOptions
+    stages: RLHFStages
+    output: OutputOptions
+    run: RLHFBackend
+
+
+def rlhf_command(opts: RLHFOptions) -> CommandResult:
     summary = run_rlhf(opts)
     return CommandResult(summary["summary"], summary)
 
 
 COMMAND = Command(
     help="real-LLM RLHF with LoRA: optional SFT, optional reward model from preferences, then PPO",
-    parts={"train": PPOConfig, "models": RLHFModels, "data": PromptOptions, "lora": LoRAOptions,
-           "stages": RLHFStages, "output": OutputOptions, "run": RLHFBackend},
-    run=rlhf_command, defaults=RLHF_DEFAULTS,
+    parts=parts_of(RLHFOptions), options=RLHFOptions, run=rlhf_command, defaults=RLHF_DEFAULTS,
 )
