@@ -11,14 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trl_ext.errors import TrainingError
+from trl_ext.metrics import numeric_metrics
 
 KEY_METRICS = ("objective/scores", "objective/kl", "objective/entropy", "policy/clipfrac_avg", "loss/value_avg")
-
-
-def metrics_of(stats: dict) -> dict:
-    """The numbers of one update's stats (our trainer's or a TRL trainer's logs): what the log and the summaries
-    read. Text, such as the (prompt, completion) samples our trainer adds, is left out."""
-    return {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 @dataclass
@@ -107,7 +102,7 @@ class RunRecorder:
         return now - self.start - self.probe_seconds
 
     def record(self, update: int, stats: dict, policy) -> bool:
-        row = {**metrics_of(stats), "backend": self.backend, "update": update,
+        row = {**numeric_metrics(stats), "backend": self.backend, "update": update,
                "train_seconds": round(self.train_seconds, 3)}
         bad = [k for k in KEY_METRICS if k in row and not math.isfinite(row[k])]
         if bad:

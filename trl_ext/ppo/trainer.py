@@ -29,6 +29,7 @@ from torch import nn
 
 from trl_ext.batching import pad_batch
 from trl_ext.errors import TrainingError
+from trl_ext.metrics import numeric_metrics
 from trl_ext.ppo import checkpoint, core, losses, precision
 from trl_ext.ppo.advantages import compute_advantages, needs_values
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, rows_per_pass, trackers
@@ -306,8 +307,7 @@ class PPOTrainer:
             stats["timing/elapsed"] = time.perf_counter() - start
             stats["eps"] = self.episode / stats["timing/elapsed"]
             history.append(stats)
-            self.accelerator.log({k: v for k, v in stats.items() if isinstance(v, (int, float))},
-                                 step=self.update_index)
+            self.accelerator.log(numeric_metrics(stats), step=self.update_index)
             stop = on_update is not None and on_update(update + 1, stats)
             if cfg.save_steps and (self.update_index % cfg.save_steps == 0 or self.update_index == total or stop):
                 self.save_checkpoint()
