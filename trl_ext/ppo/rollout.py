@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from importlib.metadata import version
 
 import torch
+from packaging.version import Version
+
+# transformers 5.24 renamed the KV-cache argument and output field `past_key_values` to `cache` (the old name
+# warns, and goes in 5.40): the name the installed transformers takes.
+CACHE_ARG = "cache" if Version(version("transformers")).release[:2] >= (5, 24) else "past_key_values"
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -45,10 +51,10 @@ def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *
     out = []
     for _ in range(max_new_tokens):
         # logits_to_keep=1: the prefill's logits of every prompt position would be (B, P, V) for nothing
-        result = model(input_ids=inputs, attention_mask=mask, position_ids=positions, past_key_values=past,
+        result = model(input_ids=inputs, attention_mask=mask, position_ids=positions, **{CACHE_ARG: past},
                        use_cache=True, logits_to_keep=1)
         logits = result.logits[:, -1, :].float()
-        past = result.past_key_values
+        past = getattr(result, CACHE_ARG)
         if temperature == 0:
             token = logits.argmax(-1)
         else:

@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from trl_ext.ppo.rollout import positions_from_mask
+from trl_ext.ppo.rollout import CACHE_ARG, positions_from_mask
 
 
 def bucket(n: int) -> int:
@@ -57,7 +57,7 @@ def decode_step(model, cache, tokens: torch.Tensor, done: torch.Tensor, attentio
     """One token for every row: forward of the last ``tokens`` over the static cache, then the draw.
     Rows already ``done`` get pad. Returns ``(tokens, done)``; nothing is read back to the host."""
     logits = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=position_ids,
-                   past_key_values=cache, cache_position=cache_position, use_cache=True,
+                   **{CACHE_ARG: cache}, cache_position=cache_position, use_cache=True,
                    logits_to_keep=1).logits[:, -1].float()
     return _next(logits, done, noise, temperature=temperature, top_k=top_k, top_p=top_p,
                  eos_token_id=eos_token_id, pad_token_id=pad_token_id)
@@ -133,7 +133,7 @@ class StaticSampler:
         mask[:, prompt_len:] = 1  # constant over the decode: the causal mask hides what is not written yet
         positions = positions_from_mask(mask[:, :prompt_len])
         cache = self._cache(decoder, batch, length)
-        logits = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+        logits = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, **{CACHE_ARG: cache},
                          cache_position=torch.arange(prompt_len, device=device), use_cache=True,
                          logits_to_keep=1).logits[:, -1].float()
 
