@@ -58,9 +58,11 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, evaluate, show_progress: bool) -> dict:
+def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, evaluate, show_progress: bool,
+                 rank: int = 0, world_size: int = 1) -> dict | None:
     """Build, train with ``supervised_loop``, evaluate, save; ``metrics.json`` is written last (the stage's
-    "finished" marker for the demo)."""
+    "finished" marker for the demo). Data parallel (``world_size > 1``): rank 0 evaluates and saves, the
+    others return None."""
     from trl_ext.doubling.artifacts import save_artifact
     from trl_ext.doubling.supervised import supervised_loop
     from trl_ext.doubling.tokenizer import build_tokenizer
@@ -70,9 +72,12 @@ def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, e
     data = make_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed)
     result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=cfg.batch_size, lr=cfg.lr,
                              warmup_steps=cfg.warmup_steps, use_labels=use_labels, seed=cfg.seed,
-                             desc=stage, show_progress=show_progress)
+                             desc=stage, show_progress=show_progress and rank == 0, rank=rank,
+                             world_size=world_size)
+    if rank != 0:
+        return None
     summary = {
-        "stage": stage, "config": asdict(cfg), "seconds": round(result.seconds, 2),
+        "stage": stage, "config": asdict(cfg), "seconds": round(result.seconds, 2), "processes": world_size,
         "first_loss": result.losses[0], "final_loss": result.losses[-1],
         "parameters": sum(p.numel() for p in model.parameters()), **evaluate(model, tokenizer),
     }
@@ -81,8 +86,9 @@ def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, e
     return summary
 
 
-def run_pretrain(cfg: PretrainConfig, show_progress: bool = True) -> dict:
-    """Next-token pretraining on no-prefix data; saves the policy and ``metrics.json`` in ``cfg.out``."""
+def run_pretrain(cfg: PretrainConfig, show_progress: bool = True, rank: int = 0, world_size: int = 1) -> dict | None:
+    """Next-token pretraining on no-prefix data; saves the policy and ``metrics.json`` in ``cfg.out``
+    (``world_size > 1``: this rank's share of a data-parallel run, see ``supervised_loop``)."""
     from trl_ext.doubling.evaluate import evaluate_policy
     from trl_ext.doubling.models import build_policy
     from trl_ext.doubling.task import pretrain_dataset
@@ -93,7 +99,8 @@ def run_pretrain(cfg: PretrainConfig, show_progress: bool = True) -> dict:
         return {"value_acc": report["greedy"]["value_acc"], "sampled_value_acc": report["sampled"]["value_acc"],
                 "charset_spread": report["sampled"]["charset_spread"]}
 
-    return _train_stage(cfg, "pretrain", build_policy, pretrain_dataset, False, evaluate, show_progress)
+    return _train_stage(cfg, "pretrain", build_policy, pretrain_dataset, False, evaluate, show_progress, rank,
+                        world_size)
 
 
 def run_train_reward(cfg: RewardConfig, show_progress: bool = True) -> dict:

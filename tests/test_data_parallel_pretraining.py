@@ -1,0 +1,62 @@
+"""The supervised loop split over two processes (the demo's pretraining on its two workers) takes the steps one
+process takes on the whole batch: the same weights, the same losses."""
+
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file, save_file
+
+STEPS, BATCH = 6, 7  # an odd batch: the ranks get 3 and 4 rows
+
+
+def _train(rank: int, world_size: int, out: str) -> None:
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.doubling.supervised import supervised_loop
+    from trl_ext.doubling.task import pretrain_dataset
+    from trl_ext.doubling.tokenizer import build_tokenizer
+
+    torch.set_num_threads(1)
+    tokenizer = build_tokenizer()
+    model = build_policy(tokenizer, seed=0)
+    for module in model.modules():  # dropout masks are each rank's own: without them the runs must agree
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    data = pretrain_dataset(tokenizer, STEPS * BATCH, 0)
+    result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=BATCH, lr=3e-3, warmup_steps=2,
+                             use_labels=False, seed=0, desc="test", show_progress=False, rank=rank,
+                             world_size=world_size)
+    weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+    save_file({**weights, "losses": torch.tensor(result.losses)}, f"{out}/rank{rank}_of{world_size}.safetensors")
+
+
+def _rank(rank: int, world_size: int, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world_size)
+    try:
+        _train(rank, world_size, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_take_the_steps_of_one_process(tmp_path):
+    _train(0, 1, str(tmp_path))
+    mp.spawn(_rank, args=(2, str(tmp_path)), nprocs=2)
+    one = load_file(tmp_path / "rank0_of1.safetensors")
+    ranks = [load_file(tmp_path / f"rank{r}_of2.safetensors") for r in (0, 1)]
+    for name in one:
+        assert torch.equal(ranks[0][name], ranks[1][name]), name  # the ranks stay in sync, bit for bit
+        torch.testing.assert_close(ranks[0][name], one[name], atol=2e-6, rtol=1e-5, msg=name)
+    # the loss each step reports is the whole batch's mean, as one process computes it
+    torch.testing.assert_close(ranks[0]["losses"], one["losses"], atol=1e-6, rtol=1e-6)
+    assert one["losses"][-1] < one["losses"][0]  # it trained
+
+
+def test_rank_outside_the_group_is_refused():
+    import pytest
+
+    from trl_ext.doubling.supervised import supervised_loop
+    from trl_ext.errors import InputError
+
+    with pytest.raises(InputError, match="rank 2 of world_size 2"):
+        supervised_loop(None, [None] * 8, 0, batch_size=4, lr=1e-3, warmup_steps=1, use_labels=False, seed=0,
+                        desc="x", rank=2, world_size=2)
