@@ -88,5 +88,9 @@ def test_micro_batches_equal_one_pass(tokenizer, options):
             assert micro_stats[name] == pytest.approx(value, rel=1e-6, abs=TOLERANCE), name
     start = policy.state_dict()
     assert (whole_weights["policy.transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]).abs().max() > 1e-4  # it moved
-    gap = max((whole_weights[n] - micro_weights[n]).abs().max().item() for n in whole_weights)
-    assert gap < TOLERANCE
+    gaps = torch.cat([(whole_weights[n] - micro_weights[n]).abs().flatten() for n in whole_weights])
+    # Adam scales each step by the element's own gradient: where one of the four steps' gradients is near 0, the
+    # rounding of summing micro-batches moves that element by a sliver of lr (1e-3). Measured: one element of
+    # 210k at 1.7e-5 (it moved 3.3e-3 in all), every other below 3e-6; a wrong micro-batch weighting moves
+    # thousands by 1e-4 and more.
+    assert gaps.max() < 5 * TOLERANCE and int((gaps > TOLERANCE).sum()) <= 8, (gaps.max(), (gaps > TOLERANCE).sum())

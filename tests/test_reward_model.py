@@ -22,14 +22,14 @@ def _cli(*args):
 
 @pytest.fixture(scope="module")
 def doubling_rm(tmp_path_factory, trained_artifacts):
-    """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 600 steps,
+    """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 800 steps,
     plain Bradley-Terry (the centring term slows the pairwise accuracy at this budget: 0.93 with it)."""
     from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
 
     out = tmp_path_factory.mktemp("rm") / "rm"
-    config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=600, eval_n=400,
+    config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=800, eval_n=400,
                                center_rewards_coefficient=0)
-    return out, run_train_reward_model(config)  # about 30 s
+    return out, run_train_reward_model(config)  # about 45 s
 
 
 def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
@@ -50,7 +50,8 @@ def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
 
 
 def test_reward_model_learns_the_doubling_preferences(doubling_rm):
-    """Measured (600 steps): 0.970 overall, wrong values 0.954, every other kind 0.98-1.00."""
+    """Measured (800 steps, on the exact-GELU policy): 0.9675 overall, wrong values 0.945, every other kind 1.00
+    (600 steps gave 0.950 and 0.920 on it, 0.9675 on the earlier tanh-GELU policy)."""
     out, result = doubling_rm
     by_kind = result["heldout_by_kind"]
     assert result["heldout_pairwise_accuracy"] > 0.95 and result["final_loss"] < 0.5 * result["first_loss"], result
