@@ -161,6 +161,12 @@ def _as_rloo(cfg: PPOConfig) -> dict:
                 kl_mode="sequence", beta=0.0, policy_loss="sequence_clip", loss_type="grpo")
 
 
+def _as_rloo_tuned(cfg: PPOConfig) -> dict:
+    """The best critic-free setting found on the doubling task (README, "Critic-free estimators"): RLOO as TRL
+    runs it, but two PPO epochs over each batch at lr 1e-3 (one epoch at 3e-4 ended less sharp when sampled)."""
+    return dict(_as_rloo(cfg), num_ppo_epochs=2, learning_rate=1e-3)
+
+
 def _as_reinforce_pp(cfg: PPOConfig) -> dict:  # KL-shaped token rewards, one completion per prompt
     return dict(_ONE_STEP, advantage_estimator="reinforce_pp", num_generations=1, beta=0.0)
 
@@ -181,6 +187,7 @@ RUNNERS: dict[str, Backend] = {
     "scratch-grpo": Backend(partial(ScratchRunner, algorithm=_as_grpo), resumable=True),
     "scratch-rloo": Backend(partial(ScratchRunner, algorithm=_as_rloo), resumable=True),
     "scratch-reinforce_pp": Backend(partial(ScratchRunner, algorithm=_as_reinforce_pp), resumable=True),
+    "scratch-rloo-tuned": Backend(partial(ScratchRunner, algorithm=_as_rloo_tuned), resumable=True),
 }
 BACKENDS = tuple(RUNNERS)
 
