@@ -1,6 +1,8 @@
 """The supervised loop split over two processes (the demo's pretraining on its two workers) takes the steps one
 process takes on the whole batch: the same weights, the same losses."""
 
+from pathlib import Path
+
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
@@ -29,9 +31,12 @@ def _train(rank: int, world_size: int, out: str) -> None:
 
 
 def _rank(rank: int, world_size: int, out: str) -> None:
+    from datetime import timedelta
+
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world_size,
+                            timeout=timedelta(minutes=2))
     try:
         _train(rank, world_size, out)
     finally:
@@ -45,14 +50,37 @@ def test_two_ranks_take_the_steps_of_one_process(tmp_path):
     ranks = [load_file(tmp_path / f"rank{r}_of2.safetensors") for r in (0, 1)]
     for name in one:
         assert torch.equal(ranks[0][name], ranks[1][name]), name  # the ranks stay in sync, bit for bit
-        torch.testing.assert_close(ranks[0][name], one[name], atol=2e-6, rtol=1e-5, msg=name)
+        torch.testing.assert_close(ranks[0][name], one[name], atol=2e-6, rtol=0, msg=name)
     # the loss each step reports is the whole batch's mean, as one process computes it
     torch.testing.assert_close(ranks[0]["losses"], one["losses"], atol=1e-6, rtol=1e-6)
     assert one["losses"][-1] < one["losses"][0]  # it trained
 
 
+def _mislabelled_rank(rank: int, world_size: int, out: str) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from trl_ext.errors import InputError
+
+    dist.init_process_group("gloo", init_method=f"file://{out}/store2", rank=rank, world_size=world_size,
+                            timeout=timedelta(minutes=2))
+    try:
+        _train(1 - rank, world_size, out)  # each told the other's rank
+    except InputError as error:
+        Path(out, f"refused{rank}.txt").write_text(str(error))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_rank_that_is_not_the_group_s_is_refused(tmp_path):
+    mp.spawn(_mislabelled_rank, args=(2, str(tmp_path)), nprocs=2)
+    assert (tmp_path / "refused0.txt").read_text() == "rank 1 of world_size 2 given, but this process is rank 0 of 2"
+
+
 def test_rank_outside_the_group_is_refused():
     import pytest
+    from datasets import Dataset
 
     from trl_ext.doubling.supervised import supervised_loop
     from trl_ext.errors import InputError
@@ -60,3 +88,6 @@ def test_rank_outside_the_group_is_refused():
     with pytest.raises(InputError, match="rank 2 of world_size 2"):
         supervised_loop(None, [None] * 8, 0, batch_size=4, lr=1e-3, warmup_steps=1, use_labels=False, seed=0,
                         desc="x", rank=2, world_size=2)
+    with pytest.raises(InputError, match="needs an initialised torch.distributed process group"):
+        supervised_loop(torch.nn.Linear(2, 2), Dataset.from_dict({"input_ids": [[1, 2]] * 8}), 0, batch_size=4,
+                        lr=1e-3, warmup_steps=1, use_labels=False, seed=0, desc="x", rank=0, world_size=2)

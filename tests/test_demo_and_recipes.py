@@ -33,6 +33,8 @@ def test_demo_end_to_end_tiny_and_resume(tmp_path):
                  *(f"ppo_{b}/summary.json" for b in RUNNABLE)):
         assert (out / name).exists(), name
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # pretraining ran data parallel on the two workers (one where the machine has one core)
+    assert json.loads((out / "policy" / "metrics.json").read_text())["processes"] == min(2, os.cpu_count())
     results = json.loads((out / "results.json").read_text())
     assert [r["backend"] for r in results["rows"]] == ["trl", "scratch"]  # the trl row is there either way
     for row in results["rows"]:
@@ -133,7 +135,7 @@ def test_interrupted_demo_keeps_finished_stages(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
-    # both supervised stages finished (the classifier, on a worker, may finish long before pretraining)
+    # both supervised stages finished (the classifier, then pretraining on the workers)
     while not all((out / stage / "metrics.json").exists() for stage in ("policy", "reward")) \
             and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)

@@ -178,7 +178,8 @@ class Backend:
     needs_trl_ppo: bool = False
 
 
-# 'grpo'/'rloo': TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with that estimator
+# 'grpo'/'rloo': TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with that estimator (its options
+# replace those of the command line: a row is one fixed configuration)
 RUNNERS: dict[str, Backend] = {
     "scratch": Backend(ScratchRunner, resumable=True),
     "trl": Backend(TRLPPORunner, needs_trl_ppo=True),

@@ -52,7 +52,8 @@ class PipelineOptions:
                                             "--temperature): a reward model can only punish the wrong values PPO "
                                             "samples, and at 1.0 they are rare")
     jobs: int = field(2, help="PPO runs at once, each in its own process (the README's command gives each one "
-                      "torch thread); 1: one after another in this process")
+                      "torch thread), and the processes pretraining runs data parallel on (their dropout masks "
+                      "differ from one process's, so the policy does too); 1: all in this process")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
     reward_url: str | None = field(None, help="score every PPO run through this reward server (`trl-ext "
                                    "serve-reward`'s address) instead of the classifier trained here")
@@ -127,13 +128,31 @@ def _supervised_stages(pipeline: PipelineOptions, out: Path, say, workers) -> di
 def _pretrain_on(workers, processes: int, cfg: PretrainConfig) -> dict:
     """Pretraining as ``processes`` data-parallel ranks on the pool's workers (gloo, one thread each), rank 0's
     summary. Two threads in one process would be as fast on idle cores, but every op then waits for both, and
-    with another process on a core a step took 2x to 50x longer; ranks wait once a step."""
+    with another process on a core a step took 2x to 50x longer; ranks wait once a step. The pool must have
+    ``processes`` idle workers (``_workers`` makes it that size): a rank left queued would stall the others."""
     import tempfile
+    import time
 
     with tempfile.TemporaryDirectory() as rendezvous:
         store = f"file://{rendezvous}/store"
         pending = [workers.apply_async(_pretrain_rank, (cfg, rank, processes, store)) for rank in range(processes)]
-        return [p.get() for p in pending][0]
+        while not all(p.ready() for p in pending):  # a failed rank ends the others' collectives at once
+            time.sleep(0.1)
+    failures = [_raised(p) for p in pending if not p.successful()]
+    if failures:
+        import torch.distributed as dist
+
+        # The rank that failed first raised the cause; the others only saw their peer go.
+        raise next((e for e in failures if not isinstance(e, dist.DistError)), failures[0])
+    return pending[0].get()
+
+
+def _raised(result) -> BaseException:
+    try:
+        result.get()
+    except BaseException as error:  # noqa: BLE001 - returned to be re-raised by the caller
+        return error
+    raise AssertionError("a successful result has no error")
 
 
 def _pretrain_rank(cfg: PretrainConfig, rank: int, processes: int, store: str) -> dict | None:
@@ -143,7 +162,8 @@ def _pretrain_rank(cfg: PretrainConfig, rank: int, processes: int, store: str) -
 
     import torch.distributed as dist
 
-    # A rank that fails stops the others at their next step, once this timeout runs out.
+    # A rank that never joins, or hangs, fails the others once this runs out (one that raises closes its
+    # connections on the way out, and the others fail at their next step).
     dist.init_process_group("gloo", init_method=store, rank=rank, world_size=processes, timeout=timedelta(minutes=2))
     try:
         return run_pretrain(cfg, rank=rank, world_size=processes)
@@ -379,9 +399,9 @@ class CompareOptions(DemoOptions):
     seeds: SeedOptions
 
 
-# The demo's PPO budget: 100 updates of 64 (compare runs 19,200). At this budget lr 1e-3 is what makes the sampled
-# answers sharp: sampled exact 0.971-0.984 over four pretrained policies and seeds, where 3e-4 (compare's rate, for
-# 300 updates) left 0.942-0.970 (README, "How the defaults were chosen").
+# The demo's PPO budget: 100 updates of 64 (compare runs 19,200). At this budget a higher rate makes the sampled
+# answers sharp: lr 1e-3 gave sampled exact 0.971-0.984 in four runs (three pretrained policies, two seeds), where
+# 3e-4 (compare's rate, for 300 updates) gave 0.942-0.970 in two (README, "How the defaults were chosen").
 DEMO = Command(help="the whole pipeline end to end, both backends", parts=parts_of(DemoOptions),
                options=DemoOptions, run=demo_command,
                defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 6400, "learning_rate": 1e-3})

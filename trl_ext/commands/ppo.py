@@ -51,8 +51,10 @@ class WatchOptions:
 
 @dataclass
 class BackendOption:
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer, TRL <= 1.12), or "
-                         "TRL's critic-free 'grpo'/'rloo' for comparison", choices=BACKENDS)
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer, TRL <= 1.12), "
+                         "TRL's critic-free 'grpo'/'rloo' for comparison, or 'scratch-ALGO': ours set as those rows "
+                         "run (their estimator, epochs, clipping and KL options, and for scratch-rloo-tuned lr 1e-3, "
+                         "replace the flags'; README, 'Critic-free estimators')", choices=BACKENDS)
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

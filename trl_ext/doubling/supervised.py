@@ -37,12 +37,28 @@ def _items(rows: list[list[int]], use_labels: bool) -> int:
     return len(rows) if use_labels else sum(len(ids) - 1 for ids in rows)
 
 
+def _join_group(parameters: list[torch.Tensor], rank: int, world_size: int) -> None:
+    """Check that this process is ``rank`` of a ``world_size`` group, and start from rank 0's weights (as DDP
+    does: equal seeds build equal models, but a rank that built another would otherwise go unnoticed)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise InputError(f"world_size {world_size} needs an initialised torch.distributed process group")
+    if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+        raise InputError(f"rank {rank} of world_size {world_size} given, but this process is rank "
+                         f"{dist.get_rank()} of {dist.get_world_size()}")
+    for p in parameters:
+        dist.broadcast(p.data, src=0)
+
+
 def _sum_gradients(parameters: list[torch.Tensor], loss: torch.Tensor) -> torch.Tensor:
     """All-reduce (sum) every gradient and ``loss`` over the process group in one flat message; the summed loss."""
     import torch.distributed as dist
 
     for p in parameters:
-        if p.grad is None:  # unused this step here, maybe not on another rank: every rank sends the same layout
+        # Unused this step here, maybe not on another rank: every rank sends the same layout. (A parameter no rank
+        # used then steps on a zero gradient where one process would skip it: no model here has one.)
+        if p.grad is None:
             p.grad = torch.zeros_like(p)
     flat = torch.cat([p.grad.reshape(-1) for p in parameters] + [loss.detach().reshape(1)])
     dist.all_reduce(flat)
@@ -78,6 +94,8 @@ def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, 
     torch.manual_seed(seed + rank)
     model.train()
     parameters = [p for p in model.parameters() if p.requires_grad]
+    if world_size > 1:
+        _join_group(parameters, rank, world_size)
     # foreach: one kernel per op over all parameters, not one per parameter (the same numbers, bit for bit)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)
     schedule = get_cosine_schedule_with_warmup(optimizer, min(warmup_steps, steps // 2), steps)
