@@ -30,15 +30,20 @@ def _train(rank: int, world_size: int, out: str) -> None:
     save_file({**weights, "losses": torch.tensor(result.losses)}, f"{out}/rank{rank}_of{world_size}.safetensors")
 
 
-def _rank(rank: int, world_size: int, out: str) -> None:
+def _rank(rank: int, world_size: int, out: str, told: tuple[int, int] | None = None) -> None:
+    """``rank`` of a gloo group, training as rank ``told[rank]`` (default: its own); a refusal goes to a file."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
+    from trl_ext.errors import InputError
+
     dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world_size,
                             timeout=timedelta(minutes=2))
     try:
-        _train(rank, world_size, out)
+        _train(rank if told is None else told[rank], world_size, out)
+    except InputError as error:
+        Path(out, f"refused{rank}.txt").write_text(str(error))
     finally:
         dist.destroy_process_group()
 
@@ -46,6 +51,7 @@ def _rank(rank: int, world_size: int, out: str) -> None:
 def test_two_ranks_take_the_steps_of_one_process(tmp_path):
     _train(0, 1, str(tmp_path))
     mp.spawn(_rank, args=(2, str(tmp_path)), nprocs=2)
+    assert not list(tmp_path.glob("refused*"))
     one = load_file(tmp_path / "rank0_of1.safetensors")
     ranks = [load_file(tmp_path / f"rank{r}_of2.safetensors") for r in (0, 1)]
     for name in one:
@@ -56,25 +62,8 @@ def test_two_ranks_take_the_steps_of_one_process(tmp_path):
     assert one["losses"][-1] < one["losses"][0]  # it trained
 
 
-def _mislabelled_rank(rank: int, world_size: int, out: str) -> None:
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    from trl_ext.errors import InputError
-
-    dist.init_process_group("gloo", init_method=f"file://{out}/store2", rank=rank, world_size=world_size,
-                            timeout=timedelta(minutes=2))
-    try:
-        _train(1 - rank, world_size, out)  # each told the other's rank
-    except InputError as error:
-        Path(out, f"refused{rank}.txt").write_text(str(error))
-    finally:
-        dist.destroy_process_group()
-
-
 def test_a_rank_that_is_not_the_group_s_is_refused(tmp_path):
-    mp.spawn(_mislabelled_rank, args=(2, str(tmp_path)), nprocs=2)
+    mp.spawn(_rank, args=(2, str(tmp_path), (1, 0)), nprocs=2)  # each told the other's rank
     assert (tmp_path / "refused0.txt").read_text() == "rank 1 of world_size 2 given, but this process is rank 0 of 2"
 
 

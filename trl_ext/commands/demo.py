@@ -138,21 +138,18 @@ def _pretrain_on(workers, processes: int, cfg: PretrainConfig) -> dict:
         pending = [workers.apply_async(_pretrain_rank, (cfg, rank, processes, store)) for rank in range(processes)]
         while not all(p.ready() for p in pending):  # a failed rank ends the others' collectives at once
             time.sleep(0.1)
-    failures = [_raised(p) for p in pending if not p.successful()]
+    failures = []
+    for p in pending:
+        try:
+            p.get()
+        except BaseException as error:  # noqa: BLE001 - re-raised below, the cause first
+            failures.append(error)
     if failures:
         import torch.distributed as dist
 
         # The rank that failed first raised the cause; the others only saw their peer go.
         raise next((e for e in failures if not isinstance(e, dist.DistError)), failures[0])
     return pending[0].get()
-
-
-def _raised(result) -> BaseException:
-    try:
-        result.get()
-    except BaseException as error:  # noqa: BLE001 - returned to be re-raised by the caller
-        return error
-    raise AssertionError("a successful result has no error")
 
 
 def _pretrain_rank(cfg: PretrainConfig, rank: int, processes: int, store: str) -> dict | None:

@@ -111,11 +111,12 @@ def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, 
         else:
             labels = input_ids.masked_fill(attention_mask == 0, -100)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        if world_size > 1:
+        if world_size == 1:
+            loss.backward()
+        else:
             batch = columns["input_ids"][first:first + batch_size]
             loss = loss * (_items(columns["input_ids"][share], use_labels) / _items(batch, use_labels))
-        loss.backward()
-        if world_size > 1:
+            loss.backward()
             loss = _sum_gradients(parameters, loss)
         torch.nn.utils.clip_grad_norm_(parameters, 1.0)
         optimizer.step()
