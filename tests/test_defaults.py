@@ -44,6 +44,6 @@ def test_doubling_commands_run_the_doubling_values():
         budget = ("total_episodes", "learning_rate")  # the demo's shorter run, and the rate that suits it
         assert {k: command.defaults[k] for k in DOUBLING_COMMAND_PPO if k not in budget} == \
             {k: v for k, v in DOUBLING_COMMAND_PPO.items() if k not in budget}
-    assert demo.DEMO.defaults["total_episodes"] == 6400 and ppo.COMMAND.defaults["total_episodes"] == 19200
+    assert demo.DEMO.defaults["total_episodes"] == 9600 and ppo.COMMAND.defaults["total_episodes"] == 19200
     assert demo.DEMO.defaults["learning_rate"] == 1e-3 and ppo.COMMAND.defaults["learning_rate"] == 3e-4
     assert doubling_ppo_config(batch_size=4).learning_rate == 3e-4 and doubling_ppo_config(batch_size=4).batch_size == 4

@@ -63,6 +63,14 @@ def test_dataset_schemas(tokenizer):
     assert d.ppo_prompt_dataset(tokenizer, 8, 0)["prompt"] == prompts["prompt"]
 
 
+def test_datasets_hold_the_tokenizers_own_ids(tokenizer):
+    """The task's tokenizer is read by a dict lookup (fast); the ids must be the ones the tokenizer gives."""
+    data = d.classifier_dataset(tokenizer, 300, 1)
+    assert data["input_ids"] == tokenizer(list(data["text"]), add_special_tokens=False)["input_ids"]
+    with pytest.raises(Exception, match="'A' at position 3"):
+        d._tokenize(tokenizer, ["S__A:1"])
+
+
 @pytest.mark.parametrize(
     "completion, value, charset, finished",
     [
