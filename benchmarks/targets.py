@@ -6,13 +6,18 @@
 Runs ``trl-ext compare`` (defaults: 19,200 episodes, 3 seeds, two PPO runs at a time) twice into
 runs/targets, sharing the pretrained policy: first the backends with the charset classifier's reward
 (trl, scratch, TRL's GRPO and RLOO, ours configured as them: scratch-grpo, scratch-rloo, and
-scratch-reinforce_pp, and the best critic-free setting found, scratch-rloo-tuned), then both PPO
-backends with the scalar reward model trained on the doubling preferences (rows ``trl+rm``, ``scratch+rm``). Checks, on 1,000 held-out prefix prompts per seed:
+scratch-reinforce_pp, and the best critic-free settings found, run by both trainers: grpo-tuned,
+rloo-tuned, scratch-grpo-tuned, scratch-rloo-tuned), then both PPO backends with the scalar reward model
+trained on the doubling preferences (rows ``trl+rm``, ``scratch+rm``). Checks, on 1,000 held-out prefix
+prompts per seed:
   trl, scratch, scratch-rloo-tuned:  greedy exact >= 0.99 and sampled exact >= 0.98 (every seed)
   trl+rm, scratch+rm:  greedy exact >= 0.99 and sampled exact >= 0.99 (seed 0)
+  ours against TRL's critic-free rows, the same config (scratch-grpo vs grpo, ..., scratch-rloo-tuned vs
+  rloo-tuned) and ours tuned against TRL's default-configured rows (scratch-grpo-tuned vs grpo, scratch-rloo-tuned
+  vs rloo): greedy exact >= 0.99 and sampled exact >= TRL's, every seed (issue 20's target)
 and the speed targets: scratch episodes/s >= 3x trl's, scratch wall time to greedy 0.99 <= 1/3 of trl's,
-scratch-grpo (scratch-rloo) episodes/s >= TRL's grpo (rloo), and scratch-rloo-tuned's training time
-<= half of scratch's.
+each scratch-ALGO row's episodes/s >= its TRL row's, and scratch-rloo-tuned's training time <= half of
+scratch's.
 Writes benchmarks/results/targets-<device>.json and the README's tables as targets-<device>.md.
 """
 
@@ -26,9 +31,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = (("trl,scratch,grpo,rloo,scratch-grpo,scratch-rloo,scratch-reinforce_pp,scratch-rloo-tuned", "classifier"),
+RUNS = (("trl,scratch,grpo,rloo,scratch-grpo,scratch-rloo,scratch-reinforce_pp,grpo-tuned,rloo-tuned,"
+         "scratch-grpo-tuned,scratch-rloo-tuned", "classifier"),
         ("trl,scratch", "reward_model"))
-SAME_AS_TRL = {"scratch-grpo": "grpo", "scratch-rloo": "rloo"}  # ours configured as TRL's critic-free trainer
+# ours and TRL's critic-free trainer, one config per pair; then ours at the tuned setting against TRL's at its own
+SAME_AS_TRL = {"scratch-grpo": "grpo", "scratch-rloo": "rloo", "scratch-grpo-tuned": "grpo-tuned",
+               "scratch-rloo-tuned": "rloo-tuned"}
+TUNED_VS_TRL = {"scratch-grpo-tuned": "grpo", "scratch-rloo-tuned": "rloo"}
 SAMPLED = {"trl": 0.98, "scratch": 0.98, "scratch-rloo-tuned": 0.98, "trl+rm": 0.99, "scratch+rm": 0.99}
 COLUMNS = ("greedy_exact", "sampled_exact", "episodes_to_target", "seconds_to_target", "episodes_per_second",
            "train_seconds", "final_kl")
@@ -98,6 +107,12 @@ def _checks(per_seed: dict) -> list[dict]:
             eps = {b: statistics.fmean(r["episodes_per_second"] for r in per_seed[b]) for b in (ours, theirs)}
             checks.append({"check": f"{ours} episodes/s >= {theirs}'s", "value": round(eps[ours] / eps[theirs], 2),
                            "ok": eps[ours] >= eps[theirs]})
+    for ours, theirs in [*SAME_AS_TRL.items(), *TUNED_VS_TRL.items()]:  # issue 20: every seed, ours against theirs
+        if isinstance(per_seed.get(ours), list) and isinstance(per_seed.get(theirs), list):
+            for seed, (mine, trl) in enumerate(zip(per_seed[ours], per_seed[theirs])):
+                checks.append({"check": f"{ours} seed {seed}: greedy >= 0.99 and sampled >= {theirs}'s",
+                               "value": f"{mine['greedy_exact']} / {mine['sampled_exact']} vs {trl['sampled_exact']}",
+                               "ok": mine["greedy_exact"] >= 0.99 and mine["sampled_exact"] >= trl["sampled_exact"]})
     return checks
 
 

@@ -86,11 +86,14 @@ def test_compare_tiny_two_seeds(tmp_path):
 @pytest.mark.trl_api  # TRL's GRPOTrainer and RLOOTrainer
 def test_compare_grpo_and_rloo_rows(tmp_path):
     out = tmp_path / "cmp"
-    run = _cli("compare", "--out", str(out), "--seeds", "1", "--backends", "grpo,rloo", *TINY)
+    run = _cli("compare", "--out", str(out), "--seeds", "1", "--backends", "grpo,rloo,grpo-tuned", *TINY)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert [r["backend"] for r in results["rows"]] == ["grpo", "rloo"]
+    assert [r["backend"] for r in results["rows"]] == ["grpo", "rloo", "grpo-tuned"]
     assert all(r["greedy_exact"]["mean"] is not None for r in results["rows"])
+    # two optimizer steps a generated batch: still one update (and 8 episodes) a batch
+    history = [json.loads(x) for x in (out / "grpo-tuned_seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["update"], r["episode"]) for r in history] == [(1, 8), (2, 16)]
 
 
 @pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])

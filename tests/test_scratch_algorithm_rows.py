@@ -1,5 +1,6 @@
 """The ``scratch-ALGO`` backends of ``ppo``/``compare``: our trainer configured as TRL's critic-free rows, and the
-best critic-free setting found (``scratch-rloo-tuned``)."""
+best critic-free settings found (``scratch-rloo-tuned``, ``scratch-grpo-tuned``; TRL's trainers run them as
+``rloo-tuned``, ``grpo-tuned``)."""
 
 import json
 import os
@@ -31,6 +32,38 @@ def test_the_tuned_rloo_row_is_rloo_with_two_epochs_at_lr_1e3():
     tuned = replace(base, **RUNNERS["scratch-rloo-tuned"].build.keywords["algorithm"](base))
     assert (tuned.num_ppo_epochs, tuned.learning_rate) == (2, 1e-3)
     assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate) == rloo
+
+
+def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batch():
+    base = doubling_ppo_config()
+    grpo = replace(base, **RUNNERS["scratch-grpo"].build.keywords["algorithm"](base))
+    tuned = replace(base, **RUNNERS["scratch-grpo-tuned"].build.keywords["algorithm"](base))
+    assert (tuned.num_ppo_epochs, tuned.learning_rate, tuned.scale_rewards) == (2, 1e-3, "batch")
+    assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate, scale_rewards="group") == grpo
+
+
+@pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):
+    """TRL's row and ours of a name read one config: epochs are TRL's iterations, each an optimizer step."""
+    from trl_ext.commands.backends import GROUP_SIZE, RunInputs
+    from trl_ext.doubling.artifacts import load_policy, save_artifact
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.doubling.task import ppo_prompt_dataset
+
+    save_artifact(build_policy(tokenizer), tokenizer, tmp_path / "policy")  # their reference loads from its path
+    policy, _ = load_policy(tmp_path / "policy")
+    base = doubling_ppo_config(total_episodes=64, output_dir=str(tmp_path / "out"))
+    ours = replace(base, **RUNNERS[f"scratch-{kind}-tuned"].build.keywords["algorithm"](base))
+    inputs = RunInputs(base, policy, tokenizer, lambda completions, **_: [0.0] * len(completions),
+                       lambda n: ppo_prompt_dataset(tokenizer, n, 0))
+    args = RUNNERS[f"{kind}-tuned"].build(inputs).trainer.args
+    assert (args.num_iterations, args.max_steps, args.learning_rate) == (2, 2, ours.learning_rate)
+    assert args.num_generations == ours.num_generations == GROUP_SIZE
+    if kind == "grpo":
+        assert (args.scale_rewards, args.beta) == ("batch", ours.beta)
+    else:  # RLOO's beta is a KL in the reward
+        assert args.beta == ours.kl_coef and ours.beta == 0
 
 
 def test_the_tuned_rloo_row_runs_from_the_cli(trained_artifacts, tmp_path):

@@ -53,9 +53,11 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
     def fixed_score(prompts, completions, completion_ids, **_):
         return [score_of[(tuple(p), tuple(c))] for p, c in zip(recorded["prompt_ids"], completion_ids)]
 
+    # Our epochs over a batch are their iterations over a generation, each one optimizer step
     common = dict(output_dir=str(tmp_path / kind), per_device_train_batch_size=cfg.batch_size,
-                  num_generations=cfg.num_generations, max_completion_length=cfg.response_length, max_steps=1,
-                  learning_rate=cfg.learning_rate, temperature=1.0, num_iterations=1, shuffle_dataset=False,
+                  num_generations=cfg.num_generations, max_completion_length=cfg.response_length,
+                  max_steps=cfg.num_ppo_epochs, learning_rate=cfg.learning_rate, temperature=1.0,
+                  num_iterations=cfg.num_ppo_epochs, lr_scheduler_type=cfg.lr_scheduler_type, shuffle_dataset=False,
                   max_grad_norm=cfg.max_grad_norm, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
                   save_strategy="no", disable_tqdm=True, disable_dropout=True, seed=0)
     if kind == "grpo":
@@ -102,9 +104,14 @@ GRPO = dict(advantage_estimator="grpo", kl_coef=0.0, scale_rewards="group")
 # RLOO: the k1 KL summed over the sequence comes off the score; one ratio per sequence, averaged over sequences
 RLOO = dict(advantage_estimator="rloo", kl_coef=0.05, kl_estimator="k1", kl_mode="sequence", beta=0.0,
             policy_loss="sequence_clip", loss_type="grpo")
+TWO_STEPS = dict(num_ppo_epochs=2, lr_scheduler_type="constant")
 CASES = {"grpo-beta": ("grpo", dict(GRPO, beta=0.04, loss_type="grpo")),
          "grpo-bnpo": ("grpo", dict(GRPO, beta=0.0, loss_type="bnpo")),
-         "rloo": ("rloo", RLOO)}
+         "rloo": ("rloo", RLOO),
+         # two optimizer steps on one batch (the second one's ratio is not 1, so clipping can act), at a constant
+         # rate: a decaying one steps per update in ours, per optimizer step in theirs
+         "grpo-2-iterations": ("grpo", dict(GRPO, beta=0.04, loss_type="bnpo", scale_rewards="batch", **TWO_STEPS)),
+         "rloo-2-iterations": ("rloo", dict(RLOO, **TWO_STEPS))}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -119,11 +126,12 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     prompt_ids = _prompts(tokenizer)
     completions = [[tokenizer(t, add_special_tokens=False)["input_ids"] for t in group] for group in GROUPS]
     scores = [[1.0, -0.5, 0.0, 2.0], [0.3, 0.3, -1.0, 1.5]]
-    cfg = doubling_ppo_config(num_generations=4, batch_size=8, num_mini_batches=1, num_ppo_epochs=1, total_episodes=8,
-                    learning_rate=1e-4, response_length=7, max_grad_norm=1.0, **options)
+    cfg = doubling_ppo_config(**{**dict(num_generations=4, batch_size=8, num_mini_batches=1, num_ppo_epochs=1,
+                                        total_episodes=8, learning_rate=1e-4, response_length=7, max_grad_norm=1.0),
+                                 **options})
     theirs, trl = _trl_update(kind, path, tokenizer, prompt_ids, copy.deepcopy(completions), scores, cfg, tmp_path,
                               monkeypatch)
-    assert len(trl["losses"]) == 1
+    assert len(trl["losses"]) == cfg.num_ppo_epochs
 
     from transformers import AutoModelForCausalLM
 
@@ -132,7 +140,7 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
 
     def recording(*args, **kwargs):
         loss, stats = real_policy_loss(*args, **kwargs)
-        ours_recorded["loss"] = loss.item()
+        ours_recorded.setdefault("losses", []).append(loss.item())
         return loss, stats
 
     real_experience = PPOTrainer._experience
@@ -157,12 +165,14 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     ours_by_key = {(tuple(q), tuple(r)): a for q, r, a in zip(queries, responses, ours_recorded["advantages"][:, 0])}
     ours_advantages = torch.stack([ours_by_key[key] for key in trl["keys"]])
     np.testing.assert_allclose(ours_advantages.numpy(), trl["advantages"][0].numpy(), atol=TOLERANCE, rtol=0)
-    assert ours_recorded["loss"] == pytest.approx(trl["losses"][0], abs=TOLERANCE)
+    assert ours_recorded["losses"] == pytest.approx(trl["losses"], abs=TOLERANCE)
     if trl["ref_model"] is not None:
-        log = next(entry for entry in trl["logs"] if "kl" in entry)
-        assert abs(log["kl"]) > 1e-3  # the perturbed reference: a KL term that matters
-        ours_kl = stats["loss/kl_avg"] if kind == "grpo" else ours_recorded["kl"]  # in the loss / in the reward
-        assert ours_kl == pytest.approx(log["kl"], abs=TOLERANCE)
+        logged = [entry["kl"] for entry in trl["logs"] if "kl" in entry]  # a log a step
+        assert abs(logged[0]) > 1e-3  # the perturbed reference: a KL term that matters
+        if kind == "grpo":  # in the loss (ratio-weighted), at each step; our stats average the epochs
+            assert stats["loss/kl_avg"] == pytest.approx(np.mean(logged), abs=TOLERANCE)
+        else:  # in the reward, from the rollout
+            assert ours_recorded["kl"] == pytest.approx(logged[0], abs=TOLERANCE)
     theirs_params = dict(theirs.named_parameters())
     # Adam's first step is +-lr wherever the gradient is not ~0, so a near-zero gradient element turns
     # rounding into a step of either sign: lr 1e-4 keeps that under the tolerance (at 1e-3 one element of

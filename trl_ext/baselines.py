@@ -23,10 +23,10 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
 def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path,
                         num_generations: int = 8):
     """A ready GRPO or RLOO trainer for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt
-    dataset of at least ``group_prompt_count(cfg)`` rows).
-
-    One gradient step per generated batch (``num_iterations=1``, their default), so an episode is a
-    completion used once; ``kl_coef`` becomes their ``beta``.
+    dataset of at least ``group_prompt_count(cfg)`` rows), configured as our trainer with ``cfg``
+    (tests/test_trl_group_equality.py): ``num_ppo_epochs`` optimizer steps per generated batch (their
+    ``num_iterations``); GRPO's ``beta`` and ``scale_rewards`` are ours, RLOO's ``beta`` (a KL in the reward) is
+    our ``kl_coef``. A decaying rate steps per optimizer step in theirs, per batch in ours.
     """
     from transformers import PrinterCallback, ProgressCallback
 
@@ -38,12 +38,13 @@ def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, o
         from trl import GRPOConfig as Config, GRPOTrainer as Trainer
     else:
         from trl import RLOOConfig as Config, RLOOTrainer as Trainer
-    steps = max(1, cfg.total_episodes // cfg.batch_size)
+    steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs
+    estimator = dict(beta=cfg.beta, scale_rewards=cfg.scale_rewards) if kind == "grpo" else dict(beta=cfg.kl_coef)
     args = Config(
         output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,
         max_completion_length=cfg.response_length, max_steps=steps, learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=1,
-        beta=cfg.kl_coef, seed=cfg.seed, **launch_training_arguments(),
+        lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=cfg.num_ppo_epochs,
+        **estimator, seed=cfg.seed, **launch_training_arguments(),
         report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
         disable_dropout=True,  # as both PPO backends do
     )

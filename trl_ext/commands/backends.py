@@ -66,15 +66,17 @@ class _StopTraining(Exception):
     """Raised out of a TRL trainer's loop to end it early: TRL's PPO loop ignores control.should_training_stop."""
 
 
-def _train_reporting(trainer, on_update: OnUpdate, metrics_of: Callable[[dict, Any], dict | None]) -> None:
+def _train_reporting(trainer, on_update: OnUpdate, metrics_of: Callable[[dict, Any], dict | None],
+                     update_of: Callable[[Any], int] = lambda state: state.global_step) -> None:
     """``trainer.train()`` for a transformers/TRL trainer, each update's log handed to ``on_update``
-    (``metrics_of(logs, state)`` picks the update logs and names their metrics as ours)."""
+    (``metrics_of(logs, state)`` picks the update logs and names their metrics as ours, ``update_of(state)``
+    numbers the update)."""
     from transformers import TrainerCallback
 
     class Report(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             metrics = metrics_of(logs or {}, state)
-            if metrics is not None and on_update(state.global_step, metrics):
+            if metrics is not None and on_update(update_of(state), metrics):
                 raise _StopTraining
 
     trainer.add_callback(Report())
@@ -119,27 +121,33 @@ class TRLPPORunner:
 
 
 class GroupRunner:
-    """TRL's GRPO or RLOO (``kind``), critic-free rows to compare with; ``kl_coef`` becomes their ``beta``."""
+    """TRL's GRPO or RLOO (``kind``), critic-free rows to compare with, run with the config ``algorithm`` makes
+    (the one our ``scratch-ALGO`` row of that name runs: ``build_group_trainer`` maps it to theirs)."""
 
-    def __init__(self, kind: str, inputs: RunInputs):
+    def __init__(self, kind: str, inputs: RunInputs, algorithm: Callable[[PPOConfig], dict]):
         from trl_ext.baselines import build_group_trainer, group_prompt_count
 
-        cfg = inputs.config
+        cfg = replace(inputs.config, **algorithm(inputs.config))
         self.policy, self.tokenizer, self.batch_size = inputs.policy, inputs.tokenizer, cfg.batch_size
+        self.iterations = cfg.num_ppo_epochs
         # They tokenize the 'prompt' column themselves; the other columns reach the reward, as in our trainer.
         prompts = inputs.prompts(group_prompt_count(cfg, GROUP_SIZE)).remove_columns("input_ids")
         self.trainer = build_group_trainer(kind, cfg, inputs.policy, inputs.tokenizer, inputs.reward_fn, prompts,
                                            cfg.output_dir, num_generations=GROUP_SIZE)
         self.accelerator = self.trainer.accelerator
 
+    def _update(self, state) -> int:
+        """The generated batch a step belongs to: ``num_iterations`` optimizer steps each (our update)."""
+        return -(-state.global_step // self.iterations)
+
     def _metrics(self, logs: dict, state) -> dict | None:
-        if "reward" not in logs:
+        if "reward" not in logs:  # logged on a batch's first step only
             return None
         return {"objective/scores": logs["reward"], "objective/kl": logs.get("kl", 0.0),
-                "episode": state.global_step * self.batch_size}
+                "episode": self._update(state) * self.batch_size}
 
     def train(self, on_update: OnUpdate) -> None:
-        _train_reporting(self.trainer, on_update, self._metrics)
+        _train_reporting(self.trainer, on_update, self._metrics, self._update)
 
     def save(self, out: Path) -> None:
         self.policy.save_pretrained(out, safe_serialization=True)
@@ -161,10 +169,15 @@ def _as_rloo(cfg: PPOConfig) -> dict:
                 kl_mode="sequence", beta=0.0, policy_loss="sequence_clip", loss_type="grpo")
 
 
+# The best critic-free settings found on the doubling task (README, "Critic-free estimators"): two epochs over
+# each batch (TRL's num_iterations) at lr 1e-3; one epoch at 3e-4 ended less sharp when sampled. GRPO also scales
+# by the batch's std, not each group's: a group of near-equal scores had its noise blown up to unit size.
 def _as_rloo_tuned(cfg: PPOConfig) -> dict:
-    """The best critic-free setting found on the doubling task (README, "Critic-free estimators"): RLOO as TRL
-    runs it, but two PPO epochs over each batch at lr 1e-3 (one epoch at 3e-4 ended less sharp when sampled)."""
     return dict(_as_rloo(cfg), num_ppo_epochs=2, learning_rate=1e-3)
+
+
+def _as_grpo_tuned(cfg: PPOConfig) -> dict:
+    return dict(_as_grpo(cfg), num_ppo_epochs=2, learning_rate=1e-3, scale_rewards="batch")
 
 
 def _as_reinforce_pp(cfg: PPOConfig) -> dict:  # KL-shaped token rewards, one completion per prompt
@@ -178,16 +191,19 @@ class Backend:
     needs_trl_ppo: bool = False
 
 
-# 'grpo'/'rloo': TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with that estimator (its options
-# replace those of the command line: a row is one fixed configuration)
+# 'grpo'/'rloo'(-tuned): TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with the same config (a
+# row's options replace those of the command line: a row is one fixed configuration)
 RUNNERS: dict[str, Backend] = {
     "scratch": Backend(ScratchRunner, resumable=True),
     "trl": Backend(TRLPPORunner, needs_trl_ppo=True),
-    "grpo": Backend(partial(GroupRunner, "grpo")),
-    "rloo": Backend(partial(GroupRunner, "rloo")),
+    "grpo": Backend(partial(GroupRunner, "grpo", algorithm=_as_grpo)),
+    "rloo": Backend(partial(GroupRunner, "rloo", algorithm=_as_rloo)),
+    "grpo-tuned": Backend(partial(GroupRunner, "grpo", algorithm=_as_grpo_tuned)),
+    "rloo-tuned": Backend(partial(GroupRunner, "rloo", algorithm=_as_rloo_tuned)),
     "scratch-grpo": Backend(partial(ScratchRunner, algorithm=_as_grpo), resumable=True),
     "scratch-rloo": Backend(partial(ScratchRunner, algorithm=_as_rloo), resumable=True),
     "scratch-reinforce_pp": Backend(partial(ScratchRunner, algorithm=_as_reinforce_pp), resumable=True),
+    "scratch-grpo-tuned": Backend(partial(ScratchRunner, algorithm=_as_grpo_tuned), resumable=True),
     "scratch-rloo-tuned": Backend(partial(ScratchRunner, algorithm=_as_rloo_tuned), resumable=True),
 }
 BACKENDS = tuple(RUNNERS)

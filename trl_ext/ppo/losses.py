@@ -77,8 +77,8 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config) 
         # on-policy, the term's gradient is that of the reverse KL without bias
         weighted = kl * torch.exp(logprobs - old_logprobs) if config.use_bias_correction_kl else kl
         per_token = per_token + config.beta * weighted
-        with torch.no_grad():
-            stats["kl_loss"] = core.masked_mean(kl, mask)
+        with torch.no_grad():  # the term as the loss has it (TRL logs the same): off-policy, the weighted estimate
+            stats["kl_loss"] = core.masked_mean(weighted, mask)
     loss = LOSS_AGGREGATIONS[config.loss_type].fn(per_token, mask, config.response_length)
     return loss, stats
 
