@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/kl_gap.py      # about 15 minutes on 2 CPU cores
 
-Runs ``trl-ext compare`` at the demo's budget (6,400 episodes, 3 seeds, both backends) four times
+Runs ``trl-ext compare`` at 6,400 episodes (the demo's budget when measured; 3 seeds, both backends) four times
 into runs/kl_gap (one pretrained policy and classifier for all): the value head at ``nn.Linear``'s
 random init (``--value-head-init linear``: TRL's own, now our default) or at zero (our earlier
 default), each with a shared critic (the earlier default) and a separate one (now the doubling
