@@ -213,3 +213,19 @@ def test_trl_rewards_own_functions_work_unchanged(models):
     stats = trainer.train()[0]
     assert stats["rewards/think_format_reward/mean"] == 0.0  # a random policy writes no <think> block
     assert -1.0 <= stats[f"rewards/{overlong.__name__}/mean"] <= 0.0
+
+
+@pytest.mark.parametrize("config", ["GRPOConfig", "RLOOConfig", "RewardConfig", "SFTConfig"])
+def test_trl_configs_built_with_checkpointing_off_say_nothing(config, tmp_path):
+    """TRL's configs default activation checkpointing to True; ours turn it off under the name the installed
+    transformers takes (5.24 renamed it), without its deprecation warning."""
+    import warnings
+
+    import trl
+
+    from trl_ext.activation_checkpointing import checkpointing_training_argument
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
+        args = getattr(trl, config)(output_dir=str(tmp_path), use_cpu=True, **checkpointing_training_argument(False))
+    assert args.gradient_checkpointing is False  # TRL's trainers read the old name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trl_ext.activation_checkpointing import checkpointing_training_argument
 from trl_ext.errors import InputError
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
@@ -45,8 +46,8 @@ def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, o
         max_completion_length=cfg.response_length, max_steps=steps, learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=cfg.num_ppo_epochs,
         **estimator, seed=cfg.seed, **launch_training_arguments(),
-        report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True, gradient_checkpointing=False,
-        disable_dropout=True,  # as both PPO backends do
+        report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
+        **checkpointing_training_argument(False), disable_dropout=True,  # disable_dropout: as both PPO backends do
     )
     trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args, train_dataset=prompts,
                       processing_class=tokenizer)

@@ -80,6 +80,7 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
     from transformers import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
 
+    from trl_ext.activation_checkpointing import checkpointing_training_argument
     from trl_ext.ppo.precision import launch_training_arguments
 
     if model.config.num_labels != 1:
@@ -90,7 +91,7 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
                         learning_rate=learning_rate, warmup_steps=warmup_steps, lr_scheduler_type="cosine",
                         seed=seed, **launch_training_arguments(),
                         report_to="none", logging_steps=max(1, steps // 10), save_strategy="no",
-                        disable_tqdm=True, gradient_checkpointing=False, max_length=None,
+                        disable_tqdm=True, **checkpointing_training_argument(False), max_length=None,
                         center_rewards_coefficient=center_rewards_coefficient)
     trainer = RewardTrainer(model=model, args=args, train_dataset=tokenize_preferences(train_dataset, tokenizer),
                             processing_class=tokenizer)

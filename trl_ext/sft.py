@@ -39,6 +39,7 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
     from transformers import PrinterCallback, ProgressCallback
     from trl import SFTConfig, SFTTrainer
 
+    from trl_ext.activation_checkpointing import checkpointing_training_argument
     from trl_ext.ppo.precision import launch_training_arguments
 
     check_sft_rows(dataset)
@@ -46,7 +47,7 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
                      learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=0, seed=seed,
                      **launch_training_arguments(), report_to="none",
                      logging_steps=max(1, steps // 10), save_strategy="no", disable_tqdm=True,
-                     gradient_checkpointing=False, max_length=None, dataset_num_proc=None)
+                     **checkpointing_training_argument(False), max_length=None, dataset_num_proc=None)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config)
     trainer.remove_callback(PrinterCallback)

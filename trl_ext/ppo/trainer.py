@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trl_ext.activation_checkpointing import enable_activation_checkpointing
 from trl_ext.batching import pad_batch
 from trl_ext.errors import TrainingError
 from trl_ext.metrics import numeric_metrics
@@ -168,8 +169,7 @@ class PPOTrainer:
             self.ref_policy.eval().requires_grad_(False)
             _disable_dropout(self.ref_policy)
         if config.gradient_checkpointing:
-            # use_reentrant=False: gradients reach LoRA adapters even when the inputs need none
-            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(policy)
         model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init,
                             critic=needs_values(config), critic_source=_critic_source(config.critic_init))
         if isinstance(model_or_path, (str, Path)) and model.value_head is not None:

@@ -16,6 +16,7 @@ from torch import nn
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.model import base_backbone
+from trl_ext.activation_checkpointing import checkpointing_training_argument
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 from trl_ext.trl_compat.reward_model import as_ppo_reward_model
@@ -65,7 +66,7 @@ def trl_ppo_config(cfg, output_dir: str | Path):
         gradient_accumulation_steps=1,
         stop_token="eos",
         **launch_training_arguments(),  # the launch's mixed precision and device
-        gradient_checkpointing=False,
+        **checkpointing_training_argument(False),
         num_sample_generations=0,
         save_strategy="steps" if cfg.save_steps else "no",
         save_steps=cfg.save_steps or 500,

@@ -1,0 +1,36 @@
+"""benchmarks/targets.py's verdicts on made-up rows: what is a target and what is only reported."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _targets():
+    spec = importlib.util.spec_from_file_location("targets", ROOT / "benchmarks" / "targets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(*sampled, greedy=1.0, eps=100.0):
+    return [{"greedy_exact": greedy, "sampled_exact": s, "episodes_per_second": eps, "train_seconds": 10.0,
+             "seconds_to_target": 1.0} for s in sampled]
+
+
+def test_ours_tuned_must_match_trls_rows_on_every_seed():
+    targets = _targets()
+    per_seed = {"rloo": _rows(0.95, 0.97, 0.96), "scratch-rloo-tuned": _rows(0.98, 0.96, 0.99)}
+    verdicts = {c["check"]: c["ok"] for c in targets._checks(per_seed)}
+    assert verdicts["scratch-rloo-tuned seed 0: greedy >= 0.99 and sampled >= rloo's"]
+    assert not verdicts["scratch-rloo-tuned seed 1: greedy >= 0.99 and sampled >= rloo's"]  # 0.96 < 0.97
+    assert not verdicts["scratch-rloo-tuned seed 1: sampled >= 0.98"]
+
+
+def test_same_config_pairs_are_reported_per_seed_and_only_their_speed_is_checked():
+    targets = _targets()
+    per_seed = {"grpo": _rows(0.86, 0.85, 0.82, eps=80.0), "scratch-grpo": _rows(0.84, 0.86, 0.82, eps=100.0)}
+    checks = targets._checks(per_seed)
+    assert [c["check"] for c in checks] == ["scratch-grpo episodes/s >= grpo's"] and checks[0]["ok"]
+    [line] = targets._same_config_comparisons(per_seed)
+    assert "-0.020 / +0.010 / +0.000" in line and "ours at or ahead on 2 of 3" in line
