@@ -42,6 +42,16 @@ def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batc
     assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate, scale_rewards="group") == grpo
 
 
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_the_quick_rows_keep_one_step_a_batch_at_lr_1e3(kind):
+    base = doubling_ppo_config()
+    as_trl = replace(base, **RUNNERS[f"scratch-{kind}"].build.keywords["algorithm"](base))
+    quick = replace(base, **RUNNERS[f"scratch-{kind}-quick"].build.keywords["algorithm"](base))
+    assert (quick.num_ppo_epochs, quick.num_mini_batches, quick.learning_rate) == (1, 1, 1e-3)
+    scaled = {"scale_rewards": "batch"} if kind == "grpo" else {}
+    assert quick == replace(as_trl, learning_rate=1e-3, **scaled)
+
+
 @pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):

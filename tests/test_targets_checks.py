@@ -18,12 +18,17 @@ def _rows(*sampled, greedy=1.0, eps=100.0):
              "seconds_to_target": 1.0} for s in sampled]
 
 
-def test_ours_tuned_must_match_trls_rows_on_every_seed():
+def test_ours_must_match_trls_rows_on_every_seed_and_their_speed():
     targets = _targets()
-    per_seed = {"rloo": _rows(0.95, 0.97, 0.96), "scratch-rloo-tuned": _rows(0.98, 0.96, 0.99)}
+    per_seed = {"rloo": _rows(0.95, 0.97, 0.96, eps=100.0), "scratch-rloo-quick": _rows(0.98, 0.96, 0.99, eps=90.0),
+                "grpo": _rows(0.86, 0.85, 0.82), "scratch-grpo-quick": _rows(0.96, 0.96, 0.96, greedy=0.98),
+                "scratch-rloo-tuned": _rows(0.98, 0.97, 0.99)}
     verdicts = {c["check"]: c["ok"] for c in targets._checks(per_seed)}
-    assert verdicts["scratch-rloo-tuned seed 0: greedy >= 0.99 and sampled >= rloo's"]
-    assert not verdicts["scratch-rloo-tuned seed 1: greedy >= 0.99 and sampled >= rloo's"]  # 0.96 < 0.97
+    assert verdicts["scratch-rloo-quick seed 0: greedy >= 0.99 and sampled >= rloo's"]
+    assert not verdicts["scratch-rloo-quick seed 1: greedy >= 0.99 and sampled >= rloo's"]  # 0.96 < 0.97
+    assert not verdicts["scratch-rloo-quick episodes/s >= rloo's"]  # 90 < 100
+    assert not verdicts["scratch-grpo-quick seed 0: greedy >= 0.99 and sampled >= grpo's"]  # greedy 0.98
+    assert verdicts["scratch-grpo-quick episodes/s >= grpo's"]
     assert not verdicts["scratch-rloo-tuned seed 1: sampled >= 0.98"]
 
 
@@ -34,3 +39,4 @@ def test_same_config_pairs_are_reported_per_seed_and_only_their_speed_is_checked
     assert [c["check"] for c in checks] == ["scratch-grpo episodes/s >= grpo's"] and checks[0]["ok"]
     [line] = targets._same_config_comparisons(per_seed)
     assert "-0.020 / +0.010 / +0.000" in line and "ours at or ahead on 2 of 3" in line
+    assert "greedy exact ours vs TRL's: 1.000 vs 1.000 / 1.000 vs 1.000 / 1.000 vs 1.000" in line

@@ -138,3 +138,15 @@ def test_ppo_cli_with_a_user_reward_function(trained_artifacts, tmp_path):
     bad = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn",
                f"{tmp_path / 'my_reward.py'}:missing", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 2 and "has no callable 'missing'" in bad.stderr
+
+
+@pytest.mark.needs_trl_ppo
+def test_trl_ppo_config_turns_checkpointing_off_without_a_deprecation_warning(tmp_path):
+    import warnings
+
+    from trl_ext.trl_compat.backend import trl_ppo_config
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
+        args = trl_ppo_config(doubling_ppo_config(), tmp_path)
+    assert args.gradient_checkpointing is False  # TRL's PPOTrainer reads the old name

@@ -180,6 +180,16 @@ def _as_grpo_tuned(cfg: PPOConfig) -> dict:
     return dict(_as_grpo(cfg), num_ppo_epochs=2, learning_rate=1e-3, scale_rewards="batch")
 
 
+# The best settings found that keep one gradient step per batch (so TRL's rows' speed): lr 1e-3, GRPO scaled by the
+# batch's std. Sampled a little below the two-epoch rows, at about 1.5x their episodes/s.
+def _as_rloo_quick(cfg: PPOConfig) -> dict:
+    return dict(_as_rloo(cfg), learning_rate=1e-3)
+
+
+def _as_grpo_quick(cfg: PPOConfig) -> dict:
+    return dict(_as_grpo(cfg), learning_rate=1e-3, scale_rewards="batch")
+
+
 def _as_reinforce_pp(cfg: PPOConfig) -> dict:  # KL-shaped token rewards, one completion per prompt
     return dict(_ONE_STEP, advantage_estimator="reinforce_pp", num_generations=1, beta=0.0)
 
@@ -205,6 +215,8 @@ RUNNERS: dict[str, Backend] = {
     "scratch-reinforce_pp": Backend(partial(ScratchRunner, algorithm=_as_reinforce_pp), resumable=True),
     "scratch-grpo-tuned": Backend(partial(ScratchRunner, algorithm=_as_grpo_tuned), resumable=True),
     "scratch-rloo-tuned": Backend(partial(ScratchRunner, algorithm=_as_rloo_tuned), resumable=True),
+    "scratch-grpo-quick": Backend(partial(ScratchRunner, algorithm=_as_grpo_quick), resumable=True),
+    "scratch-rloo-quick": Backend(partial(ScratchRunner, algorithm=_as_rloo_quick), resumable=True),
 }
 BACKENDS = tuple(RUNNERS)
 

@@ -53,8 +53,9 @@ class WatchOptions:
 class BackendOption:
     backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer, TRL <= 1.12), "
                          "TRL's critic-free 'grpo'/'rloo' for comparison, or 'scratch-ALGO': ours set as those rows "
-                         "run (their estimator, epochs, clipping and KL options, and for scratch-rloo-tuned lr 1e-3, "
-                         "replace the flags'; README, 'Critic-free estimators')", choices=BACKENDS)
+                         "run (their estimator, epochs, clipping and KL options, and the -tuned and -quick rows' "
+                         "learning rate and reward scaling, replace the flags; README, 'Critic-free estimators')",
+                         choices=BACKENDS)
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

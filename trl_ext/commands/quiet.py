@@ -16,7 +16,9 @@ from contextlib import contextmanager, redirect_stdout
 # Each is a message about how trl-ext calls its dependencies, not about the user's input.
 HIDDEN_WARNINGS = (
     r"You are importing from 'trl\.experimental'",  # the trl backend exists to import it
-    r".*deprecated and will be removed in v6",  # transformers' rename of gradient checkpointing (TRL passes it)
+    # transformers 5.24's rename of gradient checkpointing: we pass the new name, but TRL 1.12's PPO, PEFT and TRL's
+    # model utilities still read `is_gradient_checkpointing`
+    r".*deprecated and will be removed in v6",
 )
 HIDDEN_LOG_LINES = re.compile(
     r"Setting accelerator to CPU"  # DeepSpeed, when imported on a machine without a GPU

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trl_ext.activation_checkpointing import checkpointing_training_argument
 from trl_ext.errors import InputError
 from trl_ext.ppo.model import base_backbone
-from trl_ext.activation_checkpointing import checkpointing_training_argument
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 from trl_ext.trl_compat.reward_model import as_ppo_reward_model
