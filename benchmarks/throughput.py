@@ -6,7 +6,12 @@
 Measures episodes/s and tokens/s (prompt + response tokens of the rollouts, counted where both
 backends hand them to the reward function) over
 ``--updates`` updates after ``--warmup`` untimed ones, and writes JSON with the machine described
-to ``benchmarks/results/throughput-<device>.json``.
+to ``benchmarks/results/throughput-<device>.json``. ``--advantage-estimators gae,grpo`` also times the in-house
+trainer without a critic (row ``scratch-grpo``, 8 completions a prompt): no value head, critic pass or value
+loss; each row gives its trainable parameters (what Adam keeps two more copies of).
+
+    OMP_NUM_THREADS=1 python benchmarks/throughput.py --backends scratch --separate-critic \
+        --advantage-estimators gae,grpo,rloo --out benchmarks/results/throughput-cpu-critic-free.json
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, warmup: int) -> dict:
+def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, warmup: int,
+            estimator: str = "gae") -> dict:
     import torch
 
     from dataclasses import replace
@@ -30,6 +36,8 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
     from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
 
+    if estimator != "gae":  # a critic-free estimator needs groups of completions of one prompt
+        cfg = {**cfg, "advantage_estimator": estimator, "num_generations": 8}
     run = ppo_options(PPOConfig(**{**DOUBLING_DEFAULTS, **cfg}), policy_dir, reward_dir, out="unused",
                       backend=backend)
     policy, tokenizer, inner_reward = load_inputs(run)
@@ -59,6 +67,7 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
 
         trainer = PPOTrainer(policy, reward_fn, args=run_cfg, train_dataset=dataset, processing_class=tokenizer)
         trainer.train(lambda u, s: tick(u, s))
+        trained = trainer.model
     else:
         import tempfile
 
@@ -74,13 +83,16 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
         with tempfile.TemporaryDirectory() as tmp:
             trainer = build_trl_trainer(run_cfg, policy, tokenizer, reward_fn, dataset, tmp, callbacks=[_Tick()])
             trainer.train()
+            trained = trainer.model
     timed = stamps[warmup:]
     seconds = timed[-1] - stamps[warmup - 1] if warmup else timed[-1] - timed[0]
     count = len(timed) if warmup else len(timed) - 1
     return {
-        "backend": backend, "updates_timed": count, "seconds": round(seconds, 3),
+        "backend": backend if estimator == "gae" else f"{backend}-{estimator}", "updates_timed": count,
+        "trainable_parameters": sum(p.numel() for p in trained.parameters() if p.requires_grad),
+        "seconds": round(seconds, 3),
         "seconds_per_update": round(seconds / count, 4),
-        "episodes_per_second": round(count * run.batch_size / seconds, 2),
+        "episodes_per_second": round(count * run.train.batch_size / seconds, 2),
         "tokens_per_second": round(sum(tokens[warmup:][-count:]) / seconds, 1),
     }
 
@@ -98,6 +110,8 @@ def main(argv=None) -> int:
     parser.add_argument("--num-ppo-epochs", type=int, default=4)
     parser.add_argument("--num-mini-batches", type=int, default=1)
     parser.add_argument("--separate-critic", action="store_true")
+    parser.add_argument("--advantage-estimators", default="gae",
+                        help="the in-house trainer's estimators to time (gae: PPO's critic; grpo, rloo: none)")
     parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/throughput-<device>.json)")
     args = parser.parse_args(argv)
 
@@ -110,10 +124,12 @@ def main(argv=None) -> int:
         run_train_reward(RewardConfig(out=args.reward))
     cfg = {"batch_size": args.batch_size, "num_ppo_epochs": args.num_ppo_epochs,
            "num_mini_batches": args.num_mini_batches, "separate_critic": args.separate_critic}
-    rows = [measure(b.strip(), cfg, args.policy, args.reward, args.updates, args.warmup)
-            for b in args.backends.split(",")]
+    rows = [measure(b.strip(), cfg, args.policy, args.reward, args.updates, args.warmup, estimator)
+            for b in args.backends.split(",")
+            for estimator in (args.advantage_estimators.split(",") if b.strip() == "scratch" else ["gae"])]
     info = machine()
-    result = {"benchmark": "ppo-throughput", "settings": {**cfg, "updates": args.updates, "warmup": args.warmup},
+    result = {"benchmark": "ppo-throughput", "settings": {**cfg, "updates": args.updates, "warmup": args.warmup,
+                                                          "advantage_estimators": args.advantage_estimators},
               "machine": info, "rows": rows}
     by = {r["backend"]: r for r in rows}
     if "trl" in by and "scratch" in by:
@@ -124,8 +140,8 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     for r in rows:
-        print(f"{r['backend']:8s} {r['episodes_per_second']:8.1f} episodes/s {r['tokens_per_second']:9.1f} tokens/s "
-              f"({r['seconds_per_update']:.3f} s/update)")
+        print(f"{r['backend']:12s} {r['episodes_per_second']:8.1f} episodes/s {r['tokens_per_second']:9.1f} tokens/s "
+              f"({r['seconds_per_update']:.3f} s/update, {r['trainable_parameters']:,} trainable parameters)")
     if "scratch_over_trl_episodes_per_second" in result:
         print(f"scratch / trl episodes per second: {result['scratch_over_trl_episodes_per_second']}x")
     print(f"written {out}")

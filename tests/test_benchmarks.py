@@ -1,6 +1,11 @@
-"""benchmarks/targets.py's verdicts on made-up rows: what is a target and what is only reported."""
+"""benchmarks/: targets.py's verdicts on made-up rows (what is a target and what is only reported), and
+throughput.py's code path on a tiny budget."""
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,3 +45,17 @@ def test_same_config_pairs_are_reported_per_seed_and_only_their_speed_is_checked
     [line] = targets._same_config_comparisons(per_seed)
     assert "-0.020 / +0.010 / +0.000" in line and "ours at or ahead on 2 of 3" in line
     assert "greedy exact ours vs TRL's: 1.000 vs 1.000 / 1.000 vs 1.000 / 1.000 vs 1.000" in line
+
+
+def test_throughput_times_ppo_and_a_critic_free_row(trained_artifacts, tmp_path):
+    out = tmp_path / "throughput.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--policy",
+                          str(trained_artifacts["policy"]), "--reward", str(trained_artifacts["reward"]), "--backends",
+                          "scratch", "--advantage-estimators", "gae,grpo", "--separate-critic", "--updates", "2",
+                          "--warmup", "1", "--batch-size", "16", "--num-ppo-epochs", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"scratch", "scratch-grpo"} and all(r["episodes_per_second"] > 0 for r in rows.values())
+    # no critic: the separate critic's backbone and the value head are not trained
+    assert rows["scratch-grpo"]["trainable_parameters"] < rows["scratch"]["trainable_parameters"] / 1.9
