@@ -1,6 +1,7 @@
 import pytest
 
 from trl_ext.doubling import task as d
+from trl_ext.errors import InputError
 
 
 def test_vocab_is_the_seeds_42_characters_in_order(tokenizer):
@@ -65,9 +66,11 @@ def test_dataset_schemas(tokenizer):
 
 def test_datasets_hold_the_tokenizers_own_ids(tokenizer):
     """The task's tokenizer is read by a dict lookup (fast); the ids must be the ones the tokenizer gives."""
-    data = d.classifier_dataset(tokenizer, 300, 1)
-    assert data["input_ids"] == tokenizer(list(data["text"]), add_special_tokens=False)["input_ids"]
-    with pytest.raises(Exception, match="'A' at position 3"):
+    for data, column in ((d.classifier_dataset(tokenizer, 300, 1), "text"),
+                         (d.pretrain_dataset(tokenizer, 300, 1), "text"),  # the '__'-prefixed texts
+                         (d.ppo_prompt_dataset(tokenizer, 300, 1), "prompt")):
+        assert data["input_ids"] == tokenizer(list(data[column]), add_special_tokens=False)["input_ids"]
+    with pytest.raises(InputError, match="'A' at position 3"):
         d._tokenize(tokenizer, ["S__A:1"])
 
 

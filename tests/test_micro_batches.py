@@ -9,6 +9,7 @@ import torch
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig, rows_per_pass
 from trl_ext.ppo.trainer import PPOTrainer
+from weight_gaps import assert_same_adam_steps
 
 TOLERANCE = 1e-5
 RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]
@@ -88,9 +89,6 @@ def test_micro_batches_equal_one_pass(tokenizer, options):
             assert micro_stats[name] == pytest.approx(value, rel=1e-6, abs=TOLERANCE), name
     start = policy.state_dict()
     assert (whole_weights["policy.transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]).abs().max() > 1e-4  # it moved
-    gaps = torch.cat([(whole_weights[n] - micro_weights[n]).abs().flatten() for n in whole_weights])
-    # Adam scales each step by the element's own gradient: where one of the four steps' gradients is near 0, the
-    # rounding of summing micro-batches moves that element by a sliver of lr (1e-3). Measured: one element of
-    # 210k at 1.7e-5 (it moved 3.3e-3 in all), every other below 3e-6; a wrong micro-batch weighting moves
-    # thousands by 1e-4 and more.
-    assert gaps.max() < 5 * TOLERANCE and int((gaps > TOLERANCE).sum()) <= 8, (gaps.max(), (gaps > TOLERANCE).sum())
+    # Four Adam steps at lr 1e-3, micro-batch sums rounded otherwise. Measured: one element of 210k at 1.7e-5 (it
+    # moved 3.3e-3 in all), every other below 3e-6; a wrong micro-batch weighting moves thousands by 1e-4 and more.
+    assert_same_adam_steps(whole_weights, micro_weights)

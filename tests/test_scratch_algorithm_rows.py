@@ -52,28 +52,45 @@ def test_the_quick_rows_keep_one_step_a_batch_at_lr_1e3(kind):
     assert quick == replace(as_trl, learning_rate=1e-3, **scaled)
 
 
-@pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
-@pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):
-    """TRL's row and ours of a name read one config: epochs are TRL's iterations, each an optimizer step."""
-    from trl_ext.commands.backends import GROUP_SIZE, RunInputs
+def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
+    from trl_ext.commands.backends import RunInputs
     from trl_ext.doubling.artifacts import load_policy, save_artifact
     from trl_ext.doubling.models import build_policy
     from trl_ext.doubling.task import ppo_prompt_dataset
 
     save_artifact(build_policy(tokenizer), tokenizer, tmp_path / "policy")  # their reference loads from its path
     policy, _ = load_policy(tmp_path / "policy")
-    base = doubling_ppo_config(total_episodes=64, output_dir=str(tmp_path / "out"))
-    ours = replace(base, **RUNNERS[f"scratch-{kind}-tuned"].build.keywords["algorithm"](base))
+    base = doubling_ppo_config(total_episodes=total_episodes, output_dir=str(tmp_path / "out"))
     inputs = RunInputs(base, policy, tokenizer, lambda completions, **_: [0.0] * len(completions),
                        lambda n: ppo_prompt_dataset(tokenizer, n, 0))
-    args = RUNNERS[f"{kind}-tuned"].build(inputs).trainer.args
+    return base, RUNNERS[f"{kind}-tuned"].build(inputs)
+
+
+@pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):
+    """TRL's row and ours of a name read one config: epochs are TRL's iterations, each an optimizer step."""
+    from trl_ext.commands.backends import GROUP_SIZE
+
+    base, runner = _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes=64)
+    ours = replace(base, **RUNNERS[f"scratch-{kind}-tuned"].build.keywords["algorithm"](base))
+    args = runner.trainer.args
     assert (args.num_iterations, args.max_steps, args.learning_rate) == (2, 2, ours.learning_rate)
     assert args.num_generations == ours.num_generations == GROUP_SIZE
     if kind == "grpo":
         assert (args.scale_rewards, args.beta) == ("batch", ours.beta)
     else:  # RLOO's beta is a KL in the reward
         assert args.beta == ours.kl_coef and ours.beta == 0
+
+
+@pytest.mark.trl_api  # TRL's GRPOTrainer's loop
+def test_trls_tuned_row_reports_a_batch_after_its_last_optimizer_step(tokenizer, tmp_path):
+    """Two optimizer steps a generated batch: an update is reported (and probed, or stopped at) once the second is
+    taken, never with the policy half-way through a batch."""
+    base, runner = _trl_tuned_runner("grpo", tokenizer, tmp_path, total_episodes=2 * 64)
+    seen = []
+    runner.train(lambda update, stats: seen.append((update, runner.trainer.state.global_step, stats["episode"])))
+    assert seen == [(1, 2, 64), (2, 4, 128)]
 
 
 def test_the_tuned_rloo_row_runs_from_the_cli(trained_artifacts, tmp_path):

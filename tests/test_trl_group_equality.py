@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from trl_ext.baselines import group_trainer_arguments
 from trl_ext.ppo import core, losses
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
@@ -53,18 +54,13 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
     def fixed_score(prompts, completions, completion_ids, **_):
         return [score_of[(tuple(p), tuple(c))] for p, c in zip(recorded["prompt_ids"], completion_ids)]
 
-    # Our epochs over a batch are their iterations over a generation, each one optimizer step
-    common = dict(output_dir=str(tmp_path / kind), per_device_train_batch_size=cfg.batch_size,
-                  num_generations=cfg.num_generations, max_completion_length=cfg.response_length,
-                  max_steps=cfg.num_ppo_epochs, learning_rate=cfg.learning_rate, temperature=1.0,
-                  num_iterations=cfg.num_ppo_epochs, lr_scheduler_type=cfg.lr_scheduler_type, shuffle_dataset=False,
-                  max_grad_norm=cfg.max_grad_norm, use_cpu=True, bf16=False, report_to="none", logging_steps=1,
-                  save_strategy="no", disable_tqdm=True, disable_dropout=True, seed=0)
-    if kind == "grpo":
-        config, trainer_class = GRPOConfig(beta=cfg.beta, loss_type=cfg.loss_type, scale_rewards=cfg.scale_rewards,
-                                           **common), GRPOTrainer
-    else:  # RLOO's beta is a KL in the reward: our kl_coef
-        config, trainer_class = RLOOConfig(beta=cfg.kl_coef, normalize_advantages=False, **common), RLOOTrainer
+    # TRL configured by the mapping the compare rows use (one generated batch: max_steps = its iterations)
+    config_class, trainer_class = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
+    config = config_class(output_dir=str(tmp_path / kind), per_device_train_batch_size=cfg.batch_size,
+                          num_generations=cfg.num_generations, max_steps=cfg.num_ppo_epochs,
+                          **group_trainer_arguments(kind, cfg), shuffle_dataset=False, use_cpu=True, bf16=False,
+                          report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True,
+                          disable_dropout=True, seed=0)
     trainer = trainer_class(model=str(path), reward_funcs=[fixed_score], args=config,
                             train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer)
     if trainer.ref_model is not None:  # beta > 0

@@ -21,13 +21,24 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
     return max(1, cfg.total_episodes // cfg.batch_size) * cfg.batch_size // num_generations + 1
 
 
+def group_trainer_arguments(kind: str, cfg) -> dict:
+    """The options of TRL's ``GRPOConfig``/``RLOOConfig`` that carry our ``cfg``: the ones the update-equality test
+    (tests/test_trl_group_equality.py) configures TRL with. Our epochs over a batch are their iterations over a
+    generation, each one optimizer step; GRPO's ``beta`` (a KL in the loss), ``scale_rewards`` and ``loss_type``
+    are ours; RLOO's ``beta`` is a KL in the reward, our ``kl_coef``, and its advantages are not whitened."""
+    common = dict(num_iterations=cfg.num_ppo_epochs, learning_rate=cfg.learning_rate,
+                  lr_scheduler_type=cfg.lr_scheduler_type, max_grad_norm=cfg.max_grad_norm, epsilon=cfg.cliprange,
+                  temperature=cfg.temperature, max_completion_length=cfg.response_length)
+    if kind == "grpo":
+        return dict(common, beta=cfg.beta, scale_rewards=cfg.scale_rewards, loss_type=cfg.loss_type)
+    return dict(common, beta=cfg.kl_coef, normalize_advantages=False)
+
+
 def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path,
                         num_generations: int = 8):
     """A ready GRPO or RLOO trainer for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt
     dataset of at least ``group_prompt_count(cfg)`` rows), configured as our trainer with ``cfg``
-    (tests/test_trl_group_equality.py): ``num_ppo_epochs`` optimizer steps per generated batch (their
-    ``num_iterations``); GRPO's ``beta`` and ``scale_rewards`` are ours, RLOO's ``beta`` (a KL in the reward) is
-    our ``kl_coef``. A decaying rate steps per optimizer step in theirs, per batch in ours.
+    (``group_trainer_arguments``). A decaying rate steps per optimizer step in theirs, per batch in ours.
     """
     from transformers import PrinterCallback, ProgressCallback
 
@@ -40,12 +51,9 @@ def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, o
     else:
         from trl import RLOOConfig as Config, RLOOTrainer as Trainer
     steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs
-    estimator = dict(beta=cfg.beta, scale_rewards=cfg.scale_rewards) if kind == "grpo" else dict(beta=cfg.kl_coef)
     args = Config(
         output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,
-        max_completion_length=cfg.response_length, max_steps=steps, learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type, temperature=cfg.temperature, num_iterations=cfg.num_ppo_epochs,
-        **estimator, seed=cfg.seed, **launch_training_arguments(),
+        max_steps=steps, **group_trainer_arguments(kind, cfg), seed=cfg.seed, **launch_training_arguments(),
         report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
         **checkpointing_training_argument(False), disable_dropout=True,  # disable_dropout: as both PPO backends do
     )

@@ -135,16 +135,22 @@ class GroupRunner:
         self.trainer = build_group_trainer(kind, cfg, inputs.policy, inputs.tokenizer, inputs.reward_fn, prompts,
                                            cfg.output_dir, num_generations=GROUP_SIZE)
         self.accelerator = self.trainer.accelerator
+        self._batch_metrics: dict | None = None
 
     def _update(self, state) -> int:
         """The generated batch a step belongs to: ``num_iterations`` optimizer steps each (our update)."""
         return -(-state.global_step // self.iterations)
 
     def _metrics(self, logs: dict, state) -> dict | None:
-        if "reward" not in logs:  # logged on a batch's first step only
+        """A batch's metrics once its last optimizer step is taken: the scores are logged on its first step, but
+        a probe or a stop at that point would see a half-updated policy."""
+        if "reward" in logs:
+            self._batch_metrics = {"objective/scores": logs["reward"], "objective/kl": logs.get("kl", 0.0),
+                                   "episode": self._update(state) * self.batch_size}
+        if self._batch_metrics is None or state.global_step % self.iterations:
             return None
-        return {"objective/scores": logs["reward"], "objective/kl": logs.get("kl", 0.0),
-                "episode": self._update(state) * self.batch_size}
+        metrics, self._batch_metrics = self._batch_metrics, None
+        return metrics
 
     def train(self, on_update: OnUpdate) -> None:
         _train_reporting(self.trainer, on_update, self._metrics, self._update)
@@ -159,7 +165,7 @@ class GroupRunner:
 _ONE_STEP = dict(num_ppo_epochs=1, num_mini_batches=1, max_grad_norm=1.0)
 
 
-def _as_grpo(cfg: PPOConfig) -> dict:  # TRL 1.16's default loss 'dapo' is 'bnpo' for one step per generation
+def _as_grpo(cfg: PPOConfig) -> dict:  # 'bnpo': TRL 1.16's default 'dapo' is the same with one step a generation
     return dict(_ONE_STEP, advantage_estimator="grpo", num_generations=GROUP_SIZE, kl_coef=0.0, beta=cfg.kl_coef,
                 loss_type="bnpo")
 

@@ -115,7 +115,7 @@ def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
         check_text(text)
     if tokenizer.get_vocab() == _CHAR_IDS:
         # The task's own one-token-a-character tokenizer: its regex pre-tokenizer cost 3-5 s on the 160,000
-        # pretraining texts, a dict lookup a tenth of that (the same ids: tests/test_task.py).
+        # pretraining texts, a dict lookup a tenth of that (the same ids: tests/test_doubling_task.py).
         return [[_CHAR_IDS[ch] for ch in text] for text in texts]
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 

@@ -1,0 +1,15 @@
+"""How two sets of weights that took the same Adam steps are compared."""
+
+import torch
+
+TOLERANCE = 1e-5
+
+
+def assert_same_adam_steps(ours: dict, theirs: dict, tolerance: float = TOLERANCE) -> None:
+    """Every element within ``tolerance`` but a few, and those within 5x. Adam scales each step by the element's own
+    gradient, so where one step's gradient is near 0, rounding (another summation order, another CPU) can move that
+    element by a sliver of the learning rate either way; a wrong loss, advantage or weighting moves thousands of
+    elements by far more."""
+    gaps = torch.cat([(ours[name] - theirs[name]).abs().flatten() for name in ours])
+    outliers = int((gaps > tolerance).sum())
+    assert gaps.max() < 5 * tolerance and outliers <= 8, (gaps.max().item(), outliers)
