@@ -43,13 +43,13 @@ def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batc
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_the_quick_rows_keep_one_step_a_batch_at_lr_1e3(kind):
+def test_the_quick_rows_keep_one_step_a_batch_at_lr_7e4(kind):
     base = doubling_ppo_config()
     as_trl = replace(base, **RUNNERS[f"scratch-{kind}"].build.keywords["algorithm"](base))
     quick = replace(base, **RUNNERS[f"scratch-{kind}-quick"].build.keywords["algorithm"](base))
-    assert (quick.num_ppo_epochs, quick.num_mini_batches, quick.learning_rate) == (1, 1, 1e-3)
+    assert (quick.num_ppo_epochs, quick.num_mini_batches, quick.learning_rate) == (1, 1, 7e-4)
     scaled = {"scale_rewards": "batch"} if kind == "grpo" else {}
-    assert quick == replace(as_trl, learning_rate=1e-3, **scaled)
+    assert quick == replace(as_trl, learning_rate=7e-4, **scaled)
 
 
 def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
