@@ -128,3 +128,21 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
     trainer.train()
     after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     assert after >= before + 0.4, (before, after)
+
+
+def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_path, monkeypatch):
+    """A row's settings live in code: a finished run of a row that has since changed is run again, not reused."""
+    from functools import partial
+
+    from trl_ext.commands import backends
+    from trl_ext.commands.demo import _finished
+    from trl_ext.commands.ppo import ppo_options, run_record
+
+    opts = ppo_options(doubling_ppo_config(), policy="p", reward="r", out=str(tmp_path),
+                       backend="scratch-rloo-quick")
+    assert run_record(opts)["trained_with"]["learning_rate"] == 7e-4  # the row's, not the flags' 3e-4
+    (tmp_path / "summary.json").write_text(json.dumps({"config": run_record(opts)}))
+    assert _finished(tmp_path, "summary.json", run_record(opts)) is not None
+    monkeypatch.setitem(backends.RUNNERS, "scratch-rloo-quick", backends.Backend(
+        partial(backends.ScratchRunner, algorithm=lambda cfg: {"learning_rate": 5e-4})))
+    assert _finished(tmp_path, "summary.json", run_record(opts)) is None

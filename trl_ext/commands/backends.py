@@ -40,13 +40,18 @@ class Runner(Protocol):
     def save(self, out: Path) -> None: ...
 
 
+def with_row_settings(cfg: PPOConfig, algorithm: Callable[[PPOConfig], dict] | None) -> PPOConfig:
+    """``cfg`` with a row's own settings (``algorithm(cfg)``) in place of the command line's."""
+    return replace(cfg, **algorithm(cfg)) if algorithm else cfg
+
+
 class ScratchRunner:
     """trl-ext's own PPOTrainer; ``algorithm`` rewrites its config for a ``scratch-ALGO`` row."""
 
     def __init__(self, inputs: RunInputs, algorithm: Callable[[PPOConfig], dict] | None = None):
         from trl_ext.ppo.trainer import PPOTrainer
 
-        cfg = replace(inputs.config, **algorithm(inputs.config)) if algorithm else inputs.config
+        cfg = with_row_settings(inputs.config, algorithm)
         self.trainer = PPOTrainer(inputs.policy, inputs.reward_fn, args=cfg, train_dataset=inputs.prompts(
             cfg.total_episodes), processing_class=inputs.tokenizer, peft_config=inputs.peft_config)
         self.accelerator = self.trainer.accelerator
@@ -127,7 +132,7 @@ class GroupRunner:
     def __init__(self, kind: str, inputs: RunInputs, algorithm: Callable[[PPOConfig], dict]):
         from trl_ext.baselines import build_group_trainer, group_prompt_count
 
-        cfg = replace(inputs.config, **algorithm(inputs.config))
+        cfg = with_row_settings(inputs.config, algorithm)
         self.policy, self.tokenizer, self.batch_size = inputs.policy, inputs.tokenizer, cfg.batch_size
         self.iterations = cfg.num_ppo_epochs
         # They tokenize the 'prompt' column themselves; the other columns reach the reward, as in our trainer.
@@ -205,6 +210,10 @@ class Backend:
     build: Callable[[RunInputs], Runner]
     resumable: bool = False  # from our trainer's checkpoints; TRL 1.12's PPOTrainer.train() takes none
     needs_trl_ppo: bool = False
+
+    def row_config(self, cfg: PPOConfig) -> PPOConfig:
+        """The config this backend trains with, given the command's: a row's own settings replace the flags."""
+        return with_row_settings(cfg, getattr(self.build, "keywords", {}).get("algorithm"))
 
 
 # 'grpo'/'rloo'(-tuned): TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with the same config (a

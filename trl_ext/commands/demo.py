@@ -16,7 +16,7 @@ from pathlib import Path
 from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
-from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo
+from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo, run_record
 from trl_ext.commands.report import aggregate_rows, summary_row, text_table, write_report
 from trl_ext.commands.run_log import read_history
 from trl_ext.commands.stages import (
@@ -191,7 +191,7 @@ def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
     run_opts = ppo_options(train, policy=str(out / "policy"), reward=None if url else str(reward_dir),
                            out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True,
                            reward_url=url)
-    done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", options_dict(run_opts))
+    done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", run_record(run_opts))
     if done is not None:
         say(f"[{run.label}] reusing {out / run.folder}")
         return done

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trl_ext.commands.backends import BACKENDS
+from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.inputs import ModelOptions
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
@@ -124,6 +124,12 @@ def _rank_checksums(model, accelerator) -> list[float]:
     return accelerator.gather(local).tolist() if accelerator.num_processes > 1 else local.tolist()
 
 
+def run_record(opts: PPORunOptions) -> dict:
+    """What a finished run is known by (``summary.json``'s config; ``compare`` reuses a run whose record is equal):
+    its options and the trainer config its backend made of them, which a ``scratch-ALGO`` row's code decides."""
+    return {**options_dict(opts), "trained_with": asdict(RUNNERS[opts.run.backend].row_config(train_options(opts)))}
+
+
 def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
     """Train, evaluate and write one backend's run; returns the summary (also ``summary.json``)."""
     import torch
@@ -161,7 +167,7 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
     save_seconds = time.perf_counter() - recorder.stopped if recorder.stopped is not None else None
     accelerator = runner.accelerator
     checksums = _rank_checksums(runner.policy, accelerator)
-    summary = {"backend": backend, "config": options_dict(opts)}
+    summary = {"backend": backend, "config": run_record(opts)}
     if accelerator.is_main_process:
         report = evaluate_policy(runner.policy, tokenizer, n=watch.eval_n, seed=cfg.seed, sample=True)
         (out / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
