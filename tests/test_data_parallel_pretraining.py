@@ -7,6 +7,8 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
+from weight_gaps import assert_same_adam_steps
+
 STEPS, BATCH = 6, 7  # an odd batch: the ranks get 3 and 4 rows
 
 
@@ -56,7 +58,10 @@ def test_two_ranks_take_the_steps_of_one_process(tmp_path):
     ranks = [load_file(tmp_path / f"rank{r}_of2.safetensors") for r in (0, 1)]
     for name in one:
         assert torch.equal(ranks[0][name], ranks[1][name]), name  # the ranks stay in sync, bit for bit
-        torch.testing.assert_close(ranks[0][name], one[name], atol=2e-6, rtol=0, msg=name)
+    # Six Adam steps at lr 3e-3 with the gradient summed in another order: every element within 2e-6 but a few of
+    # the attention's key bias, whose gradient is 0 up to rounding (an Intel Xeon: 3 of 210,944 at 2.3e-6)
+    assert_same_adam_steps({n: w for n, w in ranks[0].items() if n != "losses"},
+                           {n: w for n, w in one.items() if n != "losses"}, tolerance=2e-6)
     # the loss each step reports is the whole batch's mean, as one process computes it
     torch.testing.assert_close(ranks[0]["losses"], one["losses"], atol=1e-6, rtol=1e-6)
     assert one["losses"][-1] < one["losses"][0]  # it trained
