@@ -170,7 +170,9 @@ class GroupRunner:
 _ONE_STEP = dict(num_ppo_epochs=1, num_mini_batches=1, max_grad_norm=1.0)
 
 
-def _as_grpo(cfg: PPOConfig) -> dict:  # 'bnpo': TRL 1.16's default 'dapo' is the same with one step a generation
+# 'bnpo': TRL's default 'dapo' is the same in one process with one step a generation (across ranks, 'dapo'
+# normalises by every rank's tokens)
+def _as_grpo(cfg: PPOConfig) -> dict:
     return dict(_ONE_STEP, advantage_estimator="grpo", num_generations=GROUP_SIZE, kl_coef=0.0, beta=cfg.kl_coef,
                 loss_type="bnpo")
 
@@ -184,7 +186,7 @@ def _as_rloo(cfg: PPOConfig) -> dict:
 # batch's std, not each group's: a group of near-equal scores had its noise blown up to unit size. '-quick' keeps
 # one gradient step a batch (TRL's rows' speed) at lr 7e-4: 3e-4 ended less sharp when sampled, and 1e-3 broke one
 # RLOO run of three on a second CPU (its KL spiking to 5; greedy 0.983). '-tuned' takes two epochs over each batch
-# (TRL's num_iterations) at lr 1e-3: a little sharper, at about 1.6x the time.
+# (TRL's num_iterations) at lr 1e-3: a little sharper, at about 1.5x the time.
 def _as_rloo_quick(cfg: PPOConfig) -> dict:
     return dict(_as_rloo(cfg), learning_rate=7e-4)
 
