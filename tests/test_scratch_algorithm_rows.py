@@ -21,23 +21,23 @@ SCRATCH_ROWS = sorted(name for name in RUNNERS if name.startswith("scratch-"))
 @pytest.mark.parametrize("backend", SCRATCH_ROWS)
 def test_each_row_is_a_valid_critic_free_config(backend):
     base = doubling_ppo_config()
-    cfg = replace(base, **RUNNERS[backend].build.keywords["algorithm"](base))  # PPOConfig checks itself
+    cfg = RUNNERS[backend].row_config(base)  # PPOConfig checks itself
     assert cfg.advantage_estimator == backend.split("-")[1]
     assert cfg.max_grad_norm == 1.0  # as TRL's Trainer clips
 
 
 def test_the_tuned_rloo_row_is_rloo_with_two_epochs_at_lr_1e3():
     base = doubling_ppo_config()
-    rloo = replace(base, **RUNNERS["scratch-rloo"].build.keywords["algorithm"](base))
-    tuned = replace(base, **RUNNERS["scratch-rloo-tuned"].build.keywords["algorithm"](base))
+    rloo = RUNNERS["scratch-rloo"].row_config(base)
+    tuned = RUNNERS["scratch-rloo-tuned"].row_config(base)
     assert (tuned.num_ppo_epochs, tuned.learning_rate) == (2, 1e-3)
     assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate) == rloo
 
 
 def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batch():
     base = doubling_ppo_config()
-    grpo = replace(base, **RUNNERS["scratch-grpo"].build.keywords["algorithm"](base))
-    tuned = replace(base, **RUNNERS["scratch-grpo-tuned"].build.keywords["algorithm"](base))
+    grpo = RUNNERS["scratch-grpo"].row_config(base)
+    tuned = RUNNERS["scratch-grpo-tuned"].row_config(base)
     assert (tuned.num_ppo_epochs, tuned.learning_rate, tuned.scale_rewards) == (2, 1e-3, "batch")
     assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate, scale_rewards="group") == grpo
 
@@ -45,8 +45,8 @@ def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batc
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_the_quick_rows_keep_one_step_a_batch_at_lr_7e4(kind):
     base = doubling_ppo_config()
-    as_trl = replace(base, **RUNNERS[f"scratch-{kind}"].build.keywords["algorithm"](base))
-    quick = replace(base, **RUNNERS[f"scratch-{kind}-quick"].build.keywords["algorithm"](base))
+    as_trl = RUNNERS[f"scratch-{kind}"].row_config(base)
+    quick = RUNNERS[f"scratch-{kind}-quick"].row_config(base)
     assert (quick.num_ppo_epochs, quick.num_mini_batches, quick.learning_rate) == (1, 1, 7e-4)
     scaled = {"scale_rewards": "batch"} if kind == "grpo" else {}
     assert quick == replace(as_trl, learning_rate=7e-4, **scaled)
@@ -73,7 +73,7 @@ def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):
     from trl_ext.commands.backends import GROUP_SIZE
 
     base, runner = _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes=64)
-    ours = replace(base, **RUNNERS[f"scratch-{kind}-tuned"].build.keywords["algorithm"](base))
+    ours = RUNNERS[f"scratch-{kind}-tuned"].row_config(base)
     args = runner.trainer.args
     assert (args.num_iterations, args.max_steps, args.learning_rate) == (2, 2, ours.learning_rate)
     assert args.num_generations == ours.num_generations == GROUP_SIZE
@@ -121,7 +121,7 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
     classifier, classifier_tok = load_classifier(trained_artifacts["reward"])
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     base = doubling_ppo_config(skip_special_tokens=False, total_episodes=64 * 80, seed=1)
-    cfg = replace(base, **RUNNERS[backend].build.keywords["algorithm"](base))
+    cfg = RUNNERS[backend].row_config(base)
     trainer = PPOTrainer(policy, doubling_classifier_reward(classifier, classifier_tok), args=cfg,
                          train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1), processing_class=tok)
     assert trainer.actor_critic.value_head is None and trainer.actor_critic.critic_backbone is None
@@ -132,8 +132,6 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
 
 def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_path, monkeypatch):
     """A row's settings live in code: a finished run of a row that has since changed is run again, not reused."""
-    from functools import partial
-
     from trl_ext.commands import backends
     from trl_ext.commands.demo import _finished
     from trl_ext.commands.ppo import ppo_options, run_record
@@ -143,6 +141,6 @@ def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_pat
     assert run_record(opts)["trained_with"]["learning_rate"] == 7e-4  # the row's, not the flags' 3e-4
     (tmp_path / "summary.json").write_text(json.dumps({"config": run_record(opts)}))
     assert _finished(tmp_path, "summary.json", run_record(opts)) is not None
-    monkeypatch.setitem(backends.RUNNERS, "scratch-rloo-quick", backends.Backend(
-        partial(backends.ScratchRunner, algorithm=lambda cfg: {"learning_rate": 5e-4})))
+    monkeypatch.setitem(backends.RUNNERS, "scratch-rloo-quick",
+                        backends.Backend(backends.ScratchRunner, lambda cfg: {"learning_rate": 5e-4}))
     assert _finished(tmp_path, "summary.json", run_record(opts)) is None

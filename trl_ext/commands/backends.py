@@ -40,18 +40,13 @@ class Runner(Protocol):
     def save(self, out: Path) -> None: ...
 
 
-def with_row_settings(cfg: PPOConfig, algorithm: Callable[[PPOConfig], dict] | None) -> PPOConfig:
-    """``cfg`` with a row's own settings (``algorithm(cfg)``) in place of the command line's."""
-    return replace(cfg, **algorithm(cfg)) if algorithm else cfg
-
-
 class ScratchRunner:
-    """trl-ext's own PPOTrainer; ``algorithm`` rewrites its config for a ``scratch-ALGO`` row."""
+    """trl-ext's own PPOTrainer."""
 
-    def __init__(self, inputs: RunInputs, algorithm: Callable[[PPOConfig], dict] | None = None):
+    def __init__(self, inputs: RunInputs):
         from trl_ext.ppo.trainer import PPOTrainer
 
-        cfg = with_row_settings(inputs.config, algorithm)
+        cfg = inputs.config
         self.trainer = PPOTrainer(inputs.policy, inputs.reward_fn, args=cfg, train_dataset=inputs.prompts(
             cfg.total_episodes), processing_class=inputs.tokenizer, peft_config=inputs.peft_config)
         self.accelerator = self.trainer.accelerator
@@ -126,13 +121,13 @@ class TRLPPORunner:
 
 
 class GroupRunner:
-    """TRL's GRPO or RLOO (``kind``), critic-free rows to compare with, run with the config ``algorithm`` makes
-    (the one our ``scratch-ALGO`` row of that name runs: ``build_group_trainer`` maps it to theirs)."""
+    """TRL's GRPO or RLOO (``kind``), critic-free rows to compare with, run with our config (the one our
+    ``scratch-ALGO`` row of that name runs: ``build_group_trainer`` maps it to theirs)."""
 
-    def __init__(self, kind: str, inputs: RunInputs, algorithm: Callable[[PPOConfig], dict]):
+    def __init__(self, kind: str, inputs: RunInputs):
         from trl_ext.baselines import build_group_trainer, group_prompt_count
 
-        cfg = with_row_settings(inputs.config, algorithm)
+        cfg = inputs.config
         self.policy, self.tokenizer, self.batch_size = inputs.policy, inputs.tokenizer, cfg.batch_size
         self.iterations = cfg.num_ppo_epochs
         # They tokenize the 'prompt' column themselves; the other columns reach the reward, as in our trainer.
@@ -209,13 +204,17 @@ def _as_reinforce_pp(cfg: PPOConfig) -> dict:  # KL-shaped token rewards, one co
 
 @dataclass(frozen=True)
 class Backend:
-    build: Callable[[RunInputs], Runner]
+    runner: Callable[[RunInputs], Runner]
+    algorithm: Callable[[PPOConfig], dict] | None = None  # a row's own settings, replacing the command line's
     resumable: bool = False  # from our trainer's checkpoints; TRL 1.12's PPOTrainer.train() takes none
     needs_trl_ppo: bool = False
 
     def row_config(self, cfg: PPOConfig) -> PPOConfig:
-        """The config this backend trains with, given the command's: a row's own settings replace the flags."""
-        return with_row_settings(cfg, getattr(self.build, "keywords", {}).get("algorithm"))
+        """The config this backend trains with, given the command's."""
+        return replace(cfg, **self.algorithm(cfg)) if self.algorithm else cfg
+
+    def build(self, inputs: RunInputs) -> Runner:
+        return self.runner(replace(inputs, config=self.row_config(inputs.config)))
 
 
 # 'grpo'/'rloo'(-tuned): TRL's critic-free trainers, for comparison; 'scratch-ALGO': ours with the same config (a
@@ -223,17 +222,17 @@ class Backend:
 RUNNERS: dict[str, Backend] = {
     "scratch": Backend(ScratchRunner, resumable=True),
     "trl": Backend(TRLPPORunner, needs_trl_ppo=True),
-    "grpo": Backend(partial(GroupRunner, "grpo", algorithm=_as_grpo)),
-    "rloo": Backend(partial(GroupRunner, "rloo", algorithm=_as_rloo)),
-    "grpo-tuned": Backend(partial(GroupRunner, "grpo", algorithm=_as_grpo_tuned)),
-    "rloo-tuned": Backend(partial(GroupRunner, "rloo", algorithm=_as_rloo_tuned)),
-    "scratch-grpo": Backend(partial(ScratchRunner, algorithm=_as_grpo), resumable=True),
-    "scratch-rloo": Backend(partial(ScratchRunner, algorithm=_as_rloo), resumable=True),
-    "scratch-reinforce_pp": Backend(partial(ScratchRunner, algorithm=_as_reinforce_pp), resumable=True),
-    "scratch-grpo-tuned": Backend(partial(ScratchRunner, algorithm=_as_grpo_tuned), resumable=True),
-    "scratch-rloo-tuned": Backend(partial(ScratchRunner, algorithm=_as_rloo_tuned), resumable=True),
-    "scratch-grpo-quick": Backend(partial(ScratchRunner, algorithm=_as_grpo_quick), resumable=True),
-    "scratch-rloo-quick": Backend(partial(ScratchRunner, algorithm=_as_rloo_quick), resumable=True),
+    "grpo": Backend(partial(GroupRunner, "grpo"), _as_grpo),
+    "rloo": Backend(partial(GroupRunner, "rloo"), _as_rloo),
+    "grpo-tuned": Backend(partial(GroupRunner, "grpo"), _as_grpo_tuned),
+    "rloo-tuned": Backend(partial(GroupRunner, "rloo"), _as_rloo_tuned),
+    "scratch-grpo": Backend(ScratchRunner, _as_grpo, resumable=True),
+    "scratch-rloo": Backend(ScratchRunner, _as_rloo, resumable=True),
+    "scratch-reinforce_pp": Backend(ScratchRunner, _as_reinforce_pp, resumable=True),
+    "scratch-grpo-tuned": Backend(ScratchRunner, _as_grpo_tuned, resumable=True),
+    "scratch-rloo-tuned": Backend(ScratchRunner, _as_rloo_tuned, resumable=True),
+    "scratch-grpo-quick": Backend(ScratchRunner, _as_grpo_quick, resumable=True),
+    "scratch-rloo-quick": Backend(ScratchRunner, _as_rloo_quick, resumable=True),
 }
 BACKENDS = tuple(RUNNERS)
 
