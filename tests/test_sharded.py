@@ -147,7 +147,7 @@ def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
     ids, mask = trainer._pad_queries(queries)
     greedy = sample_responses(policy, ids, mask, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id,
                               pad_token_id=tokenizer.pad_token_id, temperature=0)
-    sampled = trainer._sample(ids, mask)
+    sampled = trainer._sample(ids, mask).ids
     assert torch.equal(sampled[:, :greedy.shape[1]], greedy)
 
 

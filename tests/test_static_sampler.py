@@ -188,11 +188,11 @@ def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer)
     for sampler in ("loop", "static"):
         trainer = PPOTrainer(build_policy(tokenizer, seed=3), _length, processing_class=tokenizer, train_dataset=prompts,
                              args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler))
-        assert trainer.sampler == sampler
+        assert trainer.sampler_name == sampler
         histories[sampler] = [{k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"}
                               for h in trainer.train()]
     assert histories["static"] == histories["loop"]  # same rollouts, so the same updates, to the last bit
-    assert PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer).sampler == "loop"  # 'auto', CPU
+    assert PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer).sampler_name == "loop"  # 'auto', CPU
 
 
 def test_static_sampler_on_an_fsdp2_sharded_policy():

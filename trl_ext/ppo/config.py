@@ -6,14 +6,16 @@ from dataclasses import dataclass, fields
 
 from trl_ext.errors import InputError
 from trl_ext.options import field, require_positive
-from trl_ext.ppo import core
+from trl_ext.ppo import core, samplers
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
 from trl_ext.ppo.precision import DTYPES
 
 LR_SCHEDULES = ("linear", "constant")
-SAMPLERS = ("auto", "loop", "static", "generate")
+SAMPLERS = ("auto", *samplers.SAMPLERS)
+VLLM_MODES = ("colocate",)
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 SCORE_POSITIONS = ("last_token", "after_last_token")
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -72,10 +74,25 @@ class PPOConfig:
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
     top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
-    sampler: str = field("auto", help="'static': static KV cache, decode step compiled to a CUDA graph (GPUs); "
-                         "'loop': the KV-cache loop, fastest for small models on CPU; 'generate': model.generate "
-                         "(repetition_penalty); 'auto': generate on a GPU (static becomes the GPU default once "
-                         "measured to win there), loop otherwise", choices=SAMPLERS)
+    sampler: str = field("auto", help="rollout engine (trl_ext.ppo.samplers): 'loop': the KV-cache loop; 'generate': "
+                         "model.generate (repetition_penalty); 'static': static KV cache, decode step compiled to a "
+                         "CUDA graph; 'vllm': vLLM colocated in each training process; 'auto': generate on a GPU, "
+                         "loop on CPU", choices=SAMPLERS)
+    vllm_mode: str = field("colocate", help="vLLM beside the trainer in each process (TRL's name; the only mode)",
+                           choices=VLLM_MODES)
+    vllm_gpu_memory_utilization: float = field(0.3, help="share of GPU memory vLLM may take for weights and KV cache")
+    vllm_enable_sleep_mode: bool = field(False, help="release vLLM's weights and KV cache during the update, wake "
+                                         "them for the next rollout (GPU)")
+    vllm_tensor_parallel_size: int = field(1, help="GPUs one vLLM engine spans")
+    vllm_max_model_length: int | None = field(None, help="vLLM's context length (default: the model's)")
+    vllm_importance_sampling_correction: bool = field(False, help="weight the policy loss by the ratio of the "
+                                                      "trainer's to vLLM's log-probs of the sampled tokens, "
+                                                      "capped (TRL's correction; for bf16 runs, where they differ)")
+    vllm_importance_sampling_mode: str = field("token_truncate", help="per token or per sequence; clip the ratio "
+                                               "into [min, max] (truncate) or zero it outside (mask)",
+                                               choices=IMPORTANCE_SAMPLING_MODES)
+    vllm_importance_sampling_clip_max: float = field(3.0, help="upper bound of the importance-sampling ratio")
+    vllm_importance_sampling_clip_min: float | None = field(None, help="lower bound of the ratio (default: none)")
     dtype: str = field("auto", help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
                        "the checkpoint's; trainable weights are float32 masters either way (README, dtype policy)",
                        choices=DTYPES)
@@ -125,6 +142,12 @@ class PPOConfig:
         if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
             raise InputError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
                              f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}")
+        if self.vllm_tensor_parallel_size < 1 or not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise InputError(f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
+                             f"{self.vllm_tensor_parallel_size}, {self.vllm_gpu_memory_utilization}")
+        if self.vllm_importance_sampling_correction and self.sampler != "vllm":
+            raise InputError("vllm_importance_sampling_correction needs sampler='vllm' (the other engines sample "
+                             "with the trainer's own weights)")
         if self.repetition_penalty != 1.0 and self.sampler != "generate":
             raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones

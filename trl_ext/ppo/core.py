@@ -7,6 +7,8 @@ objects, no accelerate: everything here can be checked by hand.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from trl_ext.errors import InputError
@@ -289,3 +291,26 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
 # Reward shapings: the trainer looks one up by the config's ``kl_mode`` (the command line offers exactly
 # these keys). Add a plain function with the same signature to try another one.
 KL_SHAPINGS = {"token": token_kl_rewards, "sequence": sequence_kl_rewards}
+
+
+def importance_sampling_weights(logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, mask: torch.Tensor,
+                                mode: str = "token_truncate", clip_min: float | None = None,
+                                clip_max: float | None = 3.0) -> torch.Tensor:
+    """Truncated (or masked) importance weights of the trainer's log-probs over the sampler's (TRL GRPO's vLLM
+    correction, Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training").
+
+    ``(B, T)`` log-probs of the sampled tokens under the trainer and under the engine that sampled them;
+    ``mask`` 1 on response tokens. ``mode``: ``token_*`` gives one ratio per token ``(B, T)``, ``sequence_*``
+    one per row from the summed differences ``(B, 1)``; ``*_truncate`` clamps the ratio into
+    ``[clip_min, clip_max]``, ``*_mask`` zeroes ratios outside it. No gradient flows through the weights.
+    """
+    level, rule = mode.split("_")
+    diff = ((logprobs - sampling_logprobs) * mask).detach()
+    if level == "sequence":
+        diff = diff.sum(-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if rule == "truncate":
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)

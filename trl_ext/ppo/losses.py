@@ -66,11 +66,16 @@ def fixed_length_mean(per_token_loss, mask, max_length):
     return (per_token_loss * mask).sum() / (per_token_loss.shape[0] * max_length)
 
 
-def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config) -> tuple[torch.Tensor, dict]:
-    """``config.policy_loss`` per token, plus ``config.beta`` times the KL to the reference (GRPO's loss
-    term, estimator ``config.kl_loss_estimator``, maybe ratio-weighted), aggregated by ``config.loss_type``."""
+def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
+                importance_weights=None) -> tuple[torch.Tensor, dict]:
+    """``config.policy_loss`` per token, weighted by ``importance_weights`` when the rollout engine's
+    log-probs differ from the trainer's (``core.importance_sampling_weights``, ``(B, T)`` or ``(B, 1)``), plus
+    ``config.beta`` times the KL to the reference (GRPO's loss term, estimator ``config.kl_loss_estimator``,
+    maybe ratio-weighted), aggregated by ``config.loss_type``."""
     per_token, stats = POLICY_LOSSES[config.policy_loss].fn(logprobs, old_logprobs, advantages, mask,
                                                              config.cliprange)
+    if importance_weights is not None:  # as TRL's GRPO: on the surrogate, not on the KL term
+        per_token = per_token * importance_weights
     if config.beta > 0:
         kl = core.kl_estimate(logprobs, ref_logprobs, config.kl_loss_estimator)
         # TRL 1.16's use_bias_correction_kl (DeepSeek-V3.2): weighted by the differentiable ratio, 1 in value

@@ -123,6 +123,9 @@ class Experience:
     # the log-probs with their graph (``old_logprobs`` is their detached copy) and the policy's entropy per token.
     logprobs: torch.Tensor | None = None  # (B, R)
     entropy: torch.Tensor | None = None  # (B, R)
+    # What the rollout engine knew of its own sampling (``samplers.Completions.logprobs``), when it knew it:
+    sampling_logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``responses``
+    importance_weights: torch.Tensor | None = None  # (B, R) or (B, 1) the loss's correction for the gap (vLLM)
 
     @property
     def query_length(self) -> int:

@@ -36,11 +36,9 @@ from trl_ext.ppo.advantages import compute_advantages, needs_values
 from trl_ext.ppo.config import PPOConfig, mini_batch_size, num_updates, rows_per_pass, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.model import ActorCritic, load_value_head
-from trl_ext.ppo.rollout import (
-    Experience, completion_token_ids, generate_responses, positions_from_mask, response_mask, sample_responses,
-)
+from trl_ext.ppo.rollout import Experience, completion_token_ids, positions_from_mask, response_mask
+from trl_ext.ppo.samplers import Completions, SamplingOptions, build_sampler, resolve_sampler
 from trl_ext.ppo.sharding import gathered_for_rollout
-from trl_ext.ppo.static_sampler import StaticSampler
 from trl_ext.rewards.base import call_reward, combine_rewards, place_reward, reward_name
 from trl_ext.rewards.classifier import is_conversation
 
@@ -192,10 +190,8 @@ class PPOTrainer:
             self.ref_policy.to(device)
         for fn in self.reward_funcs:  # a reward model scores where the policy runs
             place_reward(fn, device)
-        # 'auto': on a GPU model.generate, measured faster than the loop there (issue 19's table); the
-        # compiled static sampler is not measured on a GPU yet. The plain loop is fastest for small models on CPU.
-        self.sampler = config.sampler if config.sampler != "auto" else "generate" if device.type == "cuda" else "loop"
-        self.static_sampler = StaticSampler()  # holds its caches and compiled step across rollouts
+        self.sampler_name = resolve_sampler(config.sampler, device)
+        self.sampler = build_sampler(self.sampler_name, config)
         self.generator = torch.Generator(device=device).manual_seed(
             config.seed + 100003 * self.accelerator.process_index)
         self.episode, self.update_index = 0, 0
@@ -230,6 +226,7 @@ class PPOTrainer:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.sampler.policy_changed()  # an engine with its own copy of the weights syncs before the next rollout
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # TRL's optimizer settings (no weight decay, eps 1e-8), so the backends differ in the loop only.
@@ -249,7 +246,7 @@ class PPOTrainer:
     def generate(self, queries: list[list[int]], temperature: float | None = None) -> list[list[int]]:
         """Sample a response (token ids up to and including eos) for each query."""
         query_ids, query_mask = self._pad_queries(queries)
-        responses = self._sample(query_ids, query_mask, temperature)
+        responses = self._sample(query_ids, query_mask, temperature).ids
         mask = response_mask(responses, self.tokenizer.eos_token_id)
         return [row[: int(m.sum())].tolist() for row, m in zip(responses, mask)]
 
@@ -358,18 +355,19 @@ class PPOTrainer:
             timings[f"timing/{name}"], tick = now - tick, now
 
         query_ids, query_mask = self._pad_queries(rows["input_ids"])
-        responses = self._sample(query_ids, query_mask)
+        sampled = self._sample(query_ids, query_mask)
         lap("generate")
-        mask = response_mask(responses, self.tokenizer.eos_token_id)
+        mask = response_mask(sampled.ids, self.tokenizer.eos_token_id)
         width = int(mask.sum(1).max())  # columns past it are padding in every row: drop them, later passes cost less
         mask = mask[:, :width]
-        responses = responses[:, :width].masked_fill(mask == 0, self.tokenizer.pad_token_id)
+        responses = sampled.ids[:, :width].masked_fill(mask == 0, self.tokenizer.pad_token_id)
+        sampling_logprobs = None if sampled.logprobs is None else sampled.logprobs[:, :width] * mask
         prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])
         completion_ids = completion_token_ids(responses, mask)
         completions = self._completions(prompts, completion_ids)
         scores, reward_stats = self._score(rows, prompts, completions, completion_ids)
         lap("reward")
-        experience = self._experience(query_ids, query_mask, responses, mask, scores)
+        experience = self._experience(query_ids, query_mask, responses, mask, scores, sampling_logprobs)
         lap("experience")
         stats = self._update(experience)
         lap("update")
@@ -430,20 +428,17 @@ class PPOTrainer:
         ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
         return ids.to(self.accelerator.device), mask.to(self.accelerator.device)
 
-    def _sample(self, query_ids, query_mask, temperature: float | None = None) -> torch.Tensor:
+    def _sample(self, query_ids, query_mask, temperature: float | None = None) -> Completions:
         cfg, policy = self.config, self.policy
         was_training = policy.training
         policy.eval()
-        options = dict(max_new_tokens=cfg.response_length, eos_token_id=self.tokenizer.eos_token_id,
-                       pad_token_id=self.tokenizer.pad_token_id, top_k=cfg.top_k, top_p=cfg.top_p,
-                       temperature=cfg.temperature if temperature is None else temperature)
+        options = SamplingOptions(max_new_tokens=cfg.response_length, eos_token_id=self.tokenizer.eos_token_id,
+                                  pad_token_id=self.tokenizer.pad_token_id, top_k=cfg.top_k, top_p=cfg.top_p,
+                                  temperature=cfg.temperature if temperature is None else temperature,
+                                  repetition_penalty=cfg.repetition_penalty)
         try:
             with gathered_for_rollout(self.model), self.accelerator.autocast():
-                if self.sampler == "generate":
-                    return generate_responses(policy, query_ids, query_mask, **options,
-                                              repetition_penalty=cfg.repetition_penalty)
-                sample = self.static_sampler if self.sampler == "static" else sample_responses
-                return sample(policy, query_ids, query_mask, **options, generator=self.generator)
+                return self.sampler.sample(policy, query_ids, query_mask, options, generator=self.generator)
         finally:
             policy.train(was_training)
 
@@ -480,7 +475,7 @@ class PPOTrainer:
                 and self._micro_batch_rows(batch, responses) >= batch)
 
     @torch.no_grad()
-    def _experience(self, query_ids, query_mask, responses, mask, scores) -> Experience:
+    def _experience(self, query_ids, query_mask, responses, mask, scores, sampling_logprobs=None) -> Experience:
         cfg = self.config
         query_response = torch.cat([query_ids, responses], dim=1)
         attention_mask = torch.cat([query_mask.long(), mask], dim=1)
@@ -501,12 +496,18 @@ class PPOTrainer:
         ended = (responses == self.tokenizer.eos_token_id).logical_and(mask.bool()).any(-1)
         group_ids = torch.arange(len(responses), device=responses.device) // cfg.num_generations
         result = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, cfg)
+        weights = None
+        if sampling_logprobs is not None and cfg.vllm_importance_sampling_correction:
+            weights = core.importance_sampling_weights(
+                old_logprobs, sampling_logprobs, mask, cfg.vllm_importance_sampling_mode,
+                cfg.vllm_importance_sampling_clip_min, cfg.vllm_importance_sampling_clip_max)
         return Experience(
             query_response=query_response, attention_mask=attention_mask, position_ids=position_ids,
             responses=responses, mask=mask, value_mask=result.value_mask, old_logprobs=old_logprobs,
             ref_logprobs=ref_logprobs, old_values=result.values, scores=result.scores, rewards=result.rewards,
             non_score_rewards=result.non_score_rewards, kl=result.kl, advantages=result.advantages,
-            returns=result.returns, logprobs=logprobs, entropy=entropy,
+            returns=result.returns, logprobs=logprobs, entropy=entropy, sampling_logprobs=sampling_logprobs,
+            importance_weights=weights,
         )
 
     def _experience_parts(self, responses: torch.Tensor) -> list[slice]:
@@ -603,7 +604,7 @@ class PPOTrainer:
         else:  # the experience phase ran this forward (_one_forward_update)
             logprobs, entropy, values = micro.logprobs, micro.entropy, None
         pg_loss, pg = losses.policy_loss(logprobs, micro.old_logprobs, micro.ref_logprobs, micro.advantages,
-                                         micro.mask, cfg)
+                                         micro.mask, cfg, micro.importance_weights)
         tokens = losses.share("tokens", micro.mask, mb.mask)
         pg_share = losses.share(losses.LOSS_AGGREGATIONS[cfg.loss_type].normaliser, micro.mask, mb.mask)
         pg_stats_share = losses.share(losses.POLICY_LOSSES[cfg.policy_loss].stats_over, micro.mask, mb.mask)
@@ -645,9 +646,29 @@ class PPOTrainer:
         gathered = self.accelerator.gather_for_metrics(torch.stack([local[n].float() for n in names])[None])
         metrics = dict(zip(names, gathered.mean(0).tolist()))
         metrics["objective/rlhf_reward"] = metrics["objective/scores"] + metrics["objective/non_score_reward"]
+        if exp.sampling_logprobs is not None:
+            metrics.update(self._sampling_metrics(exp))
         metrics["episode"] = self.episode
         metrics["update"] = self.update_index
         return metrics
+
+    def _sampling_metrics(self, exp: Experience) -> dict:
+        """How far the rollout engine's log-probs of its samples are from the trainer's (TRL GRPO's names), and
+        the importance weights that correct for it; means averaged over processes, extremes taken over them."""
+        mask = exp.mask.bool()
+        gap = (exp.old_logprobs - exp.sampling_logprobs).abs()[mask]
+        stats = {"sampling/sampling_logp_difference/mean": (gap.mean(), "mean"),
+                 "sampling/sampling_logp_difference/max": (gap.max(), "max")}
+        if exp.importance_weights is not None:
+            weights = exp.importance_weights
+            weights = weights.flatten() if weights.shape[1] == 1 else weights[mask]
+            stats.update({"sampling/importance_sampling_ratio/min": (weights.min(), "min"),
+                          "sampling/importance_sampling_ratio/mean": (weights.mean(), "mean"),
+                          "sampling/importance_sampling_ratio/max": (weights.max(), "max")})
+        names = list(stats)
+        gathered = self.accelerator.gather(torch.stack([stats[n][0].float() for n in names])[None])
+        reduce = {"mean": torch.mean, "max": torch.amax, "min": torch.amin}
+        return {n: reduce[stats[n][1]](gathered[:, i]).item() for i, n in enumerate(names)}
 
     def _any_rank_non_finite(self, loss: torch.Tensor) -> bool:
         """True on every rank when the loss of any rank is not finite, so that all of them stop together."""

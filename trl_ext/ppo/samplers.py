@@ -1,0 +1,114 @@
+"""Rollout engines behind one interface: prompts in as token ids, completions out.
+
+Every engine answers ``sample(model, query_ids, query_mask, options, generator) -> Completions``:
+``(B, R)`` response ids with pad after each row's first eos and, where the engine knows them, the
+log-probs it sampled those tokens with. The trainer keeps its own forward pass as the old log-probs;
+an engine's log-probs only measure (and may correct for) the gap between the two.
+
+An engine that holds its own copy of the weights (vLLM) is told ``policy_changed()`` after every
+optimizer step and syncs before its next rollout; the others call the policy they are handed.
+Register an engine with ``@SAMPLERS.register(name)``; the config's ``sampler`` picks it by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trl_ext.ppo.registry import Registry
+from trl_ext.ppo.rollout import generate_responses, sample_responses
+from trl_ext.ppo.static_sampler import StaticSampler
+
+SAMPLERS = Registry("sampler", takes_config=False)
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How one rollout samples: the trainer's settings, the same for every engine."""
+
+    max_new_tokens: int
+    eos_token_id: int
+    pad_token_id: int
+    temperature: float = 1.0  # 0: greedy
+    top_k: int = 0  # 0: all tokens
+    top_p: float = 1.0  # 1.0: all tokens
+    repetition_penalty: float = 1.0  # only the 'generate' engine has one
+
+
+@dataclass
+class Completions:
+    """What an engine returns for a batch of prompts."""
+
+    ids: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
+    logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``ids``; None when it does not know them
+
+
+class Sampler:
+    """The interface; ``sample`` is the one method every engine implements."""
+
+    def sample(self, model, query_ids: torch.Tensor, query_mask: torch.Tensor, options: SamplingOptions,
+               generator: torch.Generator | None = None) -> Completions:
+        raise NotImplementedError
+
+    def policy_changed(self) -> None:
+        """The policy's weights moved (an optimizer step, a loaded checkpoint). Engines that call the policy
+        itself have nothing to do; one with its own copy of the weights syncs before its next rollout."""
+
+
+@SAMPLERS.register("loop")
+class LoopSampler(Sampler):
+    """The KV-cache loop (``rollout.sample_responses``): fastest for small models on CPU."""
+
+    def sample(self, model, query_ids, query_mask, options, generator=None):
+        return Completions(sample_responses(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
+                                            eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
+                                            temperature=options.temperature, top_k=options.top_k,
+                                            top_p=options.top_p, generator=generator))
+
+
+@SAMPLERS.register("generate")
+class GenerateSampler(Sampler):
+    """``model.generate`` (``rollout.generate_responses``): has ``repetition_penalty``; draws from torch's global RNG."""
+
+    def sample(self, model, query_ids, query_mask, options, generator=None):
+        return Completions(generate_responses(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
+                                              eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
+                                              temperature=options.temperature, top_k=options.top_k,
+                                              top_p=options.top_p, repetition_penalty=options.repetition_penalty))
+
+
+@SAMPLERS.register("static")
+class StaticCacheSampler(Sampler):
+    """Static KV cache, decode step compiled to a CUDA graph on GPUs (``static_sampler.StaticSampler``)."""
+
+    def __init__(self):
+        self.engine = StaticSampler()  # holds its caches and compiled step across rollouts
+
+    def sample(self, model, query_ids, query_mask, options, generator=None):
+        return Completions(self.engine(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
+                                       eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
+                                       temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
+                                       generator=generator))
+
+
+def resolve_sampler(name: str, device: torch.device) -> str:
+    """The engine ``name`` asks for; 'auto' picks the one measured fastest on this kind of device:
+    ``model.generate`` on a GPU (the compiled static sampler is not measured on one yet), the loop on CPU."""
+    if name != "auto":
+        return name
+    return "generate" if device.type == "cuda" else "loop"
+
+
+@SAMPLERS.register("vllm", takes_config=True)
+def vllm_sampler(config) -> Sampler:
+    """vLLM colocated in this process (``trl_ext.ppo.vllm_sampler``), imported only when asked for."""
+    from trl_ext.ppo.vllm_sampler import VLLMSampler
+
+    return VLLMSampler(config)
+
+
+def build_sampler(name: str, config=None) -> Sampler:
+    """The engine registered as ``name``; those that need the trainer's settings (vLLM's) get ``config``."""
+    entry = SAMPLERS[name]
+    return entry.fn(config) if entry.takes_config else entry.fn()
