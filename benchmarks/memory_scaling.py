@@ -57,7 +57,7 @@ def run_row(row: str, code: Path, updates: int, extra: list[str]) -> dict:
     batch, response = (int(x) for x in shape.split("x"))
     with tempfile.TemporaryDirectory() as root:
         script = CHILD.format(tests=str(ROOT / "tests"), dtype=dtype, root=root, vocab=VOCABS[vocab],
-                              prompts=str(ROOT / "recipes/rlhf/prompts.jsonl"), batch=batch,
+                              prompts=str(ROOT / "recipes/rlhf/prompts_plain.txt"), batch=batch,
                               episodes=batch * updates, response=response, extra=extra)
         env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         start = time.perf_counter()

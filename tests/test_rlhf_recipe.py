@@ -15,6 +15,7 @@ from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, tiny_deberta_reward, tiny
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# These tiny policies have no chat template: the recipe's prompts as plain lines (prompts.jsonl is conversational).
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
@@ -26,7 +27,7 @@ def test_rlhf_recipe_with_lora(tiny_models, tmp_path, backend):
     policy, reward = tiny_models
     out = tmp_path / backend
     cmd = [sys.executable, str(ROOT / "recipes/rlhf/ppo_rlhf.py"), "--backend", backend, "--policy", str(policy),
-           "--reward", str(reward), "--prompts", str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out),
+           "--reward", str(reward), "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out),
            "--batch-size", "4", "--total-episodes", "8", "--response-length", "8", "--learning-rate", "1e-2",
            "--lora-r", "4"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
@@ -49,7 +50,7 @@ def test_rlhf_recipe_with_half_precision_checkpoints_of_real_vocabulary_sizes(tm
 
     out = tmp_path / "o"
     code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts",
-                 str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out), "--batch-size", "4",
+                 str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out), "--batch-size", "4",
                  "--total-episodes", "4", "--response-length", "6", "--learning-rate", "1e-2", "--lora-r", "4"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -77,7 +78,7 @@ def test_rlhf_with_a_reward_function_instead_of_a_reward_model(tiny_models, tmp_
 
     out = tmp_path / "o"
     code = main(["rlhf", "--policy", str(policy), "--reward-fn", f"{tmp_path / 'rf.py'}:vowels",
-                 "--prompts", str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out), "--batch-size", "4",
+                 "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out), "--batch-size", "4",
                  "--total-episodes", "4", "--response-length", "8", "--lora-r", "4"])
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["updates"] == 1 and summary["first_score"] >= 0
@@ -94,7 +95,7 @@ def test_rlhf_pipeline_sft_then_reward_model_then_ppo(tiny_models, tmp_path):
            "--sft-data", str(ROOT / "recipes/rlhf/sft.jsonl"), "--sft-steps", "4",
            "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(reward_base),
            "--reward-steps", "4", "--reward-eval-n", "4", "--stage-batch-size", "4",
-           "--prompts", str(ROOT / "recipes/rlhf/prompts.jsonl"), "--out", str(out),
+           "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out),
            "--batch-size", "4", "--total-episodes", "8", "--response-length", "8", "--lora-r", "4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
@@ -124,7 +125,7 @@ def test_rlhf_pipeline_bad_inputs_are_named(tiny_models, tmp_path, capsys):
     policy, reward_base = tiny_models
     from trl_ext.commands.cli import main
 
-    prompts = str(ROOT / "recipes/rlhf/prompts.jsonl")
+    prompts = str(ROOT / "recipes/rlhf/prompts_plain.txt")
     sft = tmp_path / "sft.jsonl"
     sft.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c", "completion": ""}\n')
     cases = [

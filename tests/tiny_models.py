@@ -32,17 +32,84 @@ CHAT_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{%
                  "{% if add_generation_prompt %}[assistant]{% endif %}")
 
 
+# The chat template Qwen2.5-*-Instruct checkpoints ship (tokenizer_config.json; TRL keeps a copy as
+# trl/chat_templates/qwen2_5.jinja), with the special tokens it names: what a real instruct model renders.
+QWEN2_5_CHAT_TEMPLATE = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
 # The vocabularies of the real checkpoints: tiny width keeps even these embeddings small.
 QWEN2_VOCAB, DEBERTA_V2_VOCAB = 151936, 128100
 
 
-def tiny_qwen2(path, chat_template: bool = False, vocab_size: int | None = None, dtype=None):
-    """``vocab_size``: rows beyond the character tokenizer's (a real checkpoint's size); ``dtype``: saved in it."""
+def tiny_qwen2(path, chat_template: bool | str = False, vocab_size: int | None = None, dtype=None):
+    """``vocab_size``: rows beyond the character tokenizer's (a real checkpoint's size); ``dtype``: saved in it.
+    ``chat_template``: True, the short ChatML-like one; "qwen2.5", Qwen2.5-Instruct's own, with its special
+    tokens (<|im_start|>, <|im_end|> the eos, <|endoftext|> the pad) as single tokens."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    if chat_template:
-        tok.chat_template = CHAT_TEMPLATE
+    if chat_template == "qwen2.5":
+        tok = char_tokenizer(QWEN2_SPECIALS, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                             unk_token="<|endoftext|>", additional_special_tokens=QWEN2_SPECIALS[1:])
+        tok.chat_template = QWEN2_5_CHAT_TEMPLATE
+    else:
+        tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+        if chat_template:
+            tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=vocab_size or len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,

@@ -4,13 +4,17 @@
 Data in TRL's preference formats: ``chosen``/``rejected`` with or without ``prompt``, as text or as
 conversations. Text pairs are tokenized here as ``prompt + chosen`` exactly as a ``ClassifierReward``
 scores ``prompt + completion`` later (TRL would append an eos to every text, which erases the
-difference when the eos is what one of the two lacks).
+difference when the eos is what one of the two lacks). Conversations are rendered with the tokenizer's
+chat template, as TRL does; a base without one (DeBERTa) gets the pair (prompt's text, answer's text),
+which is how ``ClassifierReward`` scores conversations with such a tokenizer. Without ``prompt``, a
+conversation's last message is the answer and the messages before it the prompt.
 """
 
 from __future__ import annotations
 
+from trl_ext.data_files import check_messages
 from trl_ext.errors import InputError
-from trl_ext.rewards.classifier import ClassifierReward, is_conversation
+from trl_ext.rewards.classifier import ClassifierReward, is_conversation, message_text
 
 
 class PreferenceError(InputError):
@@ -32,16 +36,33 @@ def check_preferences(dataset) -> bool:
                 raise PreferenceError(f"row {row}: {key!r} is missing or empty")
         if example["chosen"] == example["rejected"]:
             raise PreferenceError(f"row {row}: 'chosen' and 'rejected' are identical")
+        for key in ("prompt", "chosen", "rejected"):
+            check_messages(example.get(key), f"row {row}", key, PreferenceError)
         kinds = {is_conversation(example[k]) for k in ("prompt", "chosen", "rejected") if example.get(k) is not None}
         if len(kinds) > 1 or (conversational is not None and kinds != {conversational}):
             raise PreferenceError(f"row {row}: mixes text and conversations; use one format for every row")
         conversational = kinds.pop()
+        if conversational and example.get("prompt") is None:
+            short = next((k for k in ("chosen", "rejected") if len(example[k]) < 2), None)
+            if short:  # the prompt is the messages before the answer: there must be some
+                raise PreferenceError(f"row {row}: without a 'prompt', {short!r} needs the prompt's messages "
+                                      "before its answer")
     return bool(conversational)
 
 
+def _split(prompt, answer) -> tuple:
+    """``(prompt, answer)`` as scored: a conversation without a prompt is split before its last message."""
+    if prompt is None and is_conversation(answer):
+        return list(answer[:-1]), list(answer[-1:])
+    return prompt, answer
+
+
 def _ids(tokenizer, prompt, answer) -> list[int]:
+    prompt, answer = _split(prompt, answer)
     if is_conversation(answer):
-        messages = list(prompt or []) + list(answer)
+        if not getattr(tokenizer, "chat_template", None):  # as ClassifierReward scores it: a text pair
+            return list(tokenizer(message_text(prompt), message_text(answer))["input_ids"])
+        messages = list(prompt) + list(answer)
         return list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"])
     return tokenizer((prompt or "") + answer)["input_ids"]
 
@@ -62,10 +83,13 @@ def tokenize_preferences(dataset, tokenizer):
 def score_pairs(model, tokenizer, dataset, batch_size: int = 64) -> tuple[list[float], list[float]]:
     """Scores of every ``chosen`` and ``rejected`` answer, scored as PPO will score them."""
     scorer = ClassifierReward(model, tokenizer, batch_size=batch_size)
-    prompts = dataset["prompt"] if "prompt" in dataset.column_names else [""] * len(dataset)
-    if is_conversation(dataset["chosen"][0]) and "prompt" not in dataset.column_names:
-        prompts = [[] for _ in range(len(dataset))]
-    return scorer(prompts, dataset["chosen"]), scorer(prompts, dataset["rejected"])
+    prompts = dataset["prompt"] if "prompt" in dataset.column_names else [None] * len(dataset)
+
+    def scores(answers):
+        pairs = [_split(p, a) for p, a in zip(prompts, answers)]
+        return scorer([p if p is not None else "" for p, _ in pairs], [a for _, a in pairs])
+
+    return scores(dataset["chosen"]), scores(dataset["rejected"])
 
 
 def pairwise_accuracy(chosen: list[float], rejected: list[float]) -> float:

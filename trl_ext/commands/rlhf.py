@@ -18,6 +18,7 @@ from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts
 from trl_ext.errors import InputError
 from trl_ext.options import field, require_positive
 from trl_ext.ppo.config import PPOConfig, num_updates
+from trl_ext.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
 
 
 @dataclass
@@ -56,8 +57,17 @@ class RLHFStages:
 
 @dataclass
 class PromptOptions:
-    prompts: str = field(help="prompts: a .jsonl file with a 'prompt' field per line, or a .txt file")
+    prompts: str = field(help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of role/content "
+                         "messages), or a text file, a prompt a line")
     max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
+    chat_template: str = field("auto", help="text prompts as user turns in the policy's chat template: 'auto' "
+                               "(if it has one), 'always', 'never' (conversations always use it)",
+                               choices=CHAT_TEMPLATE_MODES)
+
+    def __post_init__(self):
+        require_positive(self, "max_prompt_length")
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise InputError(f"chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}; got {self.chat_template!r}")
 
 
 @dataclass
@@ -85,24 +95,34 @@ class RLHFBackend:
 RLHF_DEFAULTS = {"learning_rate": 1e-5, "response_length": 64}
 
 
-def load_prompts(path: str | Path) -> list[str]:
-    """Prompts from .jsonl (a 'prompt' per line) or .txt (a prompt per line); errors name the line."""
-    from trl_ext.commands.datafiles import read_jsonl
+def _is_conversational(path: str) -> bool | None:
+    """Whether a stage's data file holds conversations (None: no file to look at; the stage says why)."""
+    from trl_ext.data_files import read_jsonl
 
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        prompts = []
-        for number, row in read_jsonl(path, "prompts"):
-            if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-                raise InputError(f"{path}:{number}: expected an object with a non-empty string 'prompt'")
-            prompts.append(row["prompt"])
-        return prompts
-    if not path.exists():
-        raise FileNotFoundError(f"prompts file {str(path)!r} does not exist")
-    prompts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not prompts:
-        raise InputError(f"prompts file {str(path)!r} holds no prompts")
-    return prompts
+    if not Path(path).is_file():
+        return None
+    row = read_jsonl(path, "data")[0][1]
+    return any(isinstance(row.get(k), list) for k in ("prompt", "completion", "messages", "chosen", "rejected"))
+
+
+def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str) -> tuple[PromptFile, list[str]]:
+    """The prompt file, checked against the policy's tokenizer before any stage trains, and the lines saying
+    how it will be used (the tokens are made later, with the tokenizer PPO runs with)."""
+    from trl_ext.model_dirs import load_tokenizer, read_model_config
+
+    prompts = read_prompt_file(data.prompts)
+    read_model_config(policy, "policy")
+    templated = uses_chat_template(prompts, load_tokenizer(policy, "policy"), data.chat_template)
+    lines = [describe(prompts, templated, data.chat_template)]
+    # An SFT model or reward model trained on raw text, then prompted through the template (or the other way
+    # round), is off its training format: legal, and TRL would not say so, but rarely meant.
+    differ = [f"{flag} {path}" for flag, path in (("--sft-data", stages.sft_data), ("--preferences", stages.preferences))
+              if path and _is_conversational(path) not in (None, templated)]
+    if differ:
+        lines.append(f"[prompts] note: {' and '.join(differ)} hold {'text' if templated else 'conversations'} while the "
+                     f"PPO prompts {'go through' if templated else 'skip'} the chat template: those stages learn a "
+                     "format PPO does not use (docs/chat-prompts.md)")
+    return prompts, lines
 
 
 def load_models(models: RLHFModels, dtype: str = "auto"):
@@ -241,10 +261,10 @@ def reward_model_stage(opts: RLHFOptions, policy: str, out: Path, say) -> str | 
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     import torch
     from accelerate import PartialState
-    from datasets import Dataset
 
     from trl_ext.commands.backends import RunInputs, check_runnable, resumed_update, train_and_save
     from trl_ext.commands.run_log import RunRecorder
+    from trl_ext.prompt_files import prepare_prompts
 
     backend, models = opts.run.backend, opts.models
     if not (models.has_reward or opts.stages.preferences):
@@ -262,7 +282,9 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
         connect_reward(models.reward_url)
     state = PartialState(cpu=not torch.cuda.is_available())
-    prompts = load_prompts(opts.data.prompts)
+    prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy)
+    for line in prompt_lines if state.is_main_process else ():
+        print_fn(line)
     out = Path(opts.output.out)
     resume_after = resumed_update(opts.train, out)
     if state.is_main_process:  # a resumed run writes on into its own directory
@@ -275,9 +297,9 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     trained_here = replace(models, policy=policy_dir, reward=reward_dir,
                            pair=models.pair and not opts.stages.preferences)
     policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
-    tokenizer.truncation_side = "left"
-    ids = tokenizer(prompts, truncation=True, max_length=opts.data.max_prompt_length)["input_ids"]
-    dataset = Dataset.from_dict({"prompt": prompts, "input_ids": ids})
+    # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
+    prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
+    dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
     recorder = RunRecorder(tokenizer, backend=backend, probe_every=0, log_path=out / "metrics.jsonl",
                            print_fn=print_fn, total_updates=num_updates(opts.train, state.num_processes),
                            resume_after=resume_after, main_process=state.is_main_process)

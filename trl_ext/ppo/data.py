@@ -7,6 +7,8 @@ or an already tokenized ``input_ids`` column. Other columns go to the reward fun
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trl_ext.errors import InputError
 from trl_ext.rewards.classifier import is_conversation
 
@@ -19,25 +21,50 @@ def _tokenizer_name(tokenizer) -> str:
     return getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
 
 
-def prompt_ids(prompt, tokenizer, row: int) -> list[int]:
-    """Token ids of one prompt (text or conversation); errors name the row."""
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
+    """Token ids of one prompt (text or conversation); errors name the row (an index, or a 'file:line')."""
+    where = f"row {row}" if isinstance(row, int) else row
     if is_conversation(prompt):
-        if not getattr(tokenizer, "chat_template", None):
-            raise DatasetError(f"row {row} is a conversation, but the tokenizer {_tokenizer_name(tokenizer)!r} has "
+        if not has_chat_template(tokenizer):
+            raise DatasetError(f"{where} is a conversation, but the tokenizer {_tokenizer_name(tokenizer)!r} has "
                                "no chat template: set tokenizer.chat_template or give text prompts")
         for message in prompt:
             if not isinstance(message.get("content"), str):
-                raise DatasetError(f"row {row}: message {message!r} has no text 'content'")
+                raise DatasetError(f"{where}: message {message!r} has no text 'content'")
         ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = ids["input_ids"]
     elif isinstance(prompt, str):
         ids = tokenizer(text=prompt)["input_ids"]
     else:
-        raise DatasetError(f"row {row}: 'prompt' must be text or a list of {{'role', 'content'}} messages, "
+        raise DatasetError(f"{where}: 'prompt' must be text or a list of {{'role', 'content'}} messages, "
                            f"got {type(prompt).__name__} {prompt!r:.80}")
     if not ids:
-        raise DatasetError(f"row {row}: the prompt {prompt!r:.80} tokenizes to nothing")
+        raise DatasetError(f"{where}: the prompt {prompt!r:.80} tokenizes to nothing")
     return list(ids)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What ``truncate_prompts`` cut: ``cut`` of ``total`` prompts lost tokens, at most ``most`` from one."""
+
+    cut: int
+    total: int
+    most: int
+
+
+def truncate_prompts(ids: list[list[int]], max_length: int | None) -> tuple[list[list[int]], Truncation]:
+    """Keep the last ``max_length`` tokens of every prompt (on the left, as TRL's GRPO cuts prompts: the
+    generation prompt a chat template ends with survives); the one place prompts are cut."""
+    if max_length is None:
+        return [list(i) for i in ids], Truncation(0, len(ids), 0)
+    if max_length <= 0:
+        raise DatasetError(f"max_prompt_length must be positive, got {max_length}")
+    over = [len(i) - max_length for i in ids if len(i) > max_length]
+    return [list(i[-max_length:]) for i in ids], Truncation(len(over), len(ids), max(over, default=0))
 
 
 def prepare_prompt_dataset(dataset, tokenizer):

@@ -9,7 +9,9 @@ calls the reward function and writes the reward at every position; ``score`` is 
 The split point (TRL's ``context_length``) never reaches the backbone, so the adapter finds
 each prompt itself: every sequence must start with one of the prompts it was given (the PPO
 training dataset), and that prompt's other dataset columns are passed to the reward function
-too, as GRPO would pass them.
+too, as GRPO would pass them. When the dataset's ``prompt`` column holds conversations, the reward
+function gets that conversation and the completion as one assistant message (special tokens dropped),
+as GRPO and the in-house trainer hand them.
 """
 
 from __future__ import annotations
@@ -21,22 +23,26 @@ import torch
 from torch import nn
 
 from trl_ext.rewards.base import RewardError, call_reward, reward_name
+from trl_ext.rewards.classifier import is_conversation
 
 
 class PromptIndex:
     """Token-id prompts -> their dataset columns, found by the longest matching prefix."""
 
-    def __init__(self, prompt_ids: Sequence[Sequence[int]], columns: dict[str, list] | None = None):
+    def __init__(self, prompt_ids: Sequence[Sequence[int]], columns: dict[str, list] | None = None,
+                 conversations: list | None = None):
         if len(prompt_ids) == 0:
             raise RewardError("the prompt index needs at least one prompt")
         self.rows = {tuple(ids): i for i, ids in enumerate(prompt_ids)}
         self.lengths = sorted({len(ids) for ids in prompt_ids}, reverse=True)
         self.columns = {k: list(v) for k, v in (columns or {}).items()}
+        self.conversations = conversations  # the rows' conversational prompts, handed on as GRPO hands them
 
     @classmethod
     def from_dataset(cls, dataset, exclude: Sequence[str] = ("input_ids", "attention_mask", "prompt")):
         columns = {c: dataset[c] for c in dataset.column_names if c not in exclude}
-        return cls(dataset["input_ids"], columns)
+        prompts = dataset["prompt"] if "prompt" in dataset.column_names else None
+        return cls(dataset["input_ids"], columns, prompts if prompts and is_conversation(prompts[0]) else None)
 
     def find(self, ids: Sequence[int]) -> tuple[int, int]:
         """Return ``(prompt_length, row)`` of the longest known prompt that ``ids`` starts with."""
@@ -60,8 +66,13 @@ class _RewardBackbone(nn.Module):
         for ids, mask in zip(input_ids.tolist(), attention_mask.bool().tolist()):
             real = [t for t, keep in zip(ids, mask) if keep]  # TRL replaced pads by 0: trust the mask
             length, row = self.index.find(real)
-            prompts.append(self.tokenizer.decode(real[:length], skip_special_tokens=False))
-            completions.append(self.tokenizer.decode(real[length:], skip_special_tokens=False))
+            if self.index.conversations is not None:  # what the in-house trainer hands: message, no special tokens
+                prompts.append(self.index.conversations[row])
+                completions.append([{"role": "assistant",
+                                     "content": self.tokenizer.decode(real[length:], skip_special_tokens=True)}])
+            else:
+                prompts.append(self.tokenizer.decode(real[:length], skip_special_tokens=False))
+                completions.append(self.tokenizer.decode(real[length:], skip_special_tokens=False))
             rows.append(row)
         columns = {name: [values[r] for r in rows] for name, values in self.index.columns.items()}
         rewards = call_reward(self.reward_fn, prompts, completions, **columns)
