@@ -44,3 +44,41 @@ def test_a_bug_keeps_its_traceback(monkeypatch, err):
     _one_command(monkeypatch, _raises(err))
     with pytest.raises(type(err)):
         cli.main(["boom"])
+
+
+def _two_layers():
+    import torch
+
+    class TwoLayers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up_proj, self.down_proj = torch.nn.Linear(4, 8), torch.nn.Linear(8, 4)
+
+    return TwoLayers()
+
+
+def test_a_library_input_error_is_one_line(monkeypatch, capsys):
+    """peft's target-module mismatch, translated where the adapter is built, lists the modules that would fit."""
+    from peft import LoraConfig
+
+    from trl_ext.model_loading import peft_model
+
+    _one_command(monkeypatch, lambda opts: peft_model(_two_layers(), LoraConfig(target_modules=["q_proj"])))
+    assert cli.main(["boom"]) == 2
+    assert capsys.readouterr().err == ("trl-ext: error: LoRA target modules q_proj match no module of the policy "
+                                       "(TwoLayers); its linear modules: up_proj, down_proj (or 'all-linear')\n")
+
+
+def test_other_library_errors_keep_their_traceback(monkeypatch):
+    import peft
+    from peft import LoraConfig
+
+    from trl_ext.model_loading import peft_model
+
+    def broken(model, config, *args, **kwargs):
+        raise ValueError("something inside peft went wrong")
+
+    monkeypatch.setattr(peft, "get_peft_model", broken)
+    _one_command(monkeypatch, lambda opts: peft_model(_two_layers(), LoraConfig(target_modules=["up_proj"])))
+    with pytest.raises(ValueError, match="something inside peft went wrong"):
+        cli.main(["boom"])

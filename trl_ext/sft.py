@@ -48,6 +48,7 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
     from trl import SFTConfig, SFTTrainer
 
     from trl_ext.activation_checkpointing import checkpointing_training_argument
+    from trl_ext.model_loading import lora_target_errors
     from trl_ext.ppo.precision import launch_training_arguments
 
     if check_sft_rows(dataset) and not getattr(tokenizer, "chat_template", None):
@@ -58,8 +59,9 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
                      **launch_training_arguments(), report_to="none",
                      logging_steps=max(1, steps // 10), save_strategy="no", disable_tqdm=True,
                      **checkpointing_training_argument(False), max_length=None, dataset_num_proc=None)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config)
+    with lora_target_errors(model, peft_config, "SFT base"):  # SFTTrainer builds the adapter itself
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                             peft_config=peft_config)
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.train()

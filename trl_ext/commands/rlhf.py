@@ -125,28 +125,43 @@ def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str) -> tuple[
     return prompts, lines
 
 
-def load_models(models: RLHFModels, dtype: str = "auto"):
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+SCALAR_REWARD = "the RLHF recipe expects a scalar reward model (num_labels=1)"
 
+
+def check_inputs(opts: RLHFOptions) -> None:
+    """Every model folder and data file a run reads, checked before --out is created, so that a refused run
+    writes nothing: the one loader's folder checks (tokenizers included), the LoRA targets against the policy's
+    modules (its config built on the meta device), the SFT and preference rows."""
+    from trl_ext.model_loading import check_lora_targets, check_model_dir
+
+    models, stages = opts.models, opts.stages
+    check_model_dir(models.policy, "policy")
+    check_lora_targets(models.policy, lora_config(opts.lora).target_modules)
+    if models.reward:
+        check_model_dir(models.reward, "reward model", labels=1, why=SCALAR_REWARD)
+    if stages.sft_data:
+        from trl_ext.commands.datafiles import as_dataset, read_jsonl
+        from trl_ext.sft import check_sft_rows
+
+        check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data")))
+    if stages.preferences:
+        from trl_ext.commands.stages import preference_split
+
+        check_model_dir(stages.reward_base or models.policy, "reward model base")  # the SFT model has --policy's kind
+        preference_split(stages.preferences, stages.reward_eval_n)
+
+
+def load_models(models: RLHFModels, dtype: str = "auto"):
     from trl_ext.commands.inputs import reward_of
-    from trl_ext.ppo.precision import torch_dtype
+    from trl_ext.model_loading import load_policy, load_sequence_classifier
     from trl_ext.rewards import ClassifierReward
 
-    tokenizer = AutoTokenizer.from_pretrained(models.policy)
-    if tokenizer.eos_token_id is None:
-        raise InputError(f"the policy tokenizer in {models.policy!r} has no eos token: responses could never end")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token  # documented default, as TRL's examples do
-    tokenizer.padding_side = "left"
-    policy = AutoModelForCausalLM.from_pretrained(models.policy, dtype=torch_dtype(dtype))
+    policy, tokenizer = load_policy(models.policy, dtype)
 
     def reward_model(path: str):
-        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch_dtype(dtype))
-        if model.config.num_labels != 1:
-            raise InputError(f"reward model {path!r} has {model.config.num_labels} labels; "
-                             "the RLHF recipe expects a scalar reward model (num_labels=1)")
-        return ClassifierReward(model, AutoTokenizer.from_pretrained(path), pair=models.pair,
-                                max_length=models.reward_max_length, name="reward_model")
+        model, reward_tokenizer = load_sequence_classifier(path, "reward model", dtype, labels=1, why=SCALAR_REWARD)
+        return ClassifierReward(model, reward_tokenizer, pair=models.pair, max_length=models.reward_max_length,
+                                name="reward_model")
 
     return policy, tokenizer, reward_of(models, reward_model)
 
@@ -195,9 +210,6 @@ def sft_stage(opts: RLHFOptions, out: Path, say) -> str:
         return opts.models.policy
     from trl_ext.commands.datafiles import as_dataset, read_jsonl
 
-    from trl_ext.model_dirs import read_model_config
-
-    read_model_config(opts.models.policy, "policy")
     if not Path(stages.sft_data).is_file():
         raise FileNotFoundError(f"SFT data file {stages.sft_data!r} does not exist")
     folder = out / "sft"
@@ -209,16 +221,13 @@ def sft_stage(opts: RLHFOptions, out: Path, say) -> str:
         say(f"[sft] reusing {folder}")
         return str(folder)
     rows = read_jsonl(stages.sft_data, "SFT data")  # supervised_finetune checks every row
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    from trl_ext.model_loading import load_policy
     from trl_ext.sft import supervised_finetune
 
     say(f"[sft] fine-tuning {opts.models.policy} on {stages.sft_data} ...")
-    tokenizer = AutoTokenizer.from_pretrained(opts.models.policy)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    base, tokenizer = load_policy(opts.models.policy, role="SFT base")
     model, history = supervised_finetune(
-        AutoModelForCausalLM.from_pretrained(opts.models.policy), tokenizer, as_dataset(rows),
+        base, tokenizer, as_dataset(rows),
         output_dir=str(folder), steps=stages.sft_steps, batch_size=stages.stage_batch_size,
         learning_rate=stages.sft_learning_rate, seed=opts.train.seed, peft_config=lora_config(opts.lora))
     model.save_pretrained(folder, safe_serialization=True)
@@ -264,6 +273,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
     from trl_ext.commands.backends import RunInputs, check_runnable, resumed_update, train_and_save
     from trl_ext.commands.run_log import RunRecorder
+    from trl_ext.model_loading import truncation_notice
     from trl_ext.prompt_files import prepare_prompts
 
     backend, models = opts.run.backend, opts.models
@@ -282,6 +292,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
         connect_reward(models.reward_url)
     state = PartialState(cpu=not torch.cuda.is_available())
+    check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
     prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy)
     for line in prompt_lines if state.is_main_process else ():
         print_fn(line)
@@ -300,6 +311,9 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
     prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
     dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
+    notice = truncation_notice(prepared.truncation, opts.data.max_prompt_length)  # said once, before training
+    if notice and state.is_main_process:
+        print_fn(notice)
     recorder = RunRecorder(tokenizer, backend=backend, probe_every=0, log_path=out / "metrics.jsonl",
                            print_fn=print_fn, total_updates=num_updates(opts.train, state.num_processes),
                            resume_after=resume_after, main_process=state.is_main_process)

@@ -161,18 +161,25 @@ def load_preferences(path: str | Path):
     return as_dataset(rows)
 
 
+def preference_split(path: str | Path, eval_n: int):
+    """``(train, held-out)`` preference rows of a .jsonl file, every row checked; the last ``eval_n`` are held out."""
+    from trl_ext.reward_modeling import check_preferences
+
+    data = load_preferences(path)
+    check_preferences(data)
+    if len(data) <= eval_n:
+        raise InputError(f"{path} has {len(data)} rows: not enough for {eval_n} held-out pairs and training")
+    return data.select(range(len(data) - eval_n)), data.select(range(len(data) - eval_n, len(data)))
+
+
 def run_train_reward_model(cfg: RewardModelConfig) -> dict:
     """Train a scalar reward model on preference pairs and save it with its held-out pairwise accuracy."""
     import time
 
-    from trl_ext.reward_modeling import check_preferences, pairwise_accuracy, score_pairs, train_reward_model
+    from trl_ext.reward_modeling import pairwise_accuracy, score_pairs, train_reward_model
 
     if cfg.data:
-        data = load_preferences(cfg.data)
-        check_preferences(data)
-        if len(data) <= cfg.eval_n:
-            raise InputError(f"{cfg.data} has {len(data)} rows: not enough for {cfg.eval_n} held-out pairs and training")
-        train, heldout = data.select(range(len(data) - cfg.eval_n)), data.select(range(len(data) - cfg.eval_n, len(data)))
+        train, heldout = preference_split(cfg.data, cfg.eval_n)
     else:
         from trl_ext.doubling.preferences import preference_dataset
 
@@ -219,24 +226,12 @@ def _reward_model_base(cfg: RewardModelConfig):
         tokenizer = build_tokenizer()
         torch.manual_seed(cfg.seed)
         return build_classifier(tokenizer, seed=cfg.seed, num_labels=1), tokenizer
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from trl_ext.model_dirs import read_model_config
-
-    read_model_config(cfg.base, "reward model base")
     import transformers
 
+    from trl_ext.model_loading import load_sequence_classifier
+
     transformers.set_seed(cfg.seed)  # the new score head is drawn here, before RewardTrainer seeds anything
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(cfg.base, num_labels=1,
-                                                                   ignore_mismatched_sizes=True)
-    except (ValueError, KeyError) as err:
-        raise InputError(f"reward model base {cfg.base!r} cannot become a sequence classifier: "
-                         f"{str(err).splitlines()[0]}") from None
-    tokenizer = AutoTokenizer.from_pretrained(cfg.base)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return load_sequence_classifier(cfg.base, "reward model base", num_labels=1, ignore_mismatched_sizes=True)
 
 
 def train_reward_model_command(opts) -> CommandResult:

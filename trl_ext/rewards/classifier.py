@@ -56,23 +56,13 @@ class ClassifierReward(RewardFunction):
     def from_pretrained(cls, path: str | Path, dtype: str = "auto", **kwargs) -> ClassifierReward:
         """A scalar reward model from a ``save_pretrained`` directory (what a path in ``reward_funcs`` means),
         in ``dtype`` ('auto': the checkpoint's; the reward model is frozen, bf16 scores as well)."""
-        from transformers import AutoModelForSequenceClassification
+        from trl_ext.model_loading import load_sequence_classifier
 
-        from trl_ext.model_dirs import ArtifactError, load_tokenizer, read_model_config, require_architecture
-
-        config = read_model_config(path, "reward model")
-        require_architecture(path, config, ("ForSequenceClassification",), "reward model", "sequence classifier")
-        tokenizer = load_tokenizer(path, "reward model", padding_side="right")
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        from trl_ext.ppo.precision import torch_dtype
-
-        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch_dtype(dtype))
         conditional = "label_column" in kwargs or "label_fn" in kwargs
-        if model.config.num_labels != 1 and not conditional:
-            raise ArtifactError(f"reward model {str(path)!r} is a {model.config.num_labels}-label classifier, not a "
-                                "scalar reward model: build ClassifierReward(model, tokenizer, label_column=...) to "
-                                "pick the class whose logit is the reward")
+        model, tokenizer = load_sequence_classifier(
+            path, "reward model", dtype, labels=None if conditional else 1,
+            why="not a scalar reward model: build ClassifierReward(model, tokenizer, label_column=...) to pick the "
+                "class whose logit is the reward")
         return cls(model, tokenizer, name=kwargs.pop("name", Path(path).name), **kwargs)
 
     def to(self, device) -> ClassifierReward:
