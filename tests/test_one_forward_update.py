@@ -9,6 +9,7 @@ import torch
 
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.trainer import PPOTrainer
+from trl_ext.ppo.learner import Learner
 
 TOLERANCE = 1e-6
 RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]
@@ -41,7 +42,10 @@ def _run(tokenizer, policy, options, updates=1):
     trainer._optimizer_step = recording_step
     passes = {"policy": 0, "reference": 0}
     trainer.policy.register_forward_hook(lambda *_: passes.__setitem__("policy", passes["policy"] + 1))
-    trainer.ref_policy.register_forward_hook(lambda *_: passes.__setitem__("reference", passes["reference"] + 1))
+    kl_term = options.get("kl_coef", PPOConfig.kl_coef) > 0 or options.get("beta", 0) > 0
+    assert (trainer.ref_policy is not None) == kl_term  # no copy of the policy where no KL term reads it
+    if kl_term:
+        trainer.ref_policy.register_forward_hook(lambda *_: passes.__setitem__("reference", passes["reference"] + 1))
     queries = ppo_prompt_dataset(tokenizer, len(RESPONSES), seed=0)["input_ids"]
     responses = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in RESPONSES]
     history = [trainer.step(queries, responses, [0.5 * i - 1.5 + u for i in range(len(RESPONSES))])
@@ -63,7 +67,7 @@ def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenize
     policy = build_policy(tokenizer, seed=1)
     fused, fused_gradients, fused_weights, fused_passes = _run(tokenizer, copy.deepcopy(policy), options, updates=2)
     with monkeypatch.context() as patch:  # the old-logprob pass forced back on
-        patch.setattr(PPOTrainer, "_one_forward_update", lambda self, responses: False)
+        patch.setattr(Learner, "one_forward", lambda self, responses, has_critic: False)
         full, full_gradients, full_weights, full_passes = _run(tokenizer, copy.deepcopy(policy), options, updates=2)
     assert fused_passes["policy"] == 2 and full_passes["policy"] == 4  # one forward an update, not two
     kl_term = options["kl_coef"] > 0 or options.get("beta", 0) > 0

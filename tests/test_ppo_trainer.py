@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.errors import InputError
 from trl_ext.ppo.trainer import PPOError, PPOTrainer
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
@@ -64,9 +65,9 @@ def test_step_wise_api(pieces):
     scores = reward([tok.decode(q) for q in queries], texts)
     stats = trainer.step(queries, responses, scores)
     assert stats["update"] == 1 and math.isfinite(stats["loss/policy_avg"])
-    with pytest.raises(PPOError, match="as many queries, responses and scores"):
+    with pytest.raises(InputError, match="as many queries, responses and scores"):
         trainer.step(queries, responses, scores[:2])
-    with pytest.raises(PPOError, match="non-finite score at index 1"):
+    with pytest.raises(InputError, match="non-finite score at index 1"):
         trainer.step(queries, responses, [0.0, float("nan"), 0.0, 0.0])
 
 
@@ -79,8 +80,8 @@ def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
     query_ids, query_mask = trainer._pad_queries(queries)
     responses = torch.tensor([finished + [tok.pad_token_id], cut])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
-    experience = trainer._experience(query_ids, query_mask, responses, mask, torch.tensor([1.0, 1.0]))
-    assert experience.scores.tolist() == [1.0, -0.5]
+    experience, _ = trainer._experience(query_ids, query_mask, responses, mask, torch.tensor([1.0, 1.0]))
+    assert experience.outcome.scores.tolist() == [1.0, -0.5]
     with pytest.raises(ValueError, match="missing_eos_penalty must not be negative"):
         PPOConfig(missing_eos_penalty=-1.0)
 
@@ -118,11 +119,11 @@ def test_bad_setup_errors(pieces):
 
     no_eos = copy.deepcopy(tok)
     no_eos.eos_token = None
-    with pytest.raises(PPOError, match="no eos"):
+    with pytest.raises(InputError, match="no eos"):
         PPOTrainer(policy, reward, processing_class=no_eos)
-    with pytest.raises(PPOError, match="reward_weights has 2 values for 1 reward functions"):
+    with pytest.raises(InputError, match="reward_weights has 2 values for 1 reward functions"):
         PPOTrainer(policy, reward, args=PPOConfig(reward_weights=[1.0, 2.0]), processing_class=tok)
-    with pytest.raises(PPOError, match="reward_funcs holds a int"):
+    with pytest.raises(InputError, match="reward_funcs holds a int"):
         PPOTrainer(policy, [reward, 3], processing_class=tok)
 
 
@@ -275,10 +276,17 @@ def test_a_registered_advantage_estimator_drives_the_trainer(tokenizer):
 def test_experience_minibatch_takes_the_same_rows_of_every_field():
     from dataclasses import fields
 
-    from trl_ext.ppo.rollout import Experience
+    from trl_ext.ppo.advantages import Advantages
+    from trl_ext.ppo.experience import Experience
 
-    exp = Experience(**{f.name: torch.arange(12.0).reshape(4, 3) + i for i, f in enumerate(fields(Experience))})
+    def filled(cls, start):
+        return cls(**{f.name: torch.arange(12.0).reshape(4, 3) + start + i for i, f in enumerate(fields(cls))})
+
+    exp = filled(Experience, 0)
+    exp.outcome = filled(Advantages, 100)
     mb = exp.minibatch(torch.tensor([2, 0]))
     assert len(mb) == 2
-    for i, f in enumerate(fields(Experience)):
-        assert torch.equal(getattr(mb, f.name), getattr(exp, f.name)[[2, 0]])
+    for record, rows in ((exp, mb), (exp.outcome, mb.outcome)):
+        for f in fields(record):
+            if f.name != "outcome":
+                assert torch.equal(getattr(rows, f.name), getattr(record, f.name)[[2, 0]]), f.name

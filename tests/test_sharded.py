@@ -122,7 +122,7 @@ def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
     ids = torch.tensor([query])
     inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(ids.shape[1])[None])
     with torch.no_grad():
-        reference = trainer._reference_logits(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
+        reference = trainer.passes.reference_logits(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
         assert torch.allclose(reference, base(**inputs, use_cache=False).logits, atol=1e-5)
         policy = trainer.policy(**inputs, use_cache=False).logits
     assert not torch.allclose(policy, reference, atol=1e-5)  # the adapted policy differs from it

@@ -142,10 +142,10 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     real_experience = PPOTrainer._experience
 
     def recording_experience(self, *args):
-        exp = real_experience(self, *args)
-        ours_recorded["advantages"] = exp.advantages.clone()  # rows in the order given to step()
-        ours_recorded["kl"] = core.masked_mean(exp.kl, exp.mask).item()
-        return exp
+        exp, forward = real_experience(self, *args)
+        ours_recorded["advantages"] = exp.outcome.advantages.clone()  # rows in the order given to step()
+        ours_recorded["kl"] = core.masked_mean(exp.outcome.kl, exp.mask).item()
+        return exp, forward
 
     monkeypatch.setattr(losses, "policy_loss", recording)
     monkeypatch.setattr(PPOTrainer, "_experience", recording_experience)

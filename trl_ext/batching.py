@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from trl_ext.errors import InputError
+
 
 def pad_batch(sequences: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
     """Pad to the longest sequence; returns ``(input_ids, attention_mask)``, both ``(B, T)`` long tensors."""
     if side not in ("left", "right"):
         raise ValueError(f"side must be 'left' or 'right', got {side!r}")
     if not sequences or any(len(s) == 0 for s in sequences):
-        raise ValueError("cannot pad an empty batch or an empty sequence")
+        raise InputError("cannot pad an empty batch or an empty sequence (every query and response needs a token)")
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)

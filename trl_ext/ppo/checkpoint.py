@@ -170,3 +170,22 @@ def rotate(output_dir: str | Path, keep: int) -> list[Path]:
     for path in doomed:
         shutil.rmtree(path)
     return doomed
+
+
+def save_run(output_dir: str | Path, *, update: int, episode: int, config, world_size: int, parts: dict,
+             is_main: bool, barrier) -> Path:
+    """``output_dir/checkpoint-<update>`` for a run at ``update``/``episode``, the oldest beyond
+    ``config.save_total_limit`` deleted. ``parts``: ``save``'s model, optimizer, scheduler, generator, rank."""
+    state = {"update": update, "episode": episode, "fingerprint": fingerprint(parts["model"], config, world_size)}
+    path = save(Path(output_dir) / f"{PREFIX}{update}", **parts, state=state, is_main=is_main, barrier=barrier)
+    if config.save_total_limit and is_main:
+        rotate(output_dir, config.save_total_limit)
+    barrier()
+    return path
+
+
+def load_run(path: Path, *, config, world_size: int, parts: dict) -> tuple[int, int]:
+    """Read a checkpoint that fits this run into ``parts``; returns its ``(update, episode)``."""
+    check_fits(read_state(path)["fingerprint"], fingerprint(parts["model"], config, world_size), path)
+    state = load(path, **parts)
+    return state["update"], state["episode"]

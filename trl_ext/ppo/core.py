@@ -207,22 +207,6 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor,
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
-def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, cliprange: float) -> tuple[torch.Tensor, dict]:
-    """The clipped surrogate with a per-token ratio ``exp(logp - logp_old)``, averaged over masked tokens."""
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(log_ratio)
-    per_token, clipped = clipped_surrogate(ratio, advantages, cliprange)
-    loss = masked_mean(per_token, mask)
-    with torch.no_grad():
-        stats = {
-            "clipfrac": masked_mean(clipped.float(), mask),
-            "approxkl": 0.5 * masked_mean(log_ratio ** 2, mask),
-            "ratio": masked_mean(ratio, mask),
-        }
-    return loss, stats
-
-
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
                        mask: torch.Tensor, cliprange_value: float) -> tuple[torch.Tensor, dict]:
     """``0.5 * max((V - R)^2, (clip(V, V_old +- eps) - R)^2)`` averaged over masked tokens."""

@@ -88,6 +88,13 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
     return loss, stats
 
 
+def policy_loss_shares(config, part_mask: torch.Tensor, whole_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A micro-batch's shares of its minibatch for ``policy_loss``'s value and for its stats: by tokens or by
+    rows, as the configured aggregation and policy loss average them."""
+    return (share(LOSS_AGGREGATIONS[config.loss_type].normaliser, part_mask, whole_mask),
+            share(POLICY_LOSSES[config.policy_loss].stats_over, part_mask, whole_mask))
+
+
 def share(normaliser: str, part_mask: torch.Tensor, whole_mask: torch.Tensor) -> torch.Tensor:
     """A micro-batch's share of its minibatch's normaliser ('tokens': unmasked tokens, 'rows': rows).
 

@@ -1,8 +1,7 @@
-"""Sampling responses with a KV cache, and the experience of one PPO batch."""
+"""Sampling responses with a KV cache (the loop and ``model.generate``), and the masks of what was sampled."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from importlib.metadata import version
 
 import torch
@@ -98,43 +97,3 @@ def completion_token_ids(responses: torch.Tensor, mask: torch.Tensor) -> list[li
     """Each row's response tokens up to and including eos, as lists (GRPO's ``completion_ids``)."""
     lengths = mask.long().sum(1).tolist()
     return [row[:n] for row, n in zip(responses.tolist(), lengths)]
-
-
-@dataclass
-class Experience:
-    """One batch of rollouts and everything PPO derives from it before the update epochs."""
-
-    query_response: torch.Tensor  # (B, P + R) left-padded query followed by the response
-    attention_mask: torch.Tensor  # (B, P + R) 1 on real tokens
-    position_ids: torch.Tensor  # (B, P + R)
-    responses: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
-    mask: torch.Tensor  # (B, R) 1 on response tokens up to and including eos
-    value_mask: torch.Tensor  # (B, R) where values, rewards and the value loss count (``mask`` unless TRL's p1)
-    old_logprobs: torch.Tensor  # (B, R) log pi_old(token)
-    ref_logprobs: torch.Tensor  # (B, R) log pi_ref(token)
-    old_values: torch.Tensor | None  # (B, R) V_old before each response token; None without a critic
-    scores: torch.Tensor  # (B,) reward-function scores
-    rewards: torch.Tensor  # (B, R) KL-shaped per-token rewards
-    non_score_rewards: torch.Tensor  # (B, R) the KL part alone
-    kl: torch.Tensor  # (B, R) per-token KL estimate
-    advantages: torch.Tensor  # (B, R) the estimator's advantages (whitened where it asks)
-    returns: torch.Tensor | None  # (B, R) value targets (GAE: advantages + values, pre-whitening); None without a critic
-    # The update's own forward pass, when the experience phase ran it (``PPOTrainer._one_forward_update``):
-    # the log-probs with their graph (``old_logprobs`` is their detached copy) and the policy's entropy per token.
-    logprobs: torch.Tensor | None = None  # (B, R)
-    entropy: torch.Tensor | None = None  # (B, R)
-    # What the rollout engine knew of its own sampling (``samplers.Completions.logprobs``), when it knew it:
-    sampling_logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``responses``
-    importance_weights: torch.Tensor | None = None  # (B, R) or (B, 1) the loss's correction for the gap (vLLM)
-
-    @property
-    def query_length(self) -> int:
-        return self.query_response.shape[1] - self.responses.shape[1]
-
-    def __len__(self) -> int:
-        return self.responses.shape[0]
-
-    def minibatch(self, index: torch.Tensor) -> Experience:
-        """The rows ``index`` of every field (``b_*`` -> ``mb_*`` in cleanrl's words)."""
-        return Experience(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[index]
-                             for f in fields(self)})

@@ -1,0 +1,102 @@
+"""What the in-house trainer trains: the policy and its tokenizer, the frozen reference, the actor-critic
+(value head, or a separate critic) with float32 master weights, the optimizer and the learning-rate schedule.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trl_ext.activation_checkpointing import enable_activation_checkpointing
+from trl_ext.errors import InputError
+from trl_ext.ppo import precision
+from trl_ext.ppo.advantages import needs_values
+from trl_ext.ppo.model import ActorCritic, load_value_head
+
+
+def disable_dropout(module: nn.Module) -> None:
+    for sub in module.modules():
+        if isinstance(sub, nn.Dropout):
+            sub.p = 0.0
+
+
+def load_causal_lm(model, processing_class, dtype: str = "auto"):
+    """``model`` as a module (loaded when it is a path, in ``dtype``, through the commands' one loader) and its
+    tokenizer, with pad = eos when it has none (as GRPO)."""
+    from trl_ext.model_loading import load_policy, pad_with_eos
+
+    if isinstance(model, (str, Path)):
+        return load_policy(model, dtype, tokenizer=processing_class, error=InputError)
+    path, model = getattr(model.config, "_name_or_path", None), precision.cast_model(model, dtype)
+    if processing_class is None:
+        if not path:
+            raise InputError("pass processing_class: the model was not loaded from a path, so its tokenizer is unknown")
+        from transformers import AutoTokenizer
+
+        from trl_ext.model_dirs import load_tokenizer
+
+        processing_class = load_tokenizer(path, "policy") if Path(path).is_dir() else AutoTokenizer.from_pretrained(path)
+    return model, pad_with_eos(processing_class, "policy", f"of {path!r}" if path else "given", InputError)
+
+
+def critic_source(path: str | None):
+    """The scalar reward model whose backbone and score head start the critic (``critic_init``), or None."""
+    if path is None:
+        return None
+    from trl_ext.model_loading import load_sequence_classifier
+
+    return load_sequence_classifier(path, "critic_init", labels=1,
+                                    why="the critic starts from a scalar reward model (num_labels=1)")[0]
+
+
+def needs_reference(config) -> bool:
+    """Whether any KL to the reference enters the run (``kl_coef`` in the reward, ``beta`` in the loss)."""
+    return config.kl_coef > 0 or config.beta > 0
+
+
+def build_models(policy, config, peft_config=None, ref_model=None, saved_at: str | Path | None = None,
+                 uniform_dtype: bool = False, device=None) -> tuple[ActorCritic, nn.Module | None]:
+    """The actor-critic to train and the frozen reference (None when there is none to run: no KL term, or a PEFT
+    policy, whose reference is itself with its adapters off, so no second copy: seed 001).
+
+    ``saved_at``: the folder the policy came from, whose value head a continued PPO run loads.
+    ``uniform_dtype``: every trained weight float32 (FSDP/DeepSpeed flatten parameters into one dtype).
+    ``device``: where the reference runs (the actor-critic is placed by the launch's ``prepare``)."""
+    if peft_config is not None:
+        from trl_ext.model_loading import peft_model  # a target-module mismatch: one line naming the modules
+
+        policy = peft_model(policy, peft_config)
+    reference = None
+    if ref_model is not None:
+        reference = ref_model
+    elif needs_reference(config) and not hasattr(policy, "disable_adapter"):
+        reference = copy.deepcopy(policy)  # before master weights: it keeps the checkpoint's dtype
+    if reference is not None:
+        reference.eval().requires_grad_(False).to(device or "cpu")
+        disable_dropout(reference)
+    if config.gradient_checkpointing:
+        enable_activation_checkpointing(policy)
+    model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init,
+                        critic=needs_values(config), critic_source=critic_source(config.critic_init))
+    if saved_at is not None and model.value_head is not None:
+        load_value_head(model.value_head, saved_at)  # continuing from a saved PPO policy
+    precision.float32_master_weights(model, uniform=uniform_dtype)
+    disable_dropout(model)
+    return model, reference
+
+
+def build_optimizer(model: nn.Module, learning_rate: float) -> torch.optim.Optimizer:
+    """TRL's optimizer settings (AdamW, no weight decay, eps 1e-8), so the backends differ in the loop only."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(trainable, lr=learning_rate, eps=1e-8, weight_decay=0.0, foreach=True)
+
+
+def build_lr_scheduler(optimizer, schedule: str, total_updates: int):
+    """Stepped once per update, as TRL does: 'linear' falls to 0 at the end of the run; 'constant' stays."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    if schedule == "linear":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total_updates))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)

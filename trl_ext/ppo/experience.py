@@ -1,0 +1,94 @@
+"""The experience of one batch: the rollouts, their log-probs under the policy that sampled them and the
+reference, and what ``compute_advantages`` derives from their scores, as one record (fields grouped as
+OpenRLHF's ``experience.py`` groups them), made by one function that owns the no-grad passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+
+import torch
+
+from trl_ext.ppo import core
+from trl_ext.ppo.advantages import Advantages, compute_advantages
+from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
+from trl_ext.ppo.rollout import positions_from_mask
+
+
+def _rows(record, index: torch.Tensor):
+    """The rows ``index`` of every tensor of a dataclass record (nested records too; None stays None)."""
+    values = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        values[f.name] = _rows(value, index) if is_dataclass(value) else None if value is None else value[index]
+    return type(record)(**values)
+
+
+@dataclass
+class Experience:
+    """One batch of rollouts and everything PPO derives from it before the update epochs."""
+
+    # the trajectory
+    query_response: torch.Tensor  # (B, P + R) left-padded query followed by the response
+    attention_mask: torch.Tensor  # (B, P + R) 1 on real tokens
+    position_ids: torch.Tensor  # (B, P + R)
+    responses: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
+    mask: torch.Tensor  # (B, R) 1 on response tokens up to and including eos
+    # log-probs of the responses
+    old_logprobs: torch.Tensor  # (B, R) log pi_old(token), the trainer's own pass
+    ref_logprobs: torch.Tensor  # (B, R) log pi_ref(token)
+    # scores, KL, rewards, values, advantages and returns (``advantages.compute_advantages``)
+    outcome: Advantages
+    # what the rollout engine knew of its own sampling (``samplers.Completions.logprobs``), when it knew it
+    sampling_logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``responses``
+    importance_weights: torch.Tensor | None = None  # (B, R) or (B, 1) the loss's correction for the gap (vLLM)
+
+    @property
+    def query_length(self) -> int:
+        return self.query_response.shape[1] - self.responses.shape[1]
+
+    def __len__(self) -> int:
+        return self.responses.shape[0]
+
+    def minibatch(self, index: torch.Tensor) -> Experience:
+        """The rows ``index`` of every field (``b_*`` -> ``mb_*`` in cleanrl's words)."""
+        return _rows(self, index)
+
+
+@torch.no_grad()
+def make_experience(passes: ForwardPasses, config, query_ids, query_mask, responses, mask, scores, eos_token_id: int,
+                    needs_reference: bool, one_forward: bool, sampling_logprobs=None
+                    ) -> tuple[Experience, PolicyOutput | None]:
+    """The no-grad passes over the rollouts and the estimator's advantages -> ``Experience``.
+
+    ``one_forward``: the update is one forward and one optimizer step over the whole batch, so (as TRL's GRPO
+    with ``num_iterations=1``) the old log-probs are that forward's own, detached: it runs here, with its graph,
+    and is returned beside the record for the learner instead of a no-grad pass of its own.
+    """
+    query_response = torch.cat([query_ids, responses], dim=1)
+    attention_mask = torch.cat([query_mask.long(), mask], dim=1)
+    inputs = (query_response, attention_mask, positions_from_mask(attention_mask))
+    # The reference first: a policy pass that is the update's keeps its graph until the backward.
+    ref_logprobs = passes.reference(inputs, responses) if needs_reference else None
+    forward = values = None
+    if one_forward:
+        passes.model.train()
+        with torch.enable_grad():
+            forward = passes.policy_pass(*inputs, responses)
+        old_logprobs = forward.logprobs.detach()
+    else:
+        old_logprobs, values = passes.old_policy(inputs, responses)
+    if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy
+        ref_logprobs = old_logprobs
+    ended = (responses == eos_token_id).logical_and(mask.bool()).any(-1)
+    group_ids = torch.arange(len(responses), device=responses.device) // config.num_generations
+    outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config)
+    weights = None
+    if sampling_logprobs is not None and config.vllm_importance_sampling_correction:
+        weights = core.importance_sampling_weights(
+            old_logprobs, sampling_logprobs, mask, config.vllm_importance_sampling_mode,
+            config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max)
+    experience = Experience(*inputs, responses=responses, mask=mask, old_logprobs=old_logprobs,
+                            ref_logprobs=ref_logprobs, outcome=outcome, sampling_logprobs=sampling_logprobs,
+                            importance_weights=weights)
+    return experience, forward

@@ -1,0 +1,94 @@
+"""The forward passes of an update over query + response rows: the policy (with the critic's values), with
+or without gradients, and the frozen reference. Logits are computed for the response positions only and
+turned into float32 log-probs at once; passes run in as many rows as keep their logits within the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from trl_ext.ppo import core
+from trl_ext.ppo.config import rows_per_pass
+from trl_ext.ppo.sharding import gathered_for_rollout
+
+
+@dataclass
+class PolicyOutput:
+    """The policy's pass over a batch, with its graph."""
+
+    logprobs: torch.Tensor  # (B, R) log-probs of the responses
+    entropy: torch.Tensor  # (B, R) the policy's entropy per token (with its graph when ``ent_coef > 0``)
+    values: torch.Tensor | None  # (B, P + R) the critic's values; None without a critic
+
+
+class ForwardPasses:
+    """``model`` is the prepared actor-critic (maybe DDP/FSDP-wrapped), ``policy`` the causal LM inside it;
+    ``ref_policy`` the frozen reference, or None when it is ``policy`` with its LoRA adapters off."""
+
+    def __init__(self, model, policy, ref_policy, accelerator, config, vocab_size: int):
+        self.model, self.policy, self.ref_policy = model, policy, ref_policy
+        self.accelerator, self.config, self.vocab_size = accelerator, config, vocab_size
+
+    @staticmethod
+    def logits_to_keep(responses: torch.Tensor) -> int:
+        """Logits of the positions that predict response tokens (and the last one, dropped): no prompt logits."""
+        return responses.shape[1] + 1
+
+    def rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
+        """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget."""
+        return rows_per_pass(option, batch, self.logits_to_keep(responses), self.vocab_size)
+
+    def parts(self, responses: torch.Tensor) -> list[slice]:
+        """Rows of the no-grad passes (``local_rollout_forward_batch_size``)."""
+        rows = self.rows(self.config.local_rollout_forward_batch_size, len(responses), responses)
+        return [slice(start, start + rows) for start in range(0, len(responses), rows)]
+
+    def policy_pass(self, query_response, attention_mask, position_ids, responses,
+                    critic_only: bool = False) -> PolicyOutput:
+        """The update's forward pass, with gradients."""
+        cfg = self.config
+        with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
+            logits, values = self.model(query_response, attention_mask, position_ids,
+                                        logits_to_keep=self.logits_to_keep(responses), critic_only=critic_only)
+        response_logits = logits[:, :-1]
+        logprobs = core.logprobs_from_logits(response_logits, responses, cfg.temperature)
+        with torch.set_grad_enabled(cfg.ent_coef > 0):
+            entropy = core.entropy_from_logits(response_logits, cfg.temperature)
+        return PolicyOutput(logprobs, entropy, values)
+
+    @torch.no_grad()
+    def old_policy(self, inputs, responses) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs of the policy before the update ``(B, R)`` and the critic's values ``(B, R)`` (None without one)."""
+        length, keep = inputs[0].shape[1] - responses.shape[1], self.logits_to_keep(responses)
+        old_logprobs, values = [], []
+        for part in self.parts(responses):
+            with self.accelerator.autocast():
+                logits, part_values = self.model(*(x[part] for x in inputs), logits_to_keep=keep)
+            old_logprobs.append(core.logprobs_from_logits(logits[:, :-1], responses[part], self.config.temperature))
+            del logits  # before the next pass's own logits exist
+            if part_values is not None:
+                values.append(part_values[:, length - 1:-1].float())
+        return torch.cat(old_logprobs), torch.cat(values) if values else None
+
+    def reference_logits(self, query_response, attention_mask, position_ids, logits_to_keep: int = 0) -> torch.Tensor:
+        inputs = dict(input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids,
+                      use_cache=False, logits_to_keep=logits_to_keep)
+        with self.accelerator.autocast():
+            if self.ref_policy is not None:
+                return self.ref_policy(**inputs).logits
+            # The base model under the LoRA adapters is the reference; the policy is a child of the
+            # (maybe sharded) root, so its parameters are gathered for the call.
+            with gathered_for_rollout(self.model), self.policy.disable_adapter():
+                return self.policy(**inputs).logits
+
+    @torch.no_grad()
+    def reference(self, inputs, responses) -> torch.Tensor:
+        """Log-probs of the reference ``(B, R)``."""
+        keep, logprobs = self.logits_to_keep(responses), []
+        for part in self.parts(responses):
+            ref_logits = self.reference_logits(*(x[part] for x in inputs), logits_to_keep=keep)
+            logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], responses[part], self.config.temperature))
+            del ref_logits
+        return torch.cat(logprobs)

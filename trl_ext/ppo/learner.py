@@ -1,0 +1,121 @@
+"""The update: ``num_ppo_epochs`` x ``num_mini_batches`` optimizer steps over one batch's experience, each
+minibatch's gradient accumulated over micro-batches weighted by their share of it, so that the result is the
+minibatch's own whatever the micro-batch size.
+
+The trainer hands in how a step is taken (``backward``, ``optimizer_step``: accelerate's, or a subclass's),
+how rows are shuffled (``minibatch_order``) and what a non-finite loss does (``on_bad_loss``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from trl_ext.ppo import core, losses
+from trl_ext.ppo.config import mini_batch_size
+from trl_ext.ppo.experience import Experience
+from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
+
+
+class Learner:
+    def __init__(self, passes: ForwardPasses, config, accelerator, *, backward: Callable, optimizer_step: Callable,
+                 minibatch_order: Callable[[int], torch.Tensor], on_bad_loss: Callable):
+        self.passes, self.config, self.accelerator = passes, config, accelerator
+        self.backward, self.optimizer_step = backward, optimizer_step
+        self.minibatch_order, self.on_bad_loss = minibatch_order, on_bad_loss
+
+    def micro_batch_rows(self, batch: int, responses: torch.Tensor) -> int:
+        """Rows of an update micro-batch: ``micro_batch_size`` (auto: the logits budget). DeepSpeed's engine
+        steps on every backward that accelerate routes to it, so under DeepSpeed a minibatch is one micro-batch."""
+        from accelerate.utils import DistributedType
+
+        if self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            return batch
+        return self.passes.rows(self.config.micro_batch_size, batch, responses)
+
+    def one_forward(self, responses: torch.Tensor, has_critic: bool) -> bool:
+        """Whether the update is one forward pass and one optimizer step over the whole batch: one PPO epoch of
+        one minibatch, one micro-batch, no critic; the experience phase then runs that pass (``make_experience``)."""
+        cfg, batch = self.config, len(responses)
+        return (cfg.num_ppo_epochs == 1 and cfg.num_mini_batches == 1 and not has_critic
+                and self.micro_batch_rows(batch, responses) >= batch)
+
+    def update(self, exp: Experience, forward: PolicyOutput | None = None,
+               warming_up: bool = False) -> dict[str, torch.Tensor]:
+        """Every optimizer step of one batch; the stats averaged over its (epoch, minibatch) steps.
+        ``forward``: the experience phase's own pass, with its graph (``one_forward``): the one step's loss reads it.
+        ``warming_up``: the value function alone learns (critic warm-up)."""
+        if forward is not None:
+            # The row order of a full-batch mean does not matter; it is drawn as the minibatch loop draws it so a
+            # run's random stream, and so its published figures, stay as they were.
+            self.minibatch_order(len(exp))
+            loss, stats = self._loss(exp, exp, forward, warming_up)
+            self._stop_if_non_finite(loss.detach(), 0, 0)
+            self.backward(loss)
+            self.optimizer_step()
+            return {name: value.detach() for name, value in stats.items()}
+        cfg, size = self.config, mini_batch_size(self.config)
+        steps: dict[str, list[torch.Tensor]] = {}  # name -> one value per (epoch, minibatch)
+        for epoch in range(cfg.num_ppo_epochs):
+            order = self.minibatch_order(len(exp))
+            for mb_index in range(cfg.num_mini_batches):
+                mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))
+                mb_stats: dict[str, torch.Tensor] = {}
+                micro_batches, total = self._micro_batches(mb), 0.0
+                for i, micro in enumerate(micro_batches):
+                    forward = self.passes.policy_pass(micro.query_response, micro.attention_mask, micro.position_ids,
+                                                      micro.responses, critic_only=warming_up)
+                    loss, micro_stats = self._loss(micro, mb, forward, warming_up)
+                    total = total + loss.detach()
+                    if i == len(micro_batches) - 1:  # before the backward that DeepSpeed's engine would step on
+                        self._stop_if_non_finite(total, epoch, mb_index)
+                    self.backward(loss)
+                    for name, value in micro_stats.items():  # each already weighted by its share
+                        mb_stats[name] = mb_stats.get(name, 0.0) + value.detach()
+                self.optimizer_step()
+                for name, value in mb_stats.items():
+                    steps.setdefault(name, []).append(value)
+        return {name: torch.stack(values).mean() for name, values in steps.items()}
+
+    def _stop_if_non_finite(self, minibatch_loss: torch.Tensor, epoch: int, minibatch: int) -> None:
+        """A non-finite minibatch loss on any rank stops every rank before an optimizer step uses it: checked
+        once a minibatch (one read back to the host), on the sum of its micro-batches' losses."""
+        bad = (~torch.isfinite(minibatch_loss)).float().reshape(1)
+        if self.accelerator.num_processes > 1:
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        if bad.item() > 0:
+            self.on_bad_loss(minibatch_loss, epoch, minibatch)
+
+    def _micro_batches(self, mb: Experience) -> list[Experience]:
+        rows = self.micro_batch_rows(len(mb), mb.responses)
+        if rows >= len(mb):
+            return [mb]
+        return [mb.minibatch(torch.arange(start, min(start + rows, len(mb)), device=mb.mask.device))
+                for start in range(0, len(mb), rows)]
+
+    def _loss(self, micro: Experience, mb: Experience, forward: PolicyOutput, warming_up: bool):
+        """The loss of ``micro`` weighted by its share of minibatch ``mb`` (so the accumulated gradient is the
+        minibatch's), and its stats weighted likewise (they sum to the minibatch's)."""
+        cfg, outcome = self.config, micro.outcome
+        pg_loss, pg = losses.policy_loss(forward.logprobs, micro.old_logprobs, micro.ref_logprobs, outcome.advantages,
+                                         micro.mask, cfg, micro.importance_weights)
+        pg_share, pg_stats_share = losses.policy_loss_shares(cfg, micro.mask, mb.mask)
+        tokens = losses.share("tokens", micro.mask, mb.mask)
+        entropy = core.masked_mean(forward.entropy, micro.mask)
+        loss = pg_share * pg_loss - cfg.ent_coef * tokens * entropy
+        if warming_up:  # stats as usual, but no policy term in the loss
+            loss = pg_loss.new_zeros(())
+        stats = {"loss/policy_avg": pg_share * pg_loss, "policy/clipfrac_avg": pg_stats_share * pg["clipfrac"],
+                 "policy/approxkl_avg": pg_stats_share * pg["approxkl"], "val/ratio": pg_stats_share * pg["ratio"],
+                 "policy/entropy_avg": tokens * entropy}
+        if "kl_loss" in pg:
+            stats["loss/kl_avg"] = tokens * pg["kl_loss"]
+        if forward.values is not None:  # a critic-free estimator trains no value function
+            new_values = forward.values[:, micro.query_length - 1:-1].float()
+            vf_loss, vf = core.clipped_value_loss(new_values, outcome.values, outcome.returns, outcome.value_mask,
+                                                  cfg.cliprange_value)
+            value_share = losses.share("tokens", outcome.value_mask, mb.outcome.value_mask)
+            loss = loss + cfg.vf_coef * value_share * vf_loss
+            stats.update({"loss/value_avg": value_share * vf_loss, "val/clipfrac_avg": value_share * vf["clipfrac"]})
+        return loss, stats

@@ -1,0 +1,82 @@
+"""Scoring a batch of rollouts as TRL's GRPO scores it: every reward function called by keyword with the
+dataset's other columns, ``None`` rows left out, the weighted sum per completion.
+
+``RewardScorer`` is what a trainer holds: the functions, their weights and names, and what the functions
+log through GRPO's ``log_metric`` / ``log_extra`` keywords until the trainer collects it with the scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from trl_ext.errors import InputError
+from trl_ext.rewards.base import call_reward, combine_rewards, reward_name
+from trl_ext.rewards.classifier import is_conversation
+
+
+def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:
+    """A callable, a path to a sequence classifier (loaded in ``dtype``), or a list of them -> a list of callables."""
+    from trl_ext.rewards.classifier import ClassifierReward
+
+    if reward_funcs is None:
+        return []
+    items = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    resolved = []
+    for item in items:
+        if isinstance(item, (str, Path)):
+            item = ClassifierReward.from_pretrained(item, dtype=dtype)
+        if not callable(item):
+            raise InputError(f"reward_funcs holds a {type(item).__name__}: expected a callable or a path to a "
+                             "sequence classifier")
+        resolved.append(item)
+    return resolved
+
+
+def as_completions(prompts: Sequence, texts: list[str]) -> list:
+    """Completions in the form TRL's GRPO hands them: text, or one assistant message for conversations."""
+    if prompts and is_conversation(prompts[0]):
+        return [[{"role": "assistant", "content": text}] for text in texts]
+    return texts
+
+
+class RewardScorer:
+    """The reward functions of a run, their weights (``None``: all 1.0) and names."""
+
+    def __init__(self, reward_funcs: list[Callable], weights: list[float] | None = None):
+        self.funcs = reward_funcs
+        self.names = [reward_name(f) for f in reward_funcs]
+        self.weights = weights or [1.0] * len(reward_funcs)
+        if len(self.weights) != len(reward_funcs):
+            raise InputError(f"reward_weights has {len(self.weights)} values for {len(reward_funcs)} reward functions")
+        self._logged: dict[str, list[float]] = {}
+
+    def score(self, rows: dict, prompts: list, completions: list, completion_ids: list[list[int]],
+              trainer_state) -> tuple[list[float], dict]:
+        """Every function called as GRPO calls it; their weighted sum (GRPO's None rule) per completion, and the
+        stats: each function's mean over the rows it scored, and what the functions logged meanwhile."""
+        columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
+        kwargs = dict(columns, completion_ids=completion_ids, trainer_state=trainer_state,
+                      log_metric=self.log_metric, log_extra=self.log_extra)
+        per_function = [call_reward(fn, prompts, completions, allow_none=True, **kwargs) for fn in self.funcs]
+        scores = combine_rewards(per_function, self.weights, self.names, prompts)
+        stats = {}
+        for name, values in zip(self.names, per_function):
+            scored = [v for v in values if v is not None]
+            if scored:
+                stats[f"rewards/{name}/mean"] = sum(scored) / len(scored)
+        for name, values in self._logged.items():
+            stats[name] = sum(values) / len(values)
+        self._logged = {}
+        return scores, stats
+
+    def log_metric(self, name: str, value: float) -> None:
+        """``log_metric`` for reward functions (GRPO's keyword): averaged into this update's stats."""
+        self._logged.setdefault(name, []).append(float(value))
+
+    def log_extra(self, column: str, values: Sequence) -> None:
+        """``log_extra`` for reward functions (GRPO's keyword): numeric values are averaged into
+        ``extra/COLUMN``; there is no completions table here, so text values are not kept."""
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers:
+            self._logged.setdefault(f"extra/{column}", []).extend(numbers)
