@@ -289,6 +289,26 @@ def test_library_peft_mismatch_is_an_input_error_and_a_bug_keeps_its_type(folder
     assert not isinstance(caught.value, InputError)
 
 
+def test_library_peft_policy_prints_no_warning(folders):
+    """peft reads transformers' deprecated ``is_gradient_checkpointing``; the library's trainer must not pass
+    that FutureWarning on to its user (the CLI's filters do not apply to library use)."""
+    import warnings
+
+    from peft import LoraConfig
+
+    from trl_ext.ppo.config import PPOConfig
+    from trl_ext.ppo.trainer import PPOTrainer
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")  # also what was shown once before, elsewhere in the session
+        trainer = PPOTrainer(str(folders["llama"]), lambda completions, **kw: [0.0] * len(completions),
+                             args=PPOConfig(), peft_config=LoraConfig(task_type="CAUSAL_LM", r=4))
+    assert [f"{w.category.__name__}: {w.message}" for w in seen] == []
+    # silenced around peft's call only: the attribute read anywhere else still warns
+    with pytest.warns(FutureWarning, match="is_gradient_checkpointing"):
+        trainer.policy.get_base_model().is_gradient_checkpointing
+
+
 @pytest.mark.trl_api  # TRL's SFTTrainer builds the adapter
 def test_sft_lora_mismatch_is_one_line(folders, tmp_path):
     from datasets import Dataset

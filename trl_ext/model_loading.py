@@ -243,9 +243,15 @@ def lora_target_errors(model, peft_config, role: str = "policy"):
 
 def peft_model(model, peft_config, role: str = "policy"):
     """``peft.get_peft_model`` with ``lora_target_errors``."""
+    import warnings
+
     from peft import get_peft_model
 
-    with lora_target_errors(model, peft_config, role):
+    with lora_target_errors(model, peft_config, role), warnings.catch_warnings():
+        # peft (0.21) reads the model's `is_gradient_checkpointing`, which transformers 5.24 renamed and made
+        # warn: a notice about peft's code, not the caller's. Only that one warning is silenced, only here.
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated",
+                                category=FutureWarning)
         return get_peft_model(model, peft_config)
 
 
