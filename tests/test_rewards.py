@@ -50,6 +50,26 @@ def test_combinators():
     assert Clipped(both, 0.5, 2.0)(PROMPTS, COMPLETIONS) == [2.0, 1.0, 2.0, 0.5, 0.5, 2.0]
 
 
+def test_clipped_passes_none_through():
+    def only_digits(prompts, completions, **kw):
+        return [3.0 if p.startswith("S数字") else None for p in prompts]
+
+    def never(prompts, completions, **kw):
+        return [None] * len(prompts)
+
+    def not_a_number(prompts, completions, **kw):
+        return [float("nan")] * len(prompts)
+
+    assert Clipped(only_digits, 0.0, 2.0)(PROMPTS, COMPLETIONS) == [2.0] * 5 + [None]
+    # inside a sum, the None is left out of its row (GRPO's rule); a row no function scores is still an error
+    assert WeightedSum([Clipped(only_digits, 0.0, 2.0), ValueCorrect()])(PROMPTS, COMPLETIONS) == \
+        [3.0, 3.0, 2.0, 2.0, 2.0, 1.0]
+    with pytest.raises(RewardError, match=r"every reward function \(clipped_never\) returned None for row 0"):
+        WeightedSum([Clipped(never, 0.0, 1.0)])(PROMPTS, COMPLETIONS)
+    with pytest.raises(RewardError, match="reward 'not_a_number' returned nan at index 0"):  # the rest checked as before
+        Clipped(not_a_number, 0.0, 1.0)(PROMPTS, COMPLETIONS)
+
+
 def test_rewards_pickle_round_trip(trained_artifacts):
     from trl_ext.doubling.artifacts import load_classifier
 

@@ -26,7 +26,10 @@ class WeightedSum(RewardFunction):
 
 
 class Clipped(RewardFunction):
-    """Clamp another reward into ``[low, high]``."""
+    """Clamp another reward into ``[low, high]``; its ``None`` ("does not apply") passes through unclamped, for
+    the caller (``WeightedSum``, the trainer's scoring) to leave out as GRPO does."""
+
+    allow_none = True
 
     def __init__(self, function: Callable, low: float = -math.inf, high: float = math.inf):
         if low > high:
@@ -35,4 +38,5 @@ class Clipped(RewardFunction):
         self.name = f"clipped_{reward_name(function)}"
 
     def score(self, prompts, completions, **columns):
-        return [min(self.high, max(self.low, v)) for v in call_reward(self.function, prompts, completions, **columns)]
+        values = call_reward(self.function, prompts, completions, allow_none=True, **columns)
+        return [None if v is None else min(self.high, max(self.low, v)) for v in values]
