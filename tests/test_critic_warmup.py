@@ -44,6 +44,39 @@ def test_warmup_trains_the_value_function_alone_then_the_policy(tokenizer, separ
     assert steps == [(1, False, True), (2, False, True), (3, True, True)]
 
 
+@pytest.mark.parametrize("separate_critic", [False, True])
+def test_warmup_builds_no_policy_graph(tokenizer, separate_critic):
+    """During warm-up the policy's part of each update pass runs without gradients: no graph of its log-probs
+    or entropy is built only to be dropped, and no policy parameter gets a gradient; the update after it does."""
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.doubling.task import ppo_prompt_dataset
+
+    trainer = PPOTrainer(build_policy(tokenizer), _length,
+                         args=_config(critic_warmup_steps=1, total_episodes=8, separate_critic=separate_critic,
+                                      ent_coef=0.01),  # an entropy term: its graph is built outside warm-up
+                         train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0), processing_class=tokenizer)
+    head = trainer.actor_critic.value_head
+    passes, backwards = {1: [], 2: []}, {1: [], 2: []}
+    real_pass, real_backward = trainer.passes.policy_pass, trainer.learner.backward
+
+    def policy_pass(*args, **kwargs):
+        out = real_pass(*args, **kwargs)
+        passes[trainer.update_index + 1].append((out.logprobs.requires_grad, out.entropy.requires_grad,
+                                                 out.values.requires_grad))
+        return out
+
+    def backward(loss):
+        real_backward(loss)
+        backwards[trainer.update_index + 1].append((any(p.grad is not None for p in trainer.policy.parameters()),
+                                                    head.weight.grad is not None))
+
+    trainer.passes.policy_pass, trainer.learner.backward = policy_pass, backward
+    trainer.train()
+    # 2 epochs x 2 minibatches a batch: the warm-up's log-probs and entropy carry no graph, its values do
+    assert passes == {1: [(False, False, True)] * 4, 2: [(True, True, True)] * 4}
+    assert backwards == {1: [(False, True)] * 4, 2: [(True, True)] * 4}
+
+
 def test_critic_starts_as_the_reward_model(tokenizer, tmp_path):
     from transformers import GPT2ForSequenceClassification
 

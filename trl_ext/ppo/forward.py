@@ -47,7 +47,7 @@ class ForwardPasses:
 
     def policy_pass(self, query_response, attention_mask, position_ids, responses,
                     critic_only: bool = False) -> PolicyOutput:
-        """The update's forward pass, with gradients."""
+        """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up)."""
         cfg = self.config
         with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
             logits, values = self.model(query_response, attention_mask, position_ids,

@@ -74,18 +74,19 @@ class ActorCritic(nn.Module):
     def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int = 0, critic_only: bool = False):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
         ``logits_to_keep`` positions (0: all, ``K = L``; HF's option), values of every position.
-        ``critic_only``: gradients of the values reach the value function alone, not the policy's shared
-        backbone (critic warm-up)."""
+        ``critic_only`` (critic warm-up): the policy runs without gradients, so its graph is never built and the
+        values' gradients reach the value function alone, not a shared backbone."""
         shared = self.value_head is not None and not self.separate_critic
-        out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          output_hidden_states=shared, use_cache=False, logits_to_keep=logits_to_keep)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not critic_only):
+            out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              output_hidden_states=shared, use_cache=False, logits_to_keep=logits_to_keep)
         if self.value_head is None:
             return out.logits, None
         if self.separate_critic:
             hidden = self.critic_backbone(input_ids=input_ids, attention_mask=attention_mask,
                                           position_ids=position_ids, use_cache=False).last_hidden_state
         else:
-            hidden = out.hidden_states[-1].detach() if critic_only else out.hidden_states[-1]
+            hidden = out.hidden_states[-1]
         # A bf16 backbone hands bf16 states to the float32 head (precision.py); autocast recasts if on.
         hidden = hidden.to(self.value_head.weight.dtype)
         return out.logits, self.value_head(hidden).squeeze(-1)
