@@ -131,7 +131,7 @@ def load_policy(path: str | Path, dtype: str = "auto", *, role: str = "policy", 
     A ``tokenizer`` given is used instead of the folder's, with the pad/eos rule (``error``: what that raises)."""
     from transformers import AutoModelForCausalLM
 
-    from trl_ext.ppo.precision import torch_dtype
+    from trl_ext.dtypes import torch_dtype
 
     if tokenizer is None:
         tokenizer = check_model_dir(path, role)
@@ -147,7 +147,7 @@ def load_sequence_classifier(path: str | Path, role: str, dtype: str = "auto", *
     checked first. ``load_kwargs`` go to ``from_pretrained`` (a reward model base: ``num_labels=1``...)."""
     from transformers import AutoModelForSequenceClassification
 
-    from trl_ext.ppo.precision import torch_dtype
+    from trl_ext.dtypes import torch_dtype
 
     tokenizer = check_model_dir(path, role, labels=labels, why=why)
     try:

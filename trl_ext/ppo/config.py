@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from trl_ext.dtypes import DTYPES
 from trl_ext.errors import InputError
 from trl_ext.options import field, require_positive
 from trl_ext.ppo import core, samplers
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
-from trl_ext.ppo.precision import DTYPES
 
 LR_SCHEDULES = ("linear", "constant")
 SAMPLERS = ("auto", *samplers.SAMPLERS)

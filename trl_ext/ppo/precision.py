@@ -22,14 +22,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-DTYPES = ("auto", "bfloat16", "float16", "float32")
-
-
-def torch_dtype(name: str):
-    """``'auto'`` (the checkpoint's, as transformers' ``dtype='auto'``) or the ``torch.dtype`` named."""
-    if name not in DTYPES:
-        raise InputError(f"dtype must be one of {', '.join(DTYPES)}; got {name!r}")
-    return name if name == "auto" else getattr(torch, name)
+from trl_ext.dtypes import torch_dtype
 
 
 def cast_model(model: nn.Module, name: str) -> nn.Module:
