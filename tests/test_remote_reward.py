@@ -166,9 +166,9 @@ def _train(artifacts, reward, callback=None):
 
 
 def _classifier(artifacts):
-    from trl_ext.commands.ppo import load_reward_dir
+    from trl_ext.doubling.rewards import load_doubling_reward
 
-    return load_reward_dir(str(artifacts["reward"]))
+    return load_doubling_reward(str(artifacts["reward"]))
 
 
 @pytest.fixture(scope="module")

@@ -347,7 +347,7 @@ def run_pipeline(opts: DemoOptions, layout: Layout, print_fn=print) -> dict:
     ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
     pipeline = opts.pipeline
     if pipeline.reward_url:  # an unreachable server: one line before any stage trains
-        from trl_ext.commands.serve_reward import connect_reward
+        from trl_ext.rewards.loading import connect_reward
 
         connect_reward(pipeline.reward_url)
     out = prepare_out_dir(opts.output.out, opts.output.overwrite,

@@ -1,10 +1,9 @@
-"""What a PPO command trains and scores with: the options naming the policy and its rewards, and the
-one reward built from them. ``ppo`` and ``rlhf`` differ in how a reward directory loads, not in this."""
+"""What a PPO command trains and scores with: the options naming the policy and its rewards (built into one
+reward by ``trl_ext.rewards.loading.reward_of``). ``ppo`` and ``rlhf`` differ in how a reward directory loads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from trl_ext.options import field
 
@@ -24,21 +23,3 @@ class ModelOptions:
     def has_reward(self) -> bool:
         return bool(self.reward or self.reward_fn or self.reward_url)
 
-
-def reward_of(models: ModelOptions, load_reward_dir: Callable[[str], Callable]):
-    """The reward PPO trains on: the reward directory, the user's function and the server, in that order;
-    several are summed (``WeightedSum``, GRPO's rule for None)."""
-    from trl_ext.commands.serve_reward import connect_reward
-    from trl_ext.rewards import WeightedSum
-    from trl_ext.rewards.base import import_reward_function
-
-    # The server first: an unreachable one fails before any model loads.
-    remote = connect_reward(models.reward_url) if models.reward_url else None
-    rewards = []
-    if models.reward:
-        rewards.append(load_reward_dir(models.reward))
-    if models.reward_fn:
-        rewards.append(import_reward_function(models.reward_fn))
-    if remote is not None:
-        rewards.append(remote)
-    return rewards[0] if len(rewards) == 1 else WeightedSum(rewards)

@@ -87,36 +87,19 @@ def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, bac
                          run=BackendOption(backend=backend))
 
 
-def _doubling_reward_labels():
-    from trl_ext.doubling.task import NUM_LABELS
-
-    return {"labels": (1, NUM_LABELS), "why": f"the doubling reward needs the {NUM_LABELS}-label charset classifier "
-            "or a scalar reward model (num_labels=1)"}
-
-
-def load_reward_dir(path: str):
-    """The reward a classifier directory gives: a scalar reward model (num_labels=1, `train-reward-model`)
-    scores as it is; the 4-class charset classifier gives the logit of the requested set."""
-    from trl_ext.doubling.rewards import doubling_classifier_reward
-    from trl_ext.model_loading import load_sequence_classifier
-    from trl_ext.rewards import ClassifierReward
-
-    classifier, classifier_tokenizer = load_sequence_classifier(path, "reward model", **_doubling_reward_labels())
-    if classifier.config.num_labels == 1:
-        return ClassifierReward(classifier, classifier_tokenizer, name="reward_model")
-    return doubling_classifier_reward(classifier, classifier_tokenizer)
-
-
 def load_inputs(opts: PPORunOptions):
     """Policy, tokenizer and the reward function (classifier, the user's, a server), checked before training:
     both folders first (the one loader's checks), so a bad one fails before any model loads."""
-    from trl_ext.commands.inputs import reward_of
+    from trl_ext.doubling.rewards import REWARD_DIR_LABELS, load_doubling_reward
     from trl_ext.model_loading import check_model_dir, load_policy
+    from trl_ext.rewards.loading import reward_of
 
-    tokenizer = check_model_dir(opts.models.policy, "policy")
-    if opts.models.reward:
-        check_model_dir(opts.models.reward, "reward model", **_doubling_reward_labels())
-    reward_fn = reward_of(opts.models, load_reward_dir)  # then the reward: a bad server or file fails fast
+    models = opts.models
+    tokenizer = check_model_dir(models.policy, "policy")
+    if models.reward:
+        check_model_dir(models.reward, "reward model", **REWARD_DIR_LABELS)
+    # then the reward: a bad server or file fails fast
+    reward_fn = reward_of(models.reward, models.reward_fn, models.reward_url, load_doubling_reward)
     policy, tokenizer = load_policy(opts.models.policy, tokenizer=tokenizer)
     return policy, tokenizer, reward_fn
 

@@ -152,18 +152,16 @@ def check_inputs(opts: RLHFOptions) -> None:
 
 
 def load_models(models: RLHFModels, dtype: str = "auto"):
-    from trl_ext.commands.inputs import reward_of
-    from trl_ext.model_loading import load_policy, load_sequence_classifier
-    from trl_ext.rewards import ClassifierReward
+    from trl_ext.model_loading import load_policy
+    from trl_ext.rewards.loading import load_reward_dir, reward_of
 
     policy, tokenizer = load_policy(models.policy, dtype)
 
     def reward_model(path: str):
-        model, reward_tokenizer = load_sequence_classifier(path, "reward model", dtype, labels=1, why=SCALAR_REWARD)
-        return ClassifierReward(model, reward_tokenizer, pair=models.pair, max_length=models.reward_max_length,
-                                name="reward_model")
+        return load_reward_dir(path, dtype=dtype, labels=1, why=SCALAR_REWARD, pair=models.pair,
+                               max_length=models.reward_max_length)
 
-    return policy, tokenizer, reward_of(models, reward_model)
+    return policy, tokenizer, reward_of(models.reward, models.reward_fn, models.reward_url, reward_model)
 
 
 def lora_config(lora: LoRAOptions):
@@ -288,7 +286,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
                          "separate_critic is not supported here")
     check_runnable(backend, opts.train)
     if models.reward_url:  # an unreachable server: one line before any stage trains
-        from trl_ext.commands.serve_reward import connect_reward
+        from trl_ext.rewards.loading import connect_reward
 
         connect_reward(models.reward_url)
     state = PartialState(cpu=not torch.cuda.is_available())

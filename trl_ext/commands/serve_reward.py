@@ -44,34 +44,24 @@ class ServeOptions:
 
 def build_reward(opts: ServeOptions):
     """The served object: the one reward, or the weighted sum of several (GRPO's rule for None)."""
-    from trl_ext.commands.ppo import load_reward_dir
-    from trl_ext.rewards import WeightedSum
+    from trl_ext.doubling.rewards import load_doubling_reward
     from trl_ext.rewards.base import import_reward_function, place_reward
+    from trl_ext.rewards.loading import summed
 
-    rewards = [load_reward_dir(path) for path in _names(opts.reward)]
+    rewards = [load_doubling_reward(path) for path in _names(opts.reward)]
     rewards += [import_reward_function(spec) for spec in _names(opts.reward_fn)]
+    weights = None
     if opts.weights is not None:
         try:
             weights = [float(w) for w in _names(opts.weights)]
         except ValueError:
             raise InputError(f"--weights {opts.weights!r}: expected numbers separated by commas") from None
-        reward = WeightedSum(rewards, weights)
-    else:
-        reward = rewards[0] if len(rewards) == 1 else WeightedSum(rewards)
+    reward = summed(rewards, weights)
     import torch
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device
     for fn in rewards:
         place_reward(fn, torch.device(device))
-    return reward
-
-
-def connect_reward(url: str):
-    """``--reward-url``: a ``RemoteReward`` whose server answered its health check (one line if not)."""
-    from trl_ext.rewards.remote import RemoteReward
-
-    reward = RemoteReward(url)
-    reward.check()
     return reward
 
 

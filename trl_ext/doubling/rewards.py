@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trl_ext.errors import InputError
 from trl_ext.rewards.base import RewardFunction
-from trl_ext.doubling.task import expected_answer, parse_answer, parse_prompt, truncate_completion
+from trl_ext.doubling.task import NUM_LABELS, expected_answer, parse_answer, parse_prompt, truncate_completion
 
 
 def requested_label(prompt: str) -> int:
@@ -66,3 +66,16 @@ def doubling_classifier_reward(model, tokenizer, label_column: str | None = None
     if label_column is not None:
         return ClassifierReward(model, tokenizer, label_column=label_column, name="charset_classifier")
     return ClassifierReward(model, tokenizer, label_fn=requested_label, name="charset_classifier")
+
+
+# What a doubling reward directory may hold: the charset classifier, or a scalar reward model.
+REWARD_DIR_LABELS = {"labels": (1, NUM_LABELS), "why": f"the doubling reward needs the {NUM_LABELS}-label charset "
+                     "classifier or a scalar reward model (num_labels=1)"}
+
+
+def load_doubling_reward(path: str):
+    """The reward a doubling reward directory gives: a scalar reward model (num_labels=1, `train-reward-model`)
+    scores as it is; the charset classifier gives the logit of the requested set."""
+    from trl_ext.rewards.loading import load_reward_dir
+
+    return load_reward_dir(path, labelled=doubling_classifier_reward, **REWARD_DIR_LABELS)
