@@ -6,13 +6,17 @@
 Same models, reward, prompts, batch and response length for every row: a Qwen2.5-0.5B-shaped policy
 and a DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs with random weights
 (no download), bf16; top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response
-tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``
-(the in-house trainer with each sampler), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
+tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``,
+``trl-ext/vllm`` (the in-house trainer with each sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep``
+the same with ``vllm_enable_sleep_mode``), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
 (the newest TRL's ``GRPOTrainer``, 8 completions per prompt); ``--lora`` adds each with LoRA (r 16,
 all linear layers). Each row runs in a fresh process, so peak memory and compiled graphs are its own,
 with the Python of a virtual environment or a ``pip install --target`` folder put first on
-``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--trl-latest`` for the others (default: this
-Python). A row reports, over ``--updates`` timed updates after ``--warmup`` untimed ones (compiling
+``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment with CUDA vLLM:
+``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default: this
+Python). A vLLM row also gives its engine start, weight syncs (count, seconds) and the GPU memory in use at its end
+(vLLM's pools are not all torch's: ``peak_gpu_mb`` alone would undercount them); where vLLM is not installed it
+fails, saying what it needs, and is not written. None of the vLLM rows has been run on a GPU yet. A row reports, over ``--updates`` timed updates after ``--warmup`` untimed ones (compiling
 happens there, reported apart): episodes/s, generated tokens/s (sampled token ids up to and including
 the first eos), ms per decode step (generation time over the decoding steps, the prefill included),
 the share of the update spent generating, peak GPU memory, trainable parameters (LoRA applied or not),
@@ -36,7 +40,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ppo", "trl-grpo")
+ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ext/vllm", "trl-ext/vllm-sleep", "trl-ppo",
+        "trl-grpo")
+DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
 SHAPES = ("16x64", "64x128", "256x128")
 RESULT = "RESULT "
 
@@ -60,9 +66,9 @@ def build_models(tiny: bool, dtype):
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    if tiny:
-        policy_cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2, vocab_size=1024)
+    if tiny:  # heads of 32: the smallest vLLM's CPU attention runs (16 fails)
+        policy_cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=1, vocab_size=1024)
         reward_cfg = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                           vocab_size=1024)
     else:  # Qwen2.5-0.5B and DeBERTa-v3-base shapes
@@ -140,9 +146,19 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     prompts = [f"Question {i}: what is {i} times {i + 3}? Answer briefly." for i in range(episodes)]
     data = Dataset.from_dict({"prompt": prompts, "input_ids": tokenizer(prompts)["input_ids"]})
     sampling = dict(temperature=1.0, top_k=50, top_p=0.95)
+    sampler = name.split("/")[1] if name.startswith("trl-ext/") else "auto"
+    vllm_options = {}
+    if sampler.startswith("vllm"):
+        from trl_ext.ppo.vllm_sampler import INSTALL_HINT, vllm_installed
+
+        if not vllm_installed():
+            raise SystemExit(f"{row}: needs vLLM in this row's environment (--vllm-env): {INSTALL_HINT}")
+        vllm_options = dict(vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+                            vllm_enable_sleep_mode=sampler.endswith("-sleep"))
+        sampler = "vllm"
     cfg = PPOConfig(batch_size=batch_size, total_episodes=episodes, response_length=response_length,
                     learning_rate=1e-5, num_ppo_epochs=1, kl_coef=0.05, vf_coef=0.1, **sampling,
-                    sampler=name.split("/")[1] if name.startswith("trl-ext/") else "auto")
+                    sampler=sampler, **vllm_options)
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -160,8 +176,8 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
             trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=data, processing_class=tokenizer,
                                  peft_config=peft_config,
                                  accelerator=Accelerator(mixed_precision="bf16" if gpu else "no", cpu=not gpu))
-            assert trainer.sampler == cfg.sampler
-            trainer._sample = clock.timing(trainer._sample, lambda responses, *a, **k: responses)
+            assert trainer.sampler_name == cfg.sampler
+            trainer._sample = clock.timing(trainer._sample, lambda completions, *a, **k: completions.ids)
             model, run = trainer.model, lambda: trainer.train(clock.update_done)
         else:
             from transformers import TrainerCallback
@@ -221,7 +237,24 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
             "trainable_parameters": trainable, "versions": versions(),
             # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
             "timing_phases_per_update": phases,
-            "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None}
+            "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None,
+            **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu)}
+
+
+def vllm_measures(trainer, cfg, gpu: bool) -> dict:
+    """A vLLM row's engine figures: start, syncs, the options it ran with, and the whole device's memory in use
+    at the end (vLLM's KV cache and sleep-mode pools are not all counted by torch's allocator statistics)."""
+    if trainer is None:
+        return {}
+    import torch
+
+    found = {"vllm": {k: round(v, 3) if isinstance(v, float) else v for k, v in trainer.sampler.stats.items()},
+             "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
+             "vllm_enable_sleep_mode": cfg.vllm_enable_sleep_mode}
+    if gpu:
+        free, total = torch.cuda.mem_get_info()
+        found["gpu_used_mb_at_end"] = round((total - free) / 2**20, 1)
+    return found
 
 
 def versions() -> dict:
@@ -229,7 +262,7 @@ def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
-    for package in ("torch", "transformers", "trl", "peft", "accelerate"):
+    for package in ("torch", "transformers", "trl", "peft", "accelerate", "vllm"):
         try:
             found[package] = version(package)
         except PackageNotFoundError:
@@ -257,10 +290,16 @@ def environment(spec: str | None) -> tuple[str, dict]:
 
 def run_row(row: str, shape: str, args) -> tuple[dict | None, str | None]:
     """One row in a fresh process: ``(result, None)`` or ``(None, why it failed)``."""
-    python, env = environment(args.trl_ppo if row.startswith("trl-ppo") else args.trl_latest)
-    batch_size, response_length = shape.split("x")
+    if row.startswith("trl-ppo"):
+        spec = args.trl_ppo
+    elif row.startswith("trl-ext/vllm"):
+        spec = args.vllm_env or args.trl_latest
+    else:
+        spec = args.trl_latest
+    python, env = environment(spec)
     cmd = [python, str(Path(__file__).resolve()), "--one", row, "--shapes", shape, "--updates", str(args.updates),
-           "--warmup", str(args.warmup)] + (["--tiny"] if args.tiny else [])
+           "--warmup", str(args.warmup), "--vllm-gpu-memory-utilization", str(args.vllm_gpu_memory_utilization)] + \
+        (["--tiny"] if args.tiny else [])
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.row_timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -276,14 +315,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny models on any device: check the script only")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="prompts per update x response tokens")
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"some of {', '.join(ROWS)}")
+    parser.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"some of {', '.join(ROWS)}")
+    parser.add_argument("--sampler", help="the in-house trainer's rows alone, by sampler (comma-separated: "
+                        "'vllm' is --rows trl-ext/vllm); results to rlhf-gpu-SAMPLERS.json unless --out")
+    parser.add_argument("--vllm-env", help="virtual environment or --target folder with CUDA vLLM (the vLLM rows; "
+                        "default: --trl-latest)")
+    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3,
+                        help="share of GPU memory vLLM takes (PPOConfig's vllm_gpu_memory_utilization)")
     parser.add_argument("--lora", action="store_true", help="also each row with LoRA (r 16, all linear layers)")
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row")
     parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (compiling happens there)")
     parser.add_argument("--trl-ppo", help="virtual environment or --target folder with TRL 1.12 (trl-ppo row)")
     parser.add_argument("--trl-latest", help="the same with the newest TRL (every other row)")
     parser.add_argument("--row-timeout", type=int, default=1200, help="seconds a row may take")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rlhf-gpu.json"))
+    parser.add_argument("--out", help="result file (default: benchmarks/results/rlhf-gpu.json)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a row, in the child process
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -296,6 +341,11 @@ def main(argv=None) -> int:
         print(RESULT + json.dumps(measure(args.one, batch_size, response_length, args)), flush=True)
         return 0
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    if args.sampler:  # a run of some samplers must not overwrite the file of a full run
+        samplers = [s.strip() for s in args.sampler.split(",") if s.strip()]
+        rows = [f"trl-ext/{s}" for s in samplers]
+        args.out = args.out or str(ROOT / "benchmarks" / "results" / f"rlhf-gpu-{'-'.join(samplers)}.json")
+    args.out = args.out or str(ROOT / "benchmarks" / "results" / "rlhf-gpu.json")
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")
