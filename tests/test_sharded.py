@@ -1,57 +1,35 @@
 """Sharded models, mixed precision, sampling options and the PEFT reference of the in-house trainer, on CPU."""
 
-import json
 import math
-import os
-import re
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from datasets import Dataset
 
-from launch import torchrun_port_args
+from launch import run_two_ranks
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.rollout import filter_logits, sample_responses
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_bf16_checkpoint():
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
-           str(ROOT / "tests/scripts/fsdp2_two_ranks.py"), "loop", "bf16"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-    assert run.returncode == 0, run.stderr[-4000:]
-    ranks = [json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)]  # the ranks' lines may run together
-    assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["world"] == 2 for r in ranks)
-    for r in ranks:  # each rank holds about half of the parameters, and they stay sharded
+    for r in run_two_ranks("fsdp2_two_ranks.py", "loop", "bf16"):  # ranks 0 and 1 of 2, which agree
+        # each rank holds about half of the parameters, and they stay sharded
         assert abs(r["local"] / r["total"] - 0.5) < 0.05, r
         assert r["sharded_after"] and r["moved"] and r["updates"] == 2
         assert all(math.isfinite(s) for s in r["scores"])
         # a bf16 checkpoint: the sharded module is float32 throughout, the unsharded reference bf16
         assert r["dtypes"] == ["torch.float32"] and r["reference_dtype"] == "torch.bfloat16", r
-    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)  # the ranks agree
 
 
 @pytest.mark.trl_api  # TRL's ZeRO-3 hook removal
 def test_deepspeed_zero3_two_ranks_rollout_and_update_on_a_partitioned_bf16_checkpoint():
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
-           str(ROOT / "tests/scripts/zero3_two_ranks.py"), "loop", "bf16"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    ranks = [json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)]
-    assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["world"] == 2 for r in ranks)
-    for r in ranks:  # each rank holds half of every parameter; outside a forward nothing is whole
+    for r in run_two_ranks("zero3_two_ranks.py", "loop", "bf16", DS_ACCELERATOR="cpu"):
+        # each rank holds half of every parameter; outside a forward nothing is whole
         assert abs(r["local"] / r["total"] - 0.5) < 0.01 and r["partitioned"], r
         assert r["moved"] and r["updates"] == 2 and all(math.isfinite(s) for s in r["scores"])
         assert r["dtypes"] == ["torch.float32"] and r["reference_dtype"] == "torch.bfloat16", r
-    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)
 
 
 def _prompts(tokenizer, n=8):

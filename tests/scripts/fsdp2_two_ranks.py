@@ -1,22 +1,14 @@
-"""Launched with 2 processes (torchrun) by tests/test_sharded.py: the in-house rollout and update on a
-tiny GPT-2 really sharded with PyTorch's FSDP2 over gloo (accelerate turns FSDP on only with GPUs, so
-this subclass shards in the trainer's one wrapping hook). Prints one JSON line per rank.
-Arguments: the sampler (default loop) and 'bf16': the policy as a bf16 checkpoint is (trainable weights
-become float32 masters, the whole sharded module one dtype; the reference keeps bf16)."""
+"""Launched with 2 processes (torchrun) by tests/test_sharded.py and tests/test_static_sampler.py: the in-house
+rollout and update (two_ranks.py) on a tiny GPT-2 really sharded with PyTorch's FSDP2 over gloo (accelerate
+turns FSDP on only with GPUs, so this subclass shards in the trainer's one wrapping hook)."""
 
-import json
 import sys
 
-import torch
-import torch.distributed as dist
-from datasets import Dataset
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from trl_ext.doubling.models import build_policy
-from trl_ext.doubling.tokenizer import build_tokenizer
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
+import two_ranks
 from trl_ext.ppo import PPOTrainer
 
 
@@ -33,32 +25,15 @@ class FSDP2Trainer(PPOTrainer):
 
 
 def main() -> int:
-    torch.set_num_threads(1)
-    args = sys.argv[1:]
-    sampler = next((a for a in args if a != "bf16"), "loop")
-    tokenizer = build_tokenizer()
-    prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
-    policy = build_policy(tokenizer).to(torch.bfloat16 if "bf16" in args else torch.float32)
-    trainer = FSDP2Trainer(policy, lambda completions, **kw: [float(len(c)) for c in completions],
-                           args=doubling_ppo_config(batch_size=4, total_episodes=16, num_ppo_epochs=2,
-                                                     num_mini_batches=2, learning_rate=1e-2, sampler=sampler),
-                           processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
+    trainer = two_ranks.build_trainer(FSDP2Trainer)
     model = trainer.model
     params = list(model.parameters())
-    local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())
-    total = sum(p.numel() for p in model.parameters())
-    before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
-    history = trainer.train()
-    after = {n: p.full_tensor() for n, p in model.named_parameters()}
-    checksum = sum(float(t.double().sum()) for t in after.values())
-    sharded = all(isinstance(p, DTensor) for p in model.parameters())  # resharded after every rollout
-    print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), "local": local, "total": total,
-                      "updates": len(history), "checksum": checksum, "sharded_after": sharded,
-                      "moved": any(not torch.equal(before[n], after[n]) for n in before),
-                      "scores": [h["objective/scores"] for h in history],
-                      "dtypes": sorted({str(p.dtype) for p in params}),
-                      "reference_dtype": str(next(trainer.ref_policy.parameters()).dtype)}), flush=True)
-    dist.destroy_process_group()
+    two_ranks.train_and_report(
+        trainer, params, whole=lambda: [p.full_tensor().clone() for p in model.parameters()],
+        local=sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params),
+        total=sum(p.numel() for p in params),
+        # resharded after every rollout
+        after=lambda: {"sharded_after": all(isinstance(p, DTensor) for p in model.parameters())})
     return 0
 
 
