@@ -11,33 +11,33 @@ from pathlib import Path
 
 import pytest
 
-from trl_ext.commands.backends import RUNNERS
+from trl_ext.doubling.presets import BACKENDS
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRATCH_ROWS = sorted(name for name in RUNNERS if name.startswith("scratch-"))
+SCRATCH_ROWS = sorted(name for name in BACKENDS if name.startswith("scratch-"))
 
 
 @pytest.mark.parametrize("backend", SCRATCH_ROWS)
 def test_each_row_is_a_valid_critic_free_config(backend):
     base = doubling_ppo_config()
-    cfg = RUNNERS[backend].row_config(base)  # PPOConfig checks itself
+    cfg = BACKENDS[backend].row_config(base)  # PPOConfig checks itself
     assert cfg.advantage_estimator == backend.split("-")[1]
     assert cfg.max_grad_norm == 1.0  # as TRL's Trainer clips
 
 
 def test_the_tuned_rloo_row_is_rloo_with_two_epochs_at_lr_1e3():
     base = doubling_ppo_config()
-    rloo = RUNNERS["scratch-rloo"].row_config(base)
-    tuned = RUNNERS["scratch-rloo-tuned"].row_config(base)
+    rloo = BACKENDS["scratch-rloo"].row_config(base)
+    tuned = BACKENDS["scratch-rloo-tuned"].row_config(base)
     assert (tuned.num_ppo_epochs, tuned.learning_rate) == (2, 1e-3)
     assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate) == rloo
 
 
 def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batch():
     base = doubling_ppo_config()
-    grpo = RUNNERS["scratch-grpo"].row_config(base)
-    tuned = RUNNERS["scratch-grpo-tuned"].row_config(base)
+    grpo = BACKENDS["scratch-grpo"].row_config(base)
+    tuned = BACKENDS["scratch-grpo-tuned"].row_config(base)
     assert (tuned.num_ppo_epochs, tuned.learning_rate, tuned.scale_rewards) == (2, 1e-3, "batch")
     assert replace(tuned, num_ppo_epochs=1, learning_rate=base.learning_rate, scale_rewards="group") == grpo
 
@@ -45,15 +45,15 @@ def test_the_tuned_grpo_row_is_grpo_with_two_epochs_at_lr_1e3_scaled_by_the_batc
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_the_quick_rows_keep_one_step_a_batch_at_lr_7e4(kind):
     base = doubling_ppo_config()
-    as_trl = RUNNERS[f"scratch-{kind}"].row_config(base)
-    quick = RUNNERS[f"scratch-{kind}-quick"].row_config(base)
+    as_trl = BACKENDS[f"scratch-{kind}"].row_config(base)
+    quick = BACKENDS[f"scratch-{kind}-quick"].row_config(base)
     assert (quick.num_ppo_epochs, quick.num_mini_batches, quick.learning_rate) == (1, 1, 7e-4)
     scaled = {"scale_rewards": "batch"} if kind == "grpo" else {}
     assert quick == replace(as_trl, learning_rate=7e-4, **scaled)
 
 
 def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
-    from trl_ext.commands.backends import RunInputs
+    from trl_ext.runners import RUNNERS, RunInputs
     from trl_ext.doubling.artifacts import load_policy, save_artifact
     from trl_ext.doubling.models import build_policy
     from trl_ext.doubling.task import ppo_prompt_dataset
@@ -63,17 +63,18 @@ def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
     base = doubling_ppo_config(total_episodes=total_episodes, output_dir=str(tmp_path / "out"))
     inputs = RunInputs(base, policy, tokenizer, lambda completions, **_: [0.0] * len(completions),
                        lambda n: ppo_prompt_dataset(tokenizer, n, 0))
-    return base, RUNNERS[f"{kind}-tuned"].build(inputs)
+    backend = BACKENDS[f"{kind}-tuned"]
+    return base, RUNNERS[backend.runner](replace(inputs, config=backend.row_config(base)))
 
 
 @pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):
     """TRL's row and ours of a name read one config: epochs are TRL's iterations, each an optimizer step."""
-    from trl_ext.commands.backends import GROUP_SIZE
+    from trl_ext.runners import GROUP_SIZE
 
     base, runner = _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes=64)
-    ours = RUNNERS[f"scratch-{kind}-tuned"].row_config(base)
+    ours = BACKENDS[f"scratch-{kind}-tuned"].row_config(base)
     args = runner.trainer.args
     assert (args.num_iterations, args.max_steps, args.learning_rate) == (2, 2, ours.learning_rate)
     assert args.num_generations == ours.num_generations == GROUP_SIZE
@@ -121,7 +122,7 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
     classifier, classifier_tok = load_classifier(trained_artifacts["reward"])
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     base = doubling_ppo_config(skip_special_tokens=False, total_episodes=64 * 80, seed=1)
-    cfg = RUNNERS[backend].row_config(base)
+    cfg = BACKENDS[backend].row_config(base)
     trainer = PPOTrainer(policy, doubling_classifier_reward(classifier, classifier_tok), args=cfg,
                          train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1), processing_class=tok)
     assert trainer.actor_critic.value_head is None and trainer.actor_critic.critic_backbone is None
@@ -132,7 +133,7 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
 
 def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_path, monkeypatch):
     """A row's settings live in code: a finished run of a row that has since changed is run again, not reused."""
-    from trl_ext.commands import backends
+    from trl_ext.doubling import presets
     from trl_ext.commands.demo import _finished
     from trl_ext.commands.ppo import ppo_options, run_record
 
@@ -141,6 +142,6 @@ def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_pat
     assert run_record(opts)["trained_with"]["learning_rate"] == 7e-4  # the row's, not the flags' 3e-4
     (tmp_path / "summary.json").write_text(json.dumps({"config": run_record(opts)}))
     assert _finished(tmp_path, "summary.json", run_record(opts)) is not None
-    monkeypatch.setitem(backends.RUNNERS, "scratch-rloo-quick",
-                        backends.Backend(backends.ScratchRunner, lambda cfg: {"learning_rate": 5e-4}))
+    monkeypatch.setitem(presets.BACKENDS, "scratch-rloo-quick",
+                        presets.Backend("scratch", lambda cfg: {"learning_rate": 5e-4}))
     assert _finished(tmp_path, "summary.json", run_record(opts)) is None

@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir
 from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
 from trl_ext.commands.ppo import DOUBLING_DEFAULTS, WatchOptions, ppo_options, run_ppo, run_record
 from trl_ext.commands.report import aggregate_rows, summary_row, text_table, write_report
 from trl_ext.commands.run_log import read_history
+from trl_ext.doubling.presets import BACKEND_NAMES, BACKENDS
 from trl_ext.commands.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
 )
@@ -41,7 +41,7 @@ def _names(text: str) -> list[str]:
 class PipelineOptions:
     """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
 
-    backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKENDS)}")
+    backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKEND_NAMES)}")
     rewards: str = field("classifier", help="comma-separated, from classifier (the charset classifier's logit) and "
                          "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)")
     pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
@@ -59,9 +59,9 @@ class PipelineOptions:
                                    "serve-reward`'s address) instead of the classifier trained here")
 
     def __post_init__(self):
-        unknown = [b for b in self.backend_list if b not in BACKENDS]
+        unknown = [b for b in self.backend_list if b not in BACKEND_NAMES]
         if not self.backend_list or unknown:
-            raise InputError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKENDS)}")
+            raise InputError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKEND_NAMES)}")
         unknown = [r for r in self.reward_list if r not in REWARDS]
         if not self.reward_list or unknown:
             raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
@@ -262,7 +262,9 @@ def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list,
     """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
     from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
 
-    if not RUNNERS[backend].needs_trl_ppo or trl_ppo_available():
+    from trl_ext.runners import RUNNERS
+
+    if not RUNNERS[BACKENDS[backend].runner].needs_trl_ppo or trl_ppo_available():
         return False
     reason = trl_ppo_unavailable_reason()
     if label not in results["backends"]:
@@ -296,7 +298,7 @@ class Layout:
 
     def folders(self, first_seed: int) -> tuple[str, ...]:
         """Every folder a run of this layout may write: what --out may already hold."""
-        return tuple(self.folder.format(backend=b, suffix=x, seed=first_seed + s) for b in BACKENDS
+        return tuple(self.folder.format(backend=b, suffix=x, seed=first_seed + s) for b in BACKEND_NAMES
                      for x in REWARD_SUFFIX.values() for s in range(self.seeds))
 
 

@@ -11,11 +11,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trl_ext.commands.backends import BACKENDS, RUNNERS
 from trl_ext.commands.inputs import ModelOptions
 from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
 from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
 from trl_ext.doubling.ppo_settings import DOUBLING_COMMAND_PPO
+from trl_ext.doubling.presets import BACKEND_NAMES, BACKENDS
 from trl_ext.errors import InputError
 from trl_ext.options import field
 from trl_ext.ppo.config import PPOConfig, num_updates
@@ -55,11 +55,11 @@ class BackendOption:
                          "TRL's critic-free 'grpo'/'rloo' for comparison, or 'scratch-ALGO': ours set as those rows "
                          "run (their estimator, epochs, clipping and KL options, and the -tuned and -quick rows' "
                          "learning rate and reward scaling, replace the flags; README, 'Critic-free estimators')",
-                         choices=BACKENDS)
+                         choices=BACKEND_NAMES)
 
     def __post_init__(self):
-        if self.backend not in BACKENDS:
-            raise InputError(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+        if self.backend not in BACKEND_NAMES:
+            raise InputError(f"backend must be one of {', '.join(BACKEND_NAMES)}; got {self.backend!r}")
 
 
 # The command's trainer options start from the doubling task's tuned values, not PPOConfig's LLM defaults.
@@ -116,7 +116,7 @@ def _rank_checksums(model, accelerator) -> list[float]:
 def run_record(opts: PPORunOptions) -> dict:
     """What a finished run is known by (``summary.json``'s config; ``compare`` reuses a run whose record is equal):
     its options and the trainer config its backend made of them, which a ``scratch-ALGO`` row's code decides."""
-    return {**options_dict(opts), "trained_with": asdict(RUNNERS[opts.run.backend].row_config(train_options(opts)))}
+    return {**options_dict(opts), "trained_with": asdict(BACKENDS[opts.run.backend].row_config(train_options(opts)))}
 
 
 def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
@@ -124,13 +124,14 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
     import torch
     from accelerate import PartialState
 
-    from trl_ext.commands.backends import RunInputs, check_runnable, resumed_update, train_and_save
+    from trl_ext.runners import RunInputs, check_runnable, train_and_save
+    from trl_ext.runs import resumed_update
     from trl_ext.commands.run_log import RunRecorder
     from trl_ext.doubling.evaluate import evaluate_policy
     from trl_ext.doubling.task import ppo_prompt_dataset
 
     backend, cfg, watch = opts.run.backend, opts.train, opts.watch
-    check_runnable(backend, cfg)
+    check_runnable(BACKENDS[backend].runner, cfg, backend)
     # cpu=True when there is no GPU: under a multi-process launch that makes the ranks join over gloo
     # instead of each silently running alone.
     state = PartialState(cpu=not torch.cuda.is_available())
@@ -146,10 +147,10 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
                            stop_at_target=watch.stop_at_target, log_path=out / "metrics.jsonl", print_fn=print_fn,
                            seed=cfg.seed, total_updates=num_updates(cfg, state.num_processes),
                            resume_after=resume_after, main_process=state.is_main_process)
-    inputs = RunInputs(train_options(opts), policy, tokenizer, reward_fn,
+    inputs = RunInputs(BACKENDS[backend].row_config(train_options(opts)), policy, tokenizer, reward_fn,
                        prompts=lambda n: ppo_prompt_dataset(tokenizer, n, cfg.seed))
     try:
-        runner = train_and_save(backend, inputs, recorder, out)
+        runner = train_and_save(BACKENDS[backend].runner, inputs, recorder, out)
     finally:
         recorder.close()
     train_seconds, history = recorder.train_seconds, recorder.history

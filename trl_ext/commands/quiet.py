@@ -1,5 +1,6 @@
 """What the command line hides: notices a user of trl-ext can do nothing about, and progress bars
-of library internals (saving and loading weights). The library itself never silences anything.
+of library internals (saving and loading weights). The library silences nothing but the banner TRL 1.12's PPO
+prints every update (``trl_ext.runners.stdout_without``).
 
 ``quiet()`` runs in the CLI's process and again in every worker process the pipeline spawns: a
 spawned process starts with fresh warning filters and loggers.
@@ -9,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import warnings
-from contextlib import contextmanager, redirect_stdout
 
 # Each is a message about how trl-ext calls its dependencies, not about the user's input.
 HIDDEN_WARNINGS = (
@@ -43,29 +42,3 @@ def quiet() -> None:
     for handler in hf_logging.get_logger().handlers:  # module loggers propagate to this handler
         handler.addFilter(_keep)
 
-
-class _WithoutLines:
-    """A text stream that passes everything on but the given whole lines."""
-
-    def __init__(self, stream, hidden: frozenset[str]):
-        self.stream, self.hidden, self.pending = stream, hidden, ""
-
-    def write(self, text: str) -> int:
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            if line not in self.hidden:
-                self.stream.write(line + "\n")
-        return len(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-
-@contextmanager
-def stdout_without(*lines: str):
-    """Run a block with these whole lines dropped from what it prints (TRL 1.12's PPO prints a banner)."""
-    stream = _WithoutLines(sys.stdout, frozenset(lines))
-    with redirect_stdout(stream):
-        yield
-    if stream.pending:
-        sys.stdout.write(stream.pending)

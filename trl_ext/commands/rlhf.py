@@ -269,7 +269,8 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     import torch
     from accelerate import PartialState
 
-    from trl_ext.commands.backends import RunInputs, check_runnable, resumed_update, train_and_save
+    from trl_ext.runners import RunInputs, check_runnable, train_and_save
+    from trl_ext.runs import resumed_update
     from trl_ext.commands.run_log import RunRecorder
     from trl_ext.model_loading import truncation_notice
     from trl_ext.prompt_files import prepare_prompts
