@@ -116,6 +116,7 @@ def measure(engine: str, batch: int, tokens: int, args) -> dict:
         "first_update_seconds": round(stamps[1] - stamps[0], 2),
         "matmul_flops_per_second": round(rate), "compute_floor_seconds": round(floor, 3),
         "rollout_over_floor": round(rollout / floor, 2),
+        "load_average": [round(x, 2) for x in os.getloadavg()],  # the machine's, at the row's end (other work slows it)
     }
     sampler = trainer.sampler
     if hasattr(sampler, "stats"):  # vLLM: engine start (in the first update) and weight syncs

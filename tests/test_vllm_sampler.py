@@ -23,7 +23,7 @@ from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, char_tokenizer, tiny_debe
 from trl_ext.batching import pad_batch
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.rollout import filter_logits, positions_from_mask, response_mask
-from trl_ext.ppo.samplers import SamplingOptions
+from trl_ext.ppo.sampling import SamplingOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # float32: vLLM's log-probs of its samples against the policy's own forward
@@ -147,6 +147,23 @@ def test_sleep_mode_on_cpu_is_refused(monkeypatch):
     monkeypatch.setattr(vllm_sampler, "vllm_installed", lambda: True)
     with pytest.raises(InputError, match="no sleep mode"):
         vllm_sampler.VLLMSampler(PPOConfig(sampler="vllm", vllm_enable_sleep_mode=True))
+
+
+def test_heads_vllm_cpu_cannot_run_are_named_before_the_engine_starts(monkeypatch, tokenizer):
+    """The doubling task's own policy (4 heads of 16) on CPU: one clear error, not vLLM's at the first generate."""
+    from trl_ext.doubling.models import build_policy
+    from trl_ext.errors import InputError
+    from trl_ext.ppo import vllm_sampler
+
+    if torch.cuda.is_available():
+        pytest.skip("the head sizes are those of vLLM's CPU attention")
+    monkeypatch.setattr(vllm_sampler, "vllm_installed", lambda: True)
+    sampler = vllm_sampler.VLLMSampler(PPOConfig(sampler="vllm"))
+    ids, mask = torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.long)
+    options = SamplingOptions(max_new_tokens=2, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
+    with pytest.raises(InputError, match="heads have 16 dimensions"):
+        sampler.sample(build_policy(tokenizer), ids, mask, options)
+    assert sampler.llm is None
 
 
 # ---------------------------------------------------------------------- on vLLM's CPU build

