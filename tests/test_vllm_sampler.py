@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -264,6 +265,25 @@ def test_lora_engine_samples_from_the_merged_weights(engine, policy, tok):
     with peft_model.disable_adapter():
         assert _gap(peft_model, query_ids, query_mask, out, tok) > 100 * TOLERANCE
     assert all(torch.equal(before[k], v) for k, v in peft_model.state_dict().items())
+
+
+@needs_vllm
+def test_two_training_processes_each_with_an_engine():
+    """Two CPU ranks (torchrun), an engine in each (vLLM inside the ranks' process group, as TRL's colocate mode):
+    each rank's rollouts come from its synced weights, seeded apart, and DDP keeps the weights equal."""
+    from launch import torchrun_port_args
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
+           str(ROOT / "tests/scripts/vllm_two_ranks.py")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    # vLLM logs to stdout too (its own dicts among them): only the ranks' lines, which may run together
+    ranks = sorted((json.loads(line) for line in re.findall(r'\{"rank".*?\}', run.stdout)), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)], run.stdout[-2000:]
+    assert ranks[0]["engine_seed"] != ranks[1]["engine_seed"]
+    assert all(len(r["gaps"]) == 2 and max(r["gaps"]) <= TOLERANCE for r in ranks), ranks
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)
 
 
 # ---------------------------------------------------------------------- learning: the doubling task on vLLM
