@@ -70,6 +70,33 @@ def test_auto_is_the_loop_on_cpu_and_every_engine_is_registered():
     assert isinstance(build_sampler("loop"), LoopSampler)
 
 
+def _qwen2(hidden: int, heads: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=heads, num_key_value_heads=heads))
+
+
+def test_auto_keeps_the_loop_on_cpu_for_a_small_policy_or_without_vllm(monkeypatch):
+    from trl_ext.ppo import samplers, vllm_sampler
+
+    policy = _qwen2(64, 2)  # heads of 32, which vLLM's CPU attention runs
+    assert resolve_sampler("auto", torch.device("cpu"), policy) == "loop"  # far below 100M parameters
+    monkeypatch.setattr(samplers, "VLLM_CPU_MIN_PARAMETERS", 0)
+    monkeypatch.setattr(vllm_sampler, "vllm_installed", lambda: False)
+    assert resolve_sampler("auto", torch.device("cpu"), policy) == "loop"
+    assert resolve_sampler("auto", torch.device("cuda"), policy) == "generate"  # not measured on a GPU
+
+
+@pytest.mark.needs_vllm
+def test_auto_picks_vllm_on_cpu_where_it_was_measured_to_win(monkeypatch):
+    from trl_ext.ppo import samplers
+
+    monkeypatch.setattr(samplers, "VLLM_CPU_MIN_PARAMETERS", 0)  # a tiny policy stands in for a 135M one
+    assert resolve_sampler("auto", torch.device("cpu"), _qwen2(64, 2)) == "vllm"
+    assert resolve_sampler("auto", torch.device("cpu"), _qwen2(64, 4)) == "loop"  # heads of 16: vLLM's CPU cannot
+
+
 class ShiftedLogprobs(LoopSampler):
     """The loop's samples, reported with the trainer's own log-probs minus ``shift`` (a stand-in for an
     engine whose numbers differ from the trainer's); counts ``policy_changed`` calls."""

@@ -60,12 +60,33 @@ class StaticCacheSampler(Sampler):
                                        generator=generator))
 
 
-def resolve_sampler(name: str, device: torch.device) -> str:
-    """The engine ``name`` asks for; 'auto' picks the one measured fastest on this kind of device:
-    ``model.generate`` on a GPU (the compiled static sampler is not measured on one yet), the loop on CPU."""
+# Where vLLM was measured to win on CPU (docs/vllm.md): SmolLM2-135M rollouts 4.9-6.2x faster than the loop; on the
+# doubling task's 0.2M-parameter policy it lost (an engine start and a sync a rollout for milliseconds of compute).
+VLLM_CPU_MIN_PARAMETERS = 100_000_000
+
+
+def resolve_sampler(name: str, device: torch.device, policy=None) -> str:
+    """The engine ``name`` asks for; 'auto' picks the one measured fastest for this device and policy: vLLM on CPU
+    where it is installed, the policy has 100M parameters or more and heads its CPU attention runs; otherwise
+    ``model.generate`` on a GPU (vLLM and the compiled static sampler are not measured on one yet), the loop on CPU."""
     if name != "auto":
         return name
-    return "generate" if device.type == "cuda" else "loop"
+    if device.type == "cuda":
+        return "generate"
+    return "vllm" if policy is not None and _vllm_wins_on_cpu(policy) else "loop"
+
+
+def _vllm_wins_on_cpu(policy) -> bool:
+    from trl_ext.errors import InputError
+    from trl_ext.ppo.vllm_sampler import check_cpu_head_size, vllm_installed
+
+    if not vllm_installed() or sum(p.numel() for p in policy.parameters()) < VLLM_CPU_MIN_PARAMETERS:
+        return False
+    try:
+        check_cpu_head_size(policy.config)
+    except InputError:
+        return False
+    return True
 
 
 @SAMPLERS.register("vllm", takes_config=True)

@@ -83,7 +83,7 @@ class PPOTrainer:
         self.lr_scheduler = builder.build_lr_scheduler(self.optimizer, config.lr_scheduler_type, total)
         for fn in self.rewards.funcs:  # a reward model scores where the policy runs
             place_reward(fn, acc.device)
-        self.sampler_name = resolve_sampler(config.sampler, acc.device)
+        self.sampler_name = resolve_sampler(config.sampler, acc.device, self.policy)
         self.sampler = build_sampler(self.sampler_name, config)
         self.generator = torch.Generator(device=acc.device).manual_seed(config.seed + 100003 * acc.process_index)
         self.passes = ForwardPasses(self.model, self.policy, self.ref_policy, acc, config, vocab_size)
