@@ -1,0 +1,268 @@
+"""PPO and group baselines on the real model (issue 31 item 2): held-out score before and after, on CPU.
+
+    OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick     # smoke run: 1 seed, 4 updates, 40 held-out prompts
+    OMP_NUM_THREADS=1 python benchmarks/real_model.py             # full: 2 seeds, 40 updates, 200 held-out (~90 min)
+
+Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.real_model.checkpoint.fetch_smollm2``) with LoRA r=16
+(alpha 32, all linear layers) on ``trl_ext.real_model.task``'s training stream, rewarded by ``JustTheNumber``:
+batch 8 rollouts an update, 4 epochs over each, lr 1.5e-4 (constant), temperature 0.7, responses up to 32
+tokens. Rows:
+
+* ``scratch-ppo``  trl-ext's PPOTrainer, critic and GAE (``.venv``);
+* ``trl-ppo``      TRL 1.12's PPOTrainer through trl-ext's ``trl`` runner (``.venv``);
+* ``scratch-grpo`` trl-ext's PPOTrainer with ``advantage_estimator='grpo'``, 4 generations a prompt (``.venv``);
+* ``trl-grpo``     the newest TRL's GRPOTrainer through trl-ext's ``grpo`` runner, 4 generations (``.venv-latest``).
+
+Each row is a subprocess with one torch thread (``--jobs`` side by side). Per row: the held-out score before and
+after training (greedy and sampled at T=0.7, ``trl_ext.real_model.evaluate``), the reward per update and against
+seconds, the trainer's ``timing/*`` stats per update (trl-ext's rows; TRL's trainers report none), seconds per
+update, and peak memory (``resource.getrusage`` maxrss). Writes benchmarks/results/real-model-cpu.json (quick:
+real-model-cpu-quick.json), a .md beside it and a curves .png. Only measured rows are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, generations per prompt)
+    "scratch-ppo": (".venv", "scratch", "gae", 1),
+    "trl-ppo": (".venv", "trl", "gae", 1),
+    "scratch-grpo": (".venv", "scratch", "grpo", 4),
+    "trl-grpo": (".venv-latest", "grpo", "grpo", 4),
+}
+SETTINGS = dict(batch_size=8, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
+                response_length=32, num_ppo_epochs=4, lora_r=16, lora_alpha=32, dtype="bfloat16", torch_threads=1)
+QUICK = dict(seeds=[0], updates=4, heldout=40)
+FULL = dict(seeds=[0, 1], updates=40, heldout=200)
+
+
+def cpu_name() -> str | None:
+    try:
+        return next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                    None)
+    except OSError:
+        return None
+
+
+def prompt_dataset(tokenizer, n: int, seed: int):
+    import itertools
+
+    from datasets import Dataset
+
+    from trl_ext.real_model.task import train_stream
+
+    rows = list(itertools.islice(train_stream(seed), n))
+    ids = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True) for r in rows]
+    ids = [i["input_ids"] if isinstance(i, dict) or hasattr(i, "keys") else i for i in ids]
+    return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
+                              "input_ids": ids})
+
+
+def held_out(model, tokenizer, rows, seed: int) -> dict:
+    from trl_ext.real_model.evaluate import score_rows
+
+    model.eval()
+    n = SETTINGS["response_length"]
+    greedy = score_rows(model, tokenizer, rows, max_new_tokens=n, examples=3)
+    sampled = score_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"], max_new_tokens=n, seed=seed + 1,
+                         examples=3)
+    return {"greedy": greedy, "sampled": sampled}
+
+
+def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None:
+    """One row, in this process: train, evaluate before and after, write its JSON to ``out``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.ppo.config import PPOConfig
+    from trl_ext.real_model.checkpoint import fetch_smollm2
+    from trl_ext.real_model.task import JustTheNumber, heldout_rows
+    from trl_ext.runners import RUNNERS, RunInputs
+
+    torch.set_num_threads(1)
+    _, runner_name, estimator, generations = ROWS[name]
+    folder = fetch_smollm2()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if runner_name == "trl":
+        # TRL 1.12's PPO masks every pad id in a query; pad is eos (<|im_end|>) here, which ends every chat turn
+        # inside the prompt, so its queries lose those tokens (and the reward adapter cannot find the prompt).
+        # Its row pads with <|endoftext|> (id 0) instead; pad positions are masked in every trainer.
+        tokenizer.pad_token = "<|endoftext|>"
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    rows = heldout_rows()[:heldout]
+    t0 = time.perf_counter()
+    before = held_out(model, tokenizer, rows, seed)
+    eval_before_s = time.perf_counter() - t0
+
+    lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
+                      lora_dropout=0.0, target_modules="all-linear")
+    work = tempfile.mkdtemp(prefix=f"real-model-{name}-")
+    cfg = PPOConfig(output_dir=work, total_episodes=updates * SETTINGS["batch_size"], seed=seed,
+                    batch_size=SETTINGS["batch_size"], learning_rate=SETTINGS["learning_rate"],
+                    lr_scheduler_type=SETTINGS["lr_scheduler_type"], temperature=SETTINGS["temperature"],
+                    response_length=SETTINGS["response_length"], num_ppo_epochs=SETTINGS["num_ppo_epochs"],
+                    advantage_estimator=estimator, num_generations=generations)
+    policy, peft_config = model, lora
+    if runner_name in ("grpo", "rloo"):  # trl-ext's group runners take a ready policy: the adapter goes on here
+        policy, peft_config = get_peft_model(model, lora), None
+    inputs = RunInputs(cfg, policy, tokenizer, JustTheNumber(), prompts=lambda n: prompt_dataset(tokenizer, n, seed),
+                       peft_config=peft_config)
+    runner = RUNNERS[runner_name](inputs)
+    curve = []
+    start = time.perf_counter()
+
+    def on_update(update, stats) -> bool:
+        curve.append({"update": int(update), "seconds": round(time.perf_counter() - start, 2),
+                      "reward": float(stats["objective/scores"]),
+                      **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")}})
+        print(f"[{name} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} at {curve[-1]['seconds']} s",
+              flush=True)
+        return False
+
+    runner.train(on_update)
+    train_s = time.perf_counter() - start
+    t0 = time.perf_counter()
+    after = held_out(runner.policy, tokenizer, rows, seed)
+    eval_after_s = time.perf_counter() - t0
+    phases = sorted({k for c in curve for k in c if k.startswith("timing/") and k != "timing/elapsed"})
+    import trl
+
+    row = {
+        "trainer": name, "runner": runner_name, "advantage_estimator": estimator, "num_generations": generations,
+        "seed": seed, "updates": len(curve), "episodes": len(curve) * SETTINGS["batch_size"],
+        "held_out_prompts": len(rows), "pad_token": tokenizer.pad_token,
+        "before": before["sampled"]["score"], "after": after["sampled"]["score"],
+        "before_greedy": before["greedy"]["score"], "after_greedy": after["greedy"]["score"],
+        "before_detail": before, "after_detail": after,
+        "train_seconds": round(train_s, 1), "seconds_per_update": round(train_s / max(1, len(curve)), 2),
+        "seconds_per_update_by_phase": {p: round(sum(c.get(p, 0.0) for c in curve) / len(curve), 3) for p in phases},
+        "eval_seconds": {"before": round(eval_before_s, 1), "after": round(eval_after_s, 1)},
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__,
+    }
+    out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) -> None:
+    stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed), indent=2,
+                                                    ensure_ascii=False) + "\n")
+    lines = [f"# Real model on CPU{' (QUICK smoke run)' if meta['quick'] else ''}", "",
+             f"`{meta['command']}` on {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
+             f"{meta['held_out_prompts']} held-out prompts, {meta['updates']} updates of "
+             f"{SETTINGS['batch_size']}. Scores: `JustTheNumber` mean, sampled at T={SETTINGS['temperature']} "
+             "(greedy in brackets).", "",
+             "| trainer | seed | episodes | before | after | s/update | peak RSS MiB | reward first -> last |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["curve"]
+        lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f}) "
+                     f"| {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['seconds_per_update']} | {r['peak_rss_mib']} "
+                     f"| {c[0]['reward']:.3f} -> {c[-1]['reward']:.3f} |")
+    for f in failed:
+        lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        for r in rows:
+            label = f"{r['trainer']} s{r['seed']}"
+            a.plot([c["update"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
+            b.plot([c["seconds"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
+        a.set_xlabel("update"), b.set_xlabel("seconds"), a.set_ylabel("mean training reward")
+        a.legend(fontsize=7)
+        fig.suptitle(stem.name)
+        fig.tight_layout()
+        fig.savefig(stem.with_suffix(".png"), dpi=100)
+    except ImportError as err:
+        print(f"no curves PNG: {err}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1 seed, 4 updates, the first 40 held-out prompts")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--updates", type=int)
+    parser.add_argument("--seeds", help="comma-separated")
+    parser.add_argument("--heldout", type=int)
+    parser.add_argument("--out", help="results stem (default benchmarks/results/real-model-cpu[-quick])")
+    parser.add_argument("--collect", nargs="+", metavar="ROW_JSON",
+                        help="write the results from row files already measured (--row ... --row-out FILE) instead "
+                             "of running rows")
+    parser.add_argument("--row", help=argparse.SUPPRESS)
+    parser.add_argument("--row-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    mode = QUICK if args.quick else FULL
+    updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
+    sys.path.insert(0, str(ROOT))
+    if args.row:
+        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out))
+        return 0
+
+    names = [n for n in args.rows.split(",") if n]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; known: {list(ROWS)}")
+    stem = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        "real-model-cpu-quick" if args.quick else "real-model-cpu")
+    logs = Path(tempfile.mkdtemp(prefix="real-model-rows-"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(ROOT))
+
+    def one(job):
+        name, seed = job
+        out = logs / f"{name}-{seed}.json"
+        cmd = [str(ROOT / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
+               "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout)]
+        t0 = time.perf_counter()
+        with open(logs / f"{name}-{seed}.log", "w") as log:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        print(f"{name} seed {seed}: exit {rc} after {time.perf_counter() - t0:.0f} s (log {logs}/{name}-{seed}.log)",
+              flush=True)
+        if rc == 0 and out.exists():
+            return json.loads(out.read_text()), None
+        tail = (logs / f"{name}-{seed}.log").read_text().strip().splitlines()[-1:] or [""]
+        return None, {"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]}
+
+    start = time.perf_counter()
+    if args.collect:
+        results = [(json.loads(Path(f).read_text()), None) for f in args.collect]
+    else:
+        jobs = [(n, s) for s in seeds for n in names]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(one, jobs))
+    rows = [r for r, _ in results if r]
+    failed = [f for _, f in results if f]
+    meta = {"benchmark": "real-model", "quick": args.quick,
+            "command": "OMP_NUM_THREADS=1 python benchmarks/real_model.py " + " ".join(argv or sys.argv[1:]),
+            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
+                        "python": platform.python_version()},
+            "model": "SmolLM2-135M-Instruct bf16 (trl_ext.real_model.checkpoint.fetch_smollm2)",
+            "settings": dict(SETTINGS, lora_target_modules="all-linear", jobs=args.jobs),
+            "updates": updates, "seeds": seeds, "held_out_prompts": heldout,
+            "wall_seconds": None if args.collect else round(time.perf_counter() - start, 1),
+            "collected_from_row_files": bool(args.collect)}
+    write_outputs(rows, failed, meta, stem)
+    print(f"written {stem}.json/.md/.png: {len(rows)} rows measured, {len(failed)} failed")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
