@@ -109,11 +109,12 @@ def ppo_share(policy_dir: str, reward_dir: str, url: str | None, updates: int, w
     """Wall time of ``updates`` PPO updates and the trainer's ``timing/reward`` within them."""
     from dataclasses import replace
 
-    from trl_ext.commands.outputs import train_options
-    from trl_ext.commands.ppo import DOUBLING_DEFAULTS, load_inputs, ppo_options
+    from trl_ext.commands.ppo import DOUBLING_DEFAULTS
+    from trl_ext.doubling.ppo_run import load_inputs, ppo_options
     from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
     from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.runs import train_options
 
     run = ppo_options(PPOConfig(**DOUBLING_DEFAULTS), policy_dir, None if url else reward_dir, out="unused",
                       reward_url=url)

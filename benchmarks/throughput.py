@@ -31,10 +31,11 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
 
     from dataclasses import replace
 
-    from trl_ext.commands.outputs import train_options
-    from trl_ext.commands.ppo import DOUBLING_DEFAULTS, load_inputs, ppo_options
+    from trl_ext.commands.ppo import DOUBLING_DEFAULTS
+    from trl_ext.doubling.ppo_run import load_inputs, ppo_options
     from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
+    from trl_ext.runs import train_options
 
     if estimator != "gae":  # a critic-free estimator needs groups of completions of one prompt
         cfg = {**cfg, "advantage_estimator": estimator, "num_generations": 8}

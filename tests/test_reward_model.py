@@ -24,7 +24,7 @@ def _cli(*args):
 def doubling_rm(tmp_path_factory, trained_artifacts):
     """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 800 steps,
     plain Bradley-Terry (the centring term slows the pairwise accuracy at this budget: 0.93 with it)."""
-    from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
+    from trl_ext.doubling.stages import RewardModelConfig, run_train_reward_model
 
     out = tmp_path_factory.mktemp("rm") / "rm"
     config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=800, eval_n=400,
@@ -78,7 +78,7 @@ def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts
     """TRL's center_rewards_coefficient (our default 0.01) pulls every score towards zero; the spread of the
     right answers' scores across prompts is what PPO's critic would otherwise have to learn. Measured
     (600 steps): std 0.54 centred against 3.35 plain, pairwise accuracy 0.93 against 0.97."""
-    from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
+    from trl_ext.doubling.stages import RewardModelConfig, run_train_reward_model
 
     centred = run_train_reward_model(RewardModelConfig(out=str(tmp_path / "rm"), base=str(trained_artifacts["policy"]),
                                                        steps=600, eval_n=400))
@@ -90,7 +90,7 @@ def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts
 
 
 def test_reward_model_options_are_checked(tmp_path):
-    from trl_ext.commands.stages import RewardModelConfig
+    from trl_ext.doubling.stages import RewardModelConfig
 
     with pytest.raises(ValueError, match="center_rewards_coefficient must be >= 0"):
         RewardModelConfig(out=str(tmp_path), center_rewards_coefficient=-0.1)
@@ -111,7 +111,7 @@ def test_bad_preference_data_is_named(tmp_path):
     mixed.write_text(json.dumps({"chosen": "a", "rejected": "b"}) + "\n" +
                      json.dumps({"chosen": [{"role": "assistant", "content": "a"}],
                                  "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
-    from trl_ext.commands.stages import load_preferences
+    from trl_ext.doubling.stages import load_preferences
 
     with pytest.raises(ValueError, match="mixed.jsonl:2: mixes text and conversations"):
         load_preferences(mixed)

@@ -134,8 +134,8 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
 def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_path, monkeypatch):
     """A row's settings live in code: a finished run of a row that has since changed is run again, not reused."""
     from trl_ext.doubling import presets
-    from trl_ext.commands.demo import _finished
-    from trl_ext.commands.ppo import ppo_options, run_record
+    from trl_ext.doubling.pipeline import _finished
+    from trl_ext.doubling.ppo_run import ppo_options, run_record
 
     opts = ppo_options(doubling_ppo_config(), policy="p", reward="r", out=str(tmp_path),
                        backend="scratch-rloo-quick")

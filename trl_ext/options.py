@@ -28,3 +28,8 @@ def require_positive(options, *names: str) -> None:
     for name in names:
         if getattr(options, name) <= 0:
             raise InputError(f"{name} must be positive, got {getattr(options, name)}")
+
+
+def options_dict(options) -> dict:
+    """Every part of a command's options as a plain dict (saved beside results; equal dicts mean the same run)."""
+    return {part: dataclasses.asdict(value) for part, value in vars(options).items()}

@@ -166,8 +166,3 @@ def build_options(command: Command, namespace: argparse.Namespace):
                   if p == part and (n in values or n in command.defaults)}
         parts[part] = cls(**kwargs)
     return command.options(**parts)
-
-
-def options_dict(options) -> dict:
-    """Every part as a plain dict (saved beside results; equal dicts mean the same run)."""
-    return {part: dataclasses.asdict(value) for part, value in vars(options).items()}

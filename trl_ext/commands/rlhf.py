@@ -12,13 +12,12 @@ import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from trl_ext.commands.inputs import ModelOptions
-from trl_ext.commands.outputs import OutputOptions, prepare_out_dir, train_options
-from trl_ext.commands.parsing import Command, CommandResult, options_dict, parts_of
+from trl_ext.commands.parsing import Command, CommandResult, parts_of
 from trl_ext.errors import InputError
-from trl_ext.options import field, require_positive
+from trl_ext.options import field, options_dict, require_positive
 from trl_ext.ppo.config import PPOConfig, num_updates
 from trl_ext.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
+from trl_ext.runs import ModelOptions, OutputOptions, prepare_out_dir, train_options
 
 
 @dataclass
@@ -140,12 +139,12 @@ def check_inputs(opts: RLHFOptions) -> None:
     if models.reward:
         check_model_dir(models.reward, "reward model", labels=1, why=SCALAR_REWARD)
     if stages.sft_data:
-        from trl_ext.commands.datafiles import as_dataset, read_jsonl
+        from trl_ext.data_files import as_dataset, read_jsonl
         from trl_ext.sft import check_sft_rows
 
         check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data")))
     if stages.preferences:
-        from trl_ext.commands.stages import preference_split
+        from trl_ext.doubling.stages import preference_split
 
         check_model_dir(stages.reward_base or models.policy, "reward model base")  # the SFT model has --policy's kind
         preference_split(stages.preferences, stages.reward_eval_n)
@@ -206,7 +205,7 @@ def sft_stage(opts: RLHFOptions, out: Path, say) -> str:
     stages = opts.stages
     if not stages.sft_data:
         return opts.models.policy
-    from trl_ext.commands.datafiles import as_dataset, read_jsonl
+    from trl_ext.data_files import as_dataset, read_jsonl
 
     if not Path(stages.sft_data).is_file():
         raise FileNotFoundError(f"SFT data file {stages.sft_data!r} does not exist")
@@ -241,7 +240,7 @@ def reward_model_stage(opts: RLHFOptions, policy: str, out: Path, say) -> str | 
     stages = opts.stages
     if not stages.preferences:
         return opts.models.reward
-    from trl_ext.commands.stages import RewardModelConfig, run_train_reward_model
+    from trl_ext.doubling.stages import RewardModelConfig, run_train_reward_model
 
     folder = out / "reward_model"
     stage_cfg = RewardModelConfig(out=str(folder), base=stages.reward_base or policy, data=stages.preferences,
@@ -271,7 +270,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
     from trl_ext.runners import RunInputs, check_runnable, train_and_save
     from trl_ext.runs import resumed_update
-    from trl_ext.commands.run_log import RunRecorder
+    from trl_ext.run_log import RunRecorder
     from trl_ext.model_loading import truncation_notice
     from trl_ext.prompt_files import prepare_prompts
 
@@ -313,7 +312,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     notice = truncation_notice(prepared.truncation, opts.data.max_prompt_length)  # said once, before training
     if notice and state.is_main_process:
         print_fn(notice)
-    recorder = RunRecorder(tokenizer, backend=backend, probe_every=0, log_path=out / "metrics.jsonl",
+    recorder = RunRecorder(backend=backend, log_path=out / "metrics.jsonl",
                            print_fn=print_fn, total_updates=num_updates(opts.train, state.num_processes),
                            resume_after=resume_after, main_process=state.is_main_process)
     # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.

@@ -1,5 +1,5 @@
 """What a PPO run records, the same way for every backend and both PPO commands (``ppo``, ``rlhf``):
-metrics per update, held-out probes, the first point where greedy exact-match reaches the target, and a
+metrics per update, the task's held-out probes, the first point where a probe's metric reaches its target, and a
 JSON-lines log."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from trl_ext.errors import TrainingError
 from trl_ext.metrics import numeric_metrics
@@ -46,26 +47,31 @@ def read_history(folder: Path) -> list[dict]:
     return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
 
 
+Probe = Callable[[object], dict]  # policy -> {metric: value}, the task's held-out check (doubling.ppo_run)
+
+
 class RunRecorder:
     """Call ``record(update, stats, policy)`` after every update; it returns True to stop.
 
-    Every ``probe_every`` updates it measures greedy exact-match (and the requested-charset rate)
-    on ``probe_n`` held-out prompts. ``train_seconds`` counts from ``begin()`` (after the trainer is
-    built) to ``end()`` (before it saves), probes left out; setup time is kept apart in ``setup_seconds``.
+    Every ``probe_every`` updates it logs what ``probe(policy)`` measures (``probe/<metric>``), and notes the
+    first update where ``probe/<target_metric>`` reaches ``target``. ``train_seconds`` counts from ``begin()``
+    (after the trainer is built) to ``end()`` (before it saves), probes left out; setup time is kept apart in
+    ``setup_seconds``.
     """
 
-    def __init__(self, tokenizer, *, backend: str, probe_every: int = 10, probe_n: int = 200,
-                 target_exact: float = 0.99, stop_at_target: bool = False, log_path: str | Path | None = None,
-                 print_fn=print, seed: int = 0, total_updates: int | None = None, resume_after: int | None = None,
-                 main_process: bool = True):
+    def __init__(self, *, backend: str, probe: Probe | None = None, probe_every: int = 0,
+                 target_metric: str = "exact", target: float = 0.99, stop_at_target: bool = False,
+                 log_path: str | Path | None = None, print_fn=print, seed: int = 0, total_updates: int | None = None,
+                 resume_after: int | None = None, main_process: bool = True):
         from tqdm.auto import tqdm
 
         # The other processes of a launch keep the history only: no probes, log, lines or bar.
+        if not main_process or probe is None:
+            probe_every = 0
         if not main_process:
-            probe_every, log_path, print_fn = 0, None, lambda *_: None
-        self.tokenizer, self.backend = tokenizer, backend
-        self.probe_every, self.probe_n, self.seed = probe_every, probe_n, seed
-        self.target_exact, self.stop_at_target = target_exact, stop_at_target
+            log_path, print_fn = None, lambda *_: None
+        self.backend, self.probe, self.probe_every, self.seed = backend, probe, probe_every, seed
+        self.target_key, self.target, self.stop_at_target = f"probe/{target_metric}", target, stop_at_target
         self.log_path = Path(log_path) if log_path else None
         self.print_fn = print_fn
         self.history = History()
@@ -108,20 +114,17 @@ class RunRecorder:
         if bad:
             raise TrainingError(f"{self.backend} PPO: non-finite {bad} at update {update}")
         if self.probe_every and update % self.probe_every == 0:
-            from trl_ext.doubling.evaluate import evaluate_policy  # the doubling task's probe: only when asked
-
             tick = time.perf_counter()
-            probe = evaluate_policy(policy, self.tokenizer, n=self.probe_n, seed=self.seed + 1, sample=False)
+            probed = self.probe(policy)
             self.probe_seconds += time.perf_counter() - tick
-            row["probe/exact"] = probe["greedy"]["exact"]
-            row["probe/charset_acc"] = probe["greedy"]["charset_acc"]
-            if self.reached is None and row["probe/exact"] >= self.target_exact:
+            row.update({f"probe/{name}": value for name, value in probed.items()})
+            if self.reached is None and row.get(self.target_key, -math.inf) >= self.target:
                 self.reached = {"update": update, "episode": row.get("episode"), "train_seconds": row["train_seconds"]}
             # the seed tells apart the lines of runs that print side by side (compare --jobs 2)
             self.print_fn(f"[{self.backend} seed {self.seed}] update {update} episode {row.get('episode')} "
                           f"score {row.get('objective/scores', float('nan')):.3f} "
                           f"kl {row.get('objective/kl', float('nan')):.3f} "
-                          f"probe exact {row['probe/exact']:.3f} charset {row['probe/charset_acc']:.3f} "
+                          f"probe {' '.join(f'{name} {value:.3f}' for name, value in probed.items())} "
                           f"({row['train_seconds']:.1f}s)")
         self.bar.update(1)
         self.bar.set_postfix(score=f"{row.get('objective/scores', float('nan')):.3f}",
