@@ -8,7 +8,7 @@ import torch
 from datasets import Dataset
 
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
-from trl_ext.ppo import core, losses
+from trl_ext.ppo import PPOConfig, core, losses
 from trl_ext.ppo.samplers import SAMPLERS, Completions, LoopSampler, SamplingOptions, build_sampler, resolve_sampler
 
 
@@ -63,9 +63,13 @@ def test_importance_weights_scale_the_surrogate_not_the_kl_term():
     assert ones.item() == pytest.approx(plain.item()) and doubled.item() == pytest.approx(2 * plain.item())
 
 
+AUTO = PPOConfig()  # sampler 'auto', no top-k/top-p
+
+
 def test_auto_is_the_loop_on_cpu_and_every_engine_is_registered():
-    assert resolve_sampler("auto", torch.device("cpu")) == "loop"
-    assert resolve_sampler("auto", torch.device("cuda")) == "generate"
+    assert resolve_sampler(AUTO, torch.device("cpu")) == "loop"
+    assert resolve_sampler(AUTO, torch.device("cuda")) == "generate"
+    assert resolve_sampler(PPOConfig(sampler="static"), torch.device("cpu")) == "static"
     assert set(SAMPLERS) == {"loop", "generate", "static", "vllm"}
     assert isinstance(build_sampler("loop"), LoopSampler)
 
@@ -81,11 +85,11 @@ def test_auto_keeps_the_loop_on_cpu_for_a_small_policy_or_without_vllm(monkeypat
     from trl_ext.ppo import samplers, vllm_sampler
 
     policy = _qwen2(64, 2)  # heads of 32, which vLLM's CPU attention runs
-    assert resolve_sampler("auto", torch.device("cpu"), policy) == "loop"  # far below 100M parameters
+    assert resolve_sampler(AUTO, torch.device("cpu"), policy) == "loop"  # far below 100M parameters
     monkeypatch.setattr(samplers, "VLLM_CPU_MIN_PARAMETERS", 0)
     monkeypatch.setattr(vllm_sampler, "vllm_installed", lambda: False)
-    assert resolve_sampler("auto", torch.device("cpu"), policy) == "loop"
-    assert resolve_sampler("auto", torch.device("cuda"), policy) == "generate"  # not measured on a GPU
+    assert resolve_sampler(AUTO, torch.device("cpu"), policy) == "loop"
+    assert resolve_sampler(AUTO, torch.device("cuda"), policy) == "generate"  # not measured on a GPU
 
 
 @pytest.mark.needs_vllm
@@ -93,8 +97,9 @@ def test_auto_picks_vllm_on_cpu_where_it_was_measured_to_win(monkeypatch):
     from trl_ext.ppo import samplers
 
     monkeypatch.setattr(samplers, "VLLM_CPU_MIN_PARAMETERS", 0)  # a tiny policy stands in for a 135M one
-    assert resolve_sampler("auto", torch.device("cpu"), _qwen2(64, 2)) == "vllm"
-    assert resolve_sampler("auto", torch.device("cpu"), _qwen2(64, 4)) == "loop"  # heads of 16: vLLM's CPU cannot
+    assert resolve_sampler(AUTO, torch.device("cpu"), _qwen2(64, 2)) == "vllm"
+    assert resolve_sampler(AUTO, torch.device("cpu"), _qwen2(64, 4)) == "loop"  # heads of 16: vLLM's CPU cannot
+    assert resolve_sampler(PPOConfig(top_p=0.9), torch.device("cpu"), _qwen2(64, 2)) == "loop"  # not measured
 
 
 class ShiftedLogprobs(LoopSampler):

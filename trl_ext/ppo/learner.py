@@ -3,7 +3,8 @@ minibatch's gradient accumulated over micro-batches weighted by their share of i
 minibatch's own whatever the micro-batch size.
 
 The trainer hands in how a step is taken (``backward``, ``optimizer_step``: accelerate's, or a subclass's),
-how rows are shuffled (``minibatch_order``) and what a non-finite loss does (``on_bad_loss``).
+how rows are shuffled (``minibatch_order``), what a non-finite loss does (``on_bad_loss``) and whom to tell that
+the weights moved (``policy_changed``: the rollout engine).
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 
 class Learner:
     def __init__(self, passes: ForwardPasses, config, accelerator, *, backward: Callable, optimizer_step: Callable,
-                 minibatch_order: Callable[[int], torch.Tensor], on_bad_loss: Callable):
+                 minibatch_order: Callable[[int], torch.Tensor], on_bad_loss: Callable, policy_changed: Callable):
         self.passes, self.config, self.accelerator = passes, config, accelerator
-        self.backward, self.optimizer_step = backward, optimizer_step
-        self.minibatch_order, self.on_bad_loss = minibatch_order, on_bad_loss
+        self.backward, self._optimizer_step = backward, optimizer_step
+        self.minibatch_order, self.on_bad_loss, self.policy_changed = minibatch_order, on_bad_loss, policy_changed
+
+    def optimizer_step(self) -> None:
+        """The step, then word to the rollout engine: here, not in the step hook a subclass may replace, so that an
+        engine holding its own copy of the weights (vLLM) can never miss a change."""
+        self._optimizer_step()
+        self.policy_changed()
 
     def micro_batch_rows(self, batch: int, responses: torch.Tensor) -> int:
         """Rows of an update micro-batch: ``micro_batch_size`` (auto: the logits budget). DeepSpeed's engine

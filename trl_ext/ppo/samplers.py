@@ -65,15 +65,17 @@ class StaticCacheSampler(Sampler):
 VLLM_CPU_MIN_PARAMETERS = 100_000_000
 
 
-def resolve_sampler(name: str, device: torch.device, policy=None) -> str:
-    """The engine ``name`` asks for; 'auto' picks the one measured fastest for this device and policy: vLLM on CPU
-    where it is installed, the policy has 100M parameters or more and heads its CPU attention runs; otherwise
-    ``model.generate`` on a GPU (vLLM and the compiled static sampler are not measured on one yet), the loop on CPU."""
-    if name != "auto":
-        return name
+def resolve_sampler(config, device: torch.device, policy=None) -> str:
+    """The engine ``config.sampler`` names; 'auto' picks the one measured fastest for this device and policy: vLLM
+    on CPU where it is installed, the policy has 100M parameters or more and heads its CPU attention runs, and
+    sampling filters nothing (measured without top-k/top-p; top-p over the whole vocabulary is vLLM CPU's slow path);
+    otherwise ``model.generate`` on a GPU (vLLM and the compiled static sampler are not measured on one), the loop."""
+    if config.sampler != "auto":
+        return config.sampler
     if device.type == "cuda":
         return "generate"
-    return "vllm" if policy is not None and _vllm_wins_on_cpu(policy) else "loop"
+    unfiltered = config.top_k == 0 and config.top_p == 1.0
+    return "vllm" if policy is not None and unfiltered and _vllm_wins_on_cpu(policy) else "loop"
 
 
 def _vllm_wins_on_cpu(policy) -> bool:

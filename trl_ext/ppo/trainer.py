@@ -83,7 +83,7 @@ class PPOTrainer:
         self.lr_scheduler = builder.build_lr_scheduler(self.optimizer, config.lr_scheduler_type, total)
         for fn in self.rewards.funcs:  # a reward model scores where the policy runs
             place_reward(fn, acc.device)
-        self.sampler_name = resolve_sampler(config.sampler, acc.device, self.policy)
+        self.sampler_name = resolve_sampler(config, acc.device, self.policy)
         self.sampler = build_sampler(self.sampler_name, config)
         self.generator = torch.Generator(device=acc.device).manual_seed(config.seed + 100003 * acc.process_index)
         self.passes = ForwardPasses(self.model, self.policy, self.ref_policy, acc, config, vocab_size)
@@ -91,7 +91,8 @@ class PPOTrainer:
         self.learner = Learner(self.passes, config, acc, backward=lambda *a: self._backward(*a),
                                optimizer_step=lambda: self._optimizer_step(),
                                minibatch_order=lambda *a: self._minibatch_order(*a),
-                               on_bad_loss=lambda *a: self._stop_on_bad_loss(*a))
+                               on_bad_loss=lambda *a: self._stop_on_bad_loss(*a),
+                               policy_changed=lambda: self.sampler.policy_changed())
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
         if config.resume_from_checkpoint:  # checked now, before anything is written
@@ -127,7 +128,6 @@ class PPOTrainer:
             self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.sampler.policy_changed()  # an engine with its own copy of the weights syncs before the next rollout
 
     def _minibatch_order(self, size: int) -> torch.Tensor:
         """A fresh shuffle of the rollouts for each PPO epoch (the equality test replays TRL's instead)."""

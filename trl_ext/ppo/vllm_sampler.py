@@ -12,8 +12,8 @@ and top-p are off. ``raw_logprobs`` would be the temperature-1 distribution, wro
 With top-k/top-p on, vLLM's are the filtered distribution's, the one it really sampled from, while the trainer's
 are unfiltered: the two differ by design there (by the log of the kept probability mass).
 
-Sleep mode (``vllm_enable_sleep_mode``): after each rollout ``llm.sleep(level=1)`` (weights to host memory, KV
-cache dropped), woken before the next. GPU only: vLLM's CPU backend has no sleep mode, so asking for it on CPU
+Sleep mode (``vllm_enable_sleep_mode``): after each rollout ``llm.sleep(level=2)`` (weights and KV cache
+dropped; the next rollout syncs the weights in anyway), woken before the next. GPU only: vLLM's CPU backend has no sleep mode, so asking for it on CPU
 is an error here rather than a silent no-op (an option about GPU memory that does nothing would mislead).
 """
 
@@ -151,7 +151,7 @@ def compute_dtype(model, config) -> torch.dtype:
     """The dtype vLLM runs in: ``config.dtype`` when set, else the checkpoint's (the model config's ``dtype``),
     else that of the first parameter that is not trained (a LoRA base), else float32. Not the trained
     parameters': the trainer keeps those as float32 masters whatever the checkpoint's dtype."""
-    from trl_ext.ppo.precision import torch_dtype
+    from trl_ext.dtypes import torch_dtype
 
     if getattr(config, "dtype", "auto") != "auto":
         return torch_dtype(config.dtype)
@@ -367,8 +367,10 @@ class VLLMSampler(Sampler):
 
     def _sleep(self) -> None:
         if self.config.vllm_enable_sleep_mode:
-            self.llm.sleep(level=1)  # weights to host memory, KV cache dropped: the update gets the GPU
-            self._sleeping = True
+            # level 2 drops the weights too (TRL's colocate mode does the same): the next rollout syncs them anyway,
+            # so copying them to host memory (level 1) after every rollout would be work thrown away
+            self.llm.sleep(level=2)
+            self._sleeping, self._stale = True, True
 
     @staticmethod
     def _request_seeds(rows: int, generator: torch.Generator | None) -> list[int | None]:
