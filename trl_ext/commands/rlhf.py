@@ -15,9 +15,9 @@ from pathlib import Path
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
 from trl_ext.errors import InputError
 from trl_ext.options import field, options_dict, require_positive
-from trl_ext.ppo.config import PPOConfig, num_updates
+from trl_ext.ppo.config import PPOConfig
 from trl_ext.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
-from trl_ext.runs import ModelOptions, OutputOptions, prepare_out_dir, train_options
+from trl_ext.runs import ModelOptions, OutputOptions, train_options
 
 
 @dataclass
@@ -265,14 +265,11 @@ def reward_model_stage(opts: RLHFOptions, policy: str, out: Path, say) -> str | 
 
 
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
-    import torch
-    from accelerate import PartialState
-
-    from trl_ext.runners import RunInputs, check_runnable, train_and_save
-    from trl_ext.runs import resumed_update
-    from trl_ext.run_log import RunRecorder
+    """The stages, then PPO (``trl_ext.runs.run_training``); returns the summary (also ``summary.json``)."""
     from trl_ext.model_loading import truncation_notice
     from trl_ext.prompt_files import prepare_prompts
+    from trl_ext.runners import RunInputs
+    from trl_ext.runs import RunSpec, run_training
 
     backend, models = opts.run.backend, opts.models
     if not (models.has_reward or opts.stages.preferences):
@@ -284,52 +281,43 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     if opts.train.separate_critic:
         raise InputError("the RLHF recipe shares the LoRA backbone between policy and value head; "
                          "separate_critic is not supported here")
-    check_runnable(backend, opts.train)
-    if models.reward_url:  # an unreachable server: one line before any stage trains
-        from trl_ext.rewards.loading import connect_reward
-
-        connect_reward(models.reward_url)
-    state = PartialState(cpu=not torch.cuda.is_available())
-    check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
-    prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy)
-    for line in prompt_lines if state.is_main_process else ():
-        print_fn(line)
     out = Path(opts.output.out)
-    resume_after = resumed_update(opts.train, out)
-    if state.is_main_process:  # a resumed run writes on into its own directory
-        prepare_out_dir(out, opts.output.overwrite or resume_after is not None, owned=STAGE_FOLDERS)
+    spec = RunSpec(backend, backend, train_options(opts), options_dict(opts), overwrite=opts.output.overwrite,
+                   owned=STAGE_FOLDERS)
+
+    def load(run) -> RunInputs:
+        if models.reward_url:  # an unreachable server: one line before any stage trains
+            from trl_ext.rewards.loading import connect_reward
+
+            connect_reward(models.reward_url)
+        check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
+        prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy)
+        for line in prompt_lines if run.is_main else ():
+            print_fn(line)
         # The stages run once, on the main process; the others wait and read what it wrote.
-        reward_model_stage(opts, sft_stage(opts, out, print_fn), out, print_fn)
-    state.wait_for_everyone()
-    policy_dir = str(out / "sft") if opts.stages.sft_data else models.policy
-    reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
-    trained_here = replace(models, policy=policy_dir, reward=reward_dir,
-                           pair=models.pair and not opts.stages.preferences)
-    policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
-    # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
-    prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
-    dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
-    notice = truncation_notice(prepared.truncation, opts.data.max_prompt_length)  # said once, before training
-    if notice and state.is_main_process:
-        print_fn(notice)
-    recorder = RunRecorder(backend=backend, log_path=out / "metrics.jsonl",
-                           print_fn=print_fn, total_updates=num_updates(opts.train, state.num_processes),
-                           resume_after=resume_after, main_process=state.is_main_process)
-    # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
-    inputs = RunInputs(train_options(opts), policy, tokenizer, reward_fn, peft_config=lora_config(opts.lora),
-                       prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]))  # cycled to n
-    try:
-        runner = train_and_save(backend, inputs, recorder, out)
-    finally:
-        recorder.close()
-    history = recorder.history
-    summary = {"backend": backend, "config": options_dict(opts), "updates": len(history),
-               "first_score": history.first.get("objective/scores"),
-               "last_score": history.last.get("objective/scores"),
-               "world_size": runner.accelerator.num_processes, "samples": history.samples}
-    if runner.accelerator.is_main_process:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    summary["summary"] = (f"rlhf[{backend}]: {len(history)} updates, reward score "
+        run.open_out(on_main=lambda: reward_model_stage(opts, sft_stage(opts, out, print_fn), out, print_fn))
+        policy_dir = str(out / "sft") if opts.stages.sft_data else models.policy
+        reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
+        trained_here = replace(models, policy=policy_dir, reward=reward_dir,
+                               pair=models.pair and not opts.stages.preferences)
+        policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
+        # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
+        prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
+        dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
+        notice = truncation_notice(prepared.truncation, opts.data.max_prompt_length)  # said once, before training
+        if notice and run.is_main:
+            print_fn(notice)
+        # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
+        return RunInputs(spec.config, policy, tokenizer, reward_fn, peft_config=lora_config(opts.lora),
+                         prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]))  # cycled to n
+
+    def summarize(inputs, runner, recorder) -> dict:
+        history = recorder.history
+        return {"first_score": history.first.get("objective/scores"),
+                "last_score": history.last.get("objective/scores")}
+
+    summary = run_training(spec, load, summarize, print_fn)
+    summary["summary"] = (f"rlhf[{backend}]: {summary['updates']} updates, reward score "
                           f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}")
     return summary
 

@@ -85,3 +85,9 @@ def classifier_accuracy(model, tokenizer, dataset, batch_size: int = 500) -> flo
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         correct += (logits.argmax(-1).cpu() == torch.as_tensor(rows["label"])).sum().item()
     return correct / len(dataset)
+
+
+def greedy_probe(policy, tokenizer, n: int = 200, seed: int = 1) -> dict:
+    """A run's held-out check while it trains: greedy exact-match and requested-charset rate on ``n`` prompts."""
+    greedy = evaluate_policy(policy, tokenizer, n=n, seed=seed, sample=False)["greedy"]
+    return {"exact": greedy["exact"], "charset_acc": greedy["charset_acc"]}

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from trl_ext.doubling.presets import BACKEND_NAMES, BACKENDS
 from trl_ext.errors import InputError
 from trl_ext.options import field, options_dict
-from trl_ext.ppo.config import PPOConfig, num_updates
-from trl_ext.runs import ModelOptions, OutputOptions, prepare_out_dir, train_options
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.runs import ModelOptions, OutputOptions, train_options
 
 
 @dataclass
@@ -114,65 +115,45 @@ def run_record(opts: PPORunOptions) -> dict:
 
 
 def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
-    """Train, evaluate and write one backend's run; returns the summary (also ``summary.json``)."""
-    import torch
-    from accelerate import PartialState
-
-    from trl_ext.doubling.evaluate import evaluate_policy
+    """Train, evaluate and write one backend's run (``trl_ext.runs.run_training``); returns the summary (also
+    ``summary.json``)."""
+    from trl_ext.doubling.evaluate import evaluate_policy, greedy_probe
     from trl_ext.doubling.task import ppo_prompt_dataset
-    from trl_ext.run_log import RunRecorder
-    from trl_ext.runners import RunInputs, check_runnable, train_and_save
-    from trl_ext.runs import resumed_update
+    from trl_ext.runners import RunInputs
+    from trl_ext.runs import RunSpec, run_training
 
-    backend, cfg, watch = opts.run.backend, opts.train, opts.watch
-    check_runnable(BACKENDS[backend].runner, cfg, backend)
-    # cpu=True when there is no GPU: under a multi-process launch that makes the ranks join over gloo
-    # instead of each silently running alone.
-    state = PartialState(cpu=not torch.cuda.is_available())
-    if watch.stop_at_target and state.num_processes > 1:
-        raise InputError("stop_at_target probes on the main process only: use it with one process")
-    resume_after = resumed_update(cfg, opts.output.out)
-    policy, tokenizer, reward_fn = load_inputs(opts)
-    if state.is_main_process:  # a resumed run writes on into its own directory
-        prepare_out_dir(opts.output.out, opts.output.overwrite or resume_after is not None)
-    state.wait_for_everyone()
-    out = Path(opts.output.out)
+    backend, watch = opts.run.backend, opts.watch
+    cfg = BACKENDS[backend].row_config(train_options(opts))
+    spec = RunSpec(backend, BACKENDS[backend].runner, cfg, run_record(opts), overwrite=opts.output.overwrite,
+                   probe=partial(greedy_probe, n=watch.probe_n, seed=cfg.seed + 1), probe_every=watch.probe_every,
+                   stop_at_target=watch.stop_at_target)
 
-    def probe(policy) -> dict:  # greedy, on held-out prompts of another seed than the final evaluation's
-        greedy = evaluate_policy(policy, tokenizer, n=watch.probe_n, seed=cfg.seed + 1, sample=False)["greedy"]
-        return {"exact": greedy["exact"], "charset_acc": greedy["charset_acc"]}
+    def load(run) -> RunInputs:
+        policy, tokenizer, reward_fn = load_inputs(opts)
+        run.open_out()
+        return RunInputs(cfg, policy, tokenizer, reward_fn,
+                         prompts=lambda n: ppo_prompt_dataset(tokenizer, n, cfg.seed))
 
-    recorder = RunRecorder(backend=backend, probe=probe, probe_every=watch.probe_every, target_metric="exact",
-                           target=0.99, stop_at_target=watch.stop_at_target, log_path=out / "metrics.jsonl",
-                           print_fn=print_fn, seed=cfg.seed, total_updates=num_updates(cfg, state.num_processes),
-                           resume_after=resume_after, main_process=state.is_main_process)
-    inputs = RunInputs(BACKENDS[backend].row_config(train_options(opts)), policy, tokenizer, reward_fn,
-                       prompts=lambda n: ppo_prompt_dataset(tokenizer, n, cfg.seed))
-    try:
-        runner = train_and_save(BACKENDS[backend].runner, inputs, recorder, out)
-    finally:
-        recorder.close()
-    train_seconds, history = recorder.train_seconds, recorder.history
-    save_seconds = time.perf_counter() - recorder.stopped if recorder.stopped is not None else None
-    accelerator = runner.accelerator
-    checksums = _rank_checksums(runner.policy, accelerator)
-    summary = {"backend": backend, "config": run_record(opts)}
-    if accelerator.is_main_process:
-        report = evaluate_policy(runner.policy, tokenizer, n=watch.eval_n, seed=cfg.seed, sample=True)
-        (out / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-        last = history.last
-        summary.update(
-            updates=len(history), episodes=last.get("episode"), train_seconds=round(train_seconds, 2),
-            setup_seconds=round(recorder.setup_seconds, 2),
-            save_seconds=round(save_seconds, 2) if save_seconds is not None else None,
-            episodes_per_second=round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
-            reached_0_99=recorder.reached, final_kl=last.get("objective/kl"),
-            greedy=_headline(report["greedy"]), sampled=_headline(report["sampled"]),
-            world_size=accelerator.num_processes, rank_checksums=checksums, samples=history.samples,
-        )
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-        summary["summary"] = (f"ppo[{backend}]: greedy exact={report['greedy']['exact']:.3f} sampled "
-                              f"exact={report['sampled']['exact']:.3f} after {summary['episodes']} episodes in "
+    def summarize(inputs, runner, recorder) -> dict:
+        checksums = _rank_checksums(runner.policy, runner.accelerator)  # every process takes part
+        if not runner.accelerator.is_main_process:
+            return {"rank_checksums": checksums}
+        report = evaluate_policy(runner.policy, inputs.tokenizer, n=watch.eval_n, seed=cfg.seed, sample=True)
+        (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        train_seconds, last = recorder.train_seconds, recorder.history.last
+        save_seconds = time.perf_counter() - recorder.stopped if recorder.stopped is not None else None
+        return {"episodes": last.get("episode"), "train_seconds": round(train_seconds, 2),
+                "setup_seconds": round(recorder.setup_seconds, 2),
+                "save_seconds": round(save_seconds, 2) if save_seconds is not None else None,
+                "episodes_per_second": round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
+                "reached_0_99": recorder.reached, "final_kl": last.get("objective/kl"),
+                "greedy": _headline(report["greedy"]), "sampled": _headline(report["sampled"]),
+                "rank_checksums": checksums}
+
+    summary = run_training(spec, load, summarize, print_fn)
+    if "greedy" in summary:  # the main process's
+        summary["summary"] = (f"ppo[{backend}]: greedy exact={summary['greedy']['exact']:.3f} sampled "
+                              f"exact={summary['sampled']['exact']:.3f} after {summary['episodes']} episodes in "
                               f"{summary['train_seconds']}s ({summary['episodes_per_second']} episodes/s)")
     return summary
 
