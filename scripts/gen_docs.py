@@ -221,6 +221,10 @@ RESULT_COMMANDS = {
                                      "`--code /tmp/old --tag before --rows 16x64/152k/bfloat16 16x64/152k/float32`",
     "remote-reward-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/remote_reward.py --policy runs/policy "
                               "--reward runs/reward`",
+    "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
+    "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
+    "real-model-cpu-quick.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick` (rows run one by one "
+                                 "with `--row`, gathered with `--collect`: the file's `command`)",
 }
 
 
