@@ -31,5 +31,6 @@ def require_positive(options, *names: str) -> None:
 
 
 def options_dict(options) -> dict:
-    """Every part of a command's options as a plain dict (saved beside results; equal dicts mean the same run)."""
-    return {part: dataclasses.asdict(value) for part, value in vars(options).items()}
+    """Every part of a command's options as a plain dict (saved beside results; equal dicts mean the same run).
+    Where the values came from (``sources``) is no part: the same values are the same run."""
+    return {part: dataclasses.asdict(value) for part, value in vars(options).items() if dataclasses.is_dataclass(value)}

@@ -18,7 +18,6 @@ from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 
 OnUpdate = Callable[[int, dict], bool]
-GROUP_SIZE = 8  # completions per prompt of every group row (GRPO/RLOO and our trainer with their estimators)
 
 
 @dataclass
@@ -167,9 +166,9 @@ class GroupRunner:
         self.policy, self.tokenizer, self.batch_size = inputs.policy, inputs.tokenizer, cfg.batch_size
         self.iterations = cfg.num_ppo_epochs
         # They tokenize the 'prompt' column themselves; the other columns reach the reward, as in our trainer.
-        prompts = inputs.prompts(group_prompt_count(cfg, GROUP_SIZE)).remove_columns("input_ids")
+        prompts = inputs.prompts(group_prompt_count(cfg, cfg.num_generations)).remove_columns("input_ids")
         self.trainer = build_group_trainer(self.kind, cfg, inputs.policy, inputs.tokenizer, inputs.reward_fn,
-                                           prompts, cfg.output_dir, num_generations=GROUP_SIZE)
+                                           prompts, cfg.output_dir, num_generations=cfg.num_generations)
         self.accelerator = self.trainer.accelerator
         self._batch_metrics: dict | None = None
 

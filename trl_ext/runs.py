@@ -73,6 +73,7 @@ class RunSpec:
     runner: str  # what trains: a key of trl_ext.runners.RUNNERS
     config: PPOConfig  # the trainer's, its output_dir the run's folder
     record: dict  # what summary.json knows the run by (compare reuses a run whose record is the same)
+    sources: dict  # where each option's value came from (trl_ext.settings), for summary.json
     overwrite: bool = False  # write into a folder that holds other files
     owned: tuple[str, ...] = ()  # what the folder may already hold without --overwrite
     probe: Callable[[Any, Any], dict] | None = None  # (policy, tokenizer) -> {metric: value}, the task's probe
@@ -117,7 +118,8 @@ def run_training(spec: RunSpec, load: Callable[[Run], Any], summarize: Callable[
        once nothing it checks can fail any more, so that a refused run writes nothing.
     3. A recorder (``metrics.jsonl``, the probes), the runner built, trained and its policy saved.
     4. ``summarize(inputs, runner, recorder)``: the command's own fields (every process calls it); with the
-       backend, the record and the common fields, they go to ``summary.json`` on the main process.
+       backend, the record, the options' sources and the common fields, they go to ``summary.json`` on the main
+       process.
     """
     from trl_ext.ppo.config import num_updates
     from trl_ext.run_log import RunRecorder
@@ -138,7 +140,7 @@ def run_training(spec: RunSpec, load: Callable[[Run], Any], summarize: Callable[
     finally:
         recorder.close()
     history = recorder.history
-    summary = {"backend": spec.backend, "config": spec.record, "updates": len(history),
+    summary = {"backend": spec.backend, "config": spec.record, "sources": spec.sources, "updates": len(history),
                "world_size": runner.accelerator.num_processes, **summarize(inputs, runner, recorder),
                "samples": history.samples}
     if runner.accelerator.is_main_process:

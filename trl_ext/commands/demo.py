@@ -33,17 +33,15 @@ def compare_command(opts: CompareOptions) -> CommandResult:
     return CommandResult(results["summary"], results)
 
 
-@dataclass
+@dataclass(kw_only=True)  # after DemoOptions' sources, which has a default
 class CompareOptions(DemoOptions):
     """``demo``'s options and the number of seeds."""
 
     seeds: SeedOptions
 
 
-# The demo's PPO budget: 150 updates of 64 at lr 1e-3 (compare runs 300 at 3e-4). A short run needs the higher rate
-# to make the sampled answers sharp; at 100 updates one run of six, on a second machine, had not yet learnt one
-# prefix (greedy 0.806, sampled 0.754), and the other five sampled 0.968-0.981; at 150 all six gave greedy 1.000
-# and sampled 0.982-0.989 (README, "How the defaults were chosen").
+# The demo's PPO budget: 150 updates of 64 at lr 1e-3 (compare runs 300 at 3e-4); why: docs/decisions.md,
+# "How the defaults were chosen".
 DEMO = Command(help="the whole pipeline end to end, both backends", parts=parts_of(DemoOptions),
                options=DemoOptions, run=demo_command,
                defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 9600, "learning_rate": 1e-3})

@@ -3,10 +3,12 @@
 A command combines several dataclasses, one per concern (trainer, models, output, ...); each
 field becomes a flag and a YAML key of the same name.
 
-Values come from, in rising priority: the dataclass defaults, ``--config FILE.yaml``, flags.
-A YAML key that is not a field is an error naming the key; a YAML value is converted to the
-field's type (YAML reads ``1e-3`` as a string) or refused with the key named. Flags must be
-written out in full: argparse's abbreviations are off, so ``--step`` never stands for ``--steps``.
+Values come from, in rising priority (``trl_ext.settings``): the dataclass defaults, the command's
+defaults, the preset the chosen options name (``ppo --backend scratch-grpo-quick``), ``--config FILE.yaml``,
+flags; where each value came from travels with the options (``sources``). A YAML key that is not a field is
+an error naming the key; a YAML value is converted to the field's type (YAML reads ``1e-3`` as a string) or
+refused with the key named. Flags must be written out in full: argparse's abbreviations are off, so
+``--step`` never stands for ``--steps``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from trl_ext.errors import InputError
 from trl_ext.options import cli_fields
+from trl_ext.settings import COMMAND, DEFAULT, FLAG, YAML, Layer, resolve
 
 
 class ConfigError(InputError):
@@ -92,13 +95,15 @@ class CommandResult:
 @dataclasses.dataclass(frozen=True)
 class Command:
     """A subcommand: option dataclasses combined by name (one per concern, as TRL's ``TrlParser`` combines
-    its dataclasses), per-command defaults for some of their fields, and the function that runs it."""
+    its dataclasses), per-command defaults for some of their fields, the preset some options pick, and the
+    function that runs it."""
 
     help: str
     parts: dict[str, type]
     run: typing.Callable[[typing.Any], CommandResult]
     defaults: dict = dataclasses.field(default_factory=dict)
-    options: type = types.SimpleNamespace  # what holds the parts: a typed dataclass where the command has one
+    options: type = types.SimpleNamespace  # what holds the parts (and sources): a typed dataclass where it has one
+    preset: typing.Callable[[dict], Layer | None] | None = None  # every option's value so far -> a preset layer
 
     def fields(self) -> dict[str, tuple[str, dataclasses.Field, typing.Any]]:
         """Every option name -> (its part, its field, its type); a name may appear in one part only."""
@@ -138,31 +143,34 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> 
 
 
 def parts_of(options: type) -> dict[str, type]:
-    """A typed options dataclass as a command's parts: each field's name and its option dataclass."""
+    """A typed options dataclass as a command's parts: each option dataclass field's name and its type (the
+    ``sources`` field beside them is no part)."""
     hints = typing.get_type_hints(options)
-    return {f.name: hints[f.name] for f in dataclasses.fields(options)}
+    return {f.name: hints[f.name] for f in dataclasses.fields(options) if dataclasses.is_dataclass(hints[f.name])}
 
 
 def build_options(command: Command, namespace: argparse.Namespace):
-    """Command defaults, then the YAML file, then the flags given; one dataclass instance per part."""
+    """The options the layers give (``trl_ext.settings``: defaults, the command's, the preset the options so far
+    pick, the YAML file, the flags given), one dataclass instance per part, and ``sources``: where each came from."""
     known = command.fields()
-    values = {}
+    given = {}
     if namespace.config is not None:
         for key, value in _load_yaml(namespace.config).items():
             name = str(key).replace("-", "_")
             if name not in known:
                 raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} "
                                   f"(known: {', '.join(sorted(known))})")
-            values[name] = convert_value(str(key), value, known[name][2])
-    for name in known:
-        if getattr(namespace, name) is not None:  # written on the command line: flags win
-            values[name] = getattr(namespace, name)
+            given[name] = convert_value(str(key), value, known[name][2])
+    flags = {name: getattr(namespace, name) for name in known if getattr(namespace, name) is not None}
+    layers = [Layer(COMMAND, command.defaults), Layer(YAML, given), Layer(FLAG, flags)]
+    values, sources = resolve(layers)
+    if command.preset is not None:  # the preset may hang on options the file or the flags set: read them first
+        preset = command.preset({n: values.get(n, command.default(n, f)) for n, (_, f, _) in known.items()})
+        if preset is not None:
+            values, sources = resolve([*layers, preset])
     missing = [n for n, (_, f, _) in known.items() if n not in values and command.required(n, f)]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join('--' + m.replace('_', '-') for m in missing)}")
-    parts = {}
-    for part, cls in command.parts.items():
-        kwargs = {n: values.get(n, command.defaults.get(n)) for n, (p, f, _) in known.items()
-                  if p == part and (n in values or n in command.defaults)}
-        parts[part] = cls(**kwargs)
-    return command.options(**parts)
+    parts = {part: cls(**{n: values[n] for n, (p, _, _) in known.items() if p == part and n in values})
+             for part, cls in command.parts.items()}
+    return command.options(**parts, sources={n: sources.get(n, DEFAULT) for n in known})

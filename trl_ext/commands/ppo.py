@@ -5,9 +5,14 @@ from __future__ import annotations
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
 from trl_ext.doubling.ppo_run import PPORunOptions, run_ppo
 from trl_ext.doubling.ppo_settings import DOUBLING_COMMAND_PPO
+from trl_ext.doubling.presets import preset_for
 
 # The command's trainer options start from the doubling task's tuned values, not PPOConfig's LLM defaults.
 DOUBLING_DEFAULTS = DOUBLING_COMMAND_PPO
+
+
+def _preset(values: dict):
+    return preset_for(values["backend"], values["advantage_estimator"])
 
 
 def ppo_command(opts: PPORunOptions) -> CommandResult:
@@ -18,4 +23,5 @@ def ppo_command(opts: PPORunOptions) -> CommandResult:
 COMMAND = Command(
     help="PPO on the doubling task with the scratch or trl backend (or TRL's GRPO/RLOO)",
     parts=parts_of(PPORunOptions), options=PPORunOptions, run=ppo_command, defaults=DOUBLING_DEFAULTS,
+    preset=_preset,
 )

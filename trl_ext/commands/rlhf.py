@@ -1,5 +1,5 @@
-"""Real-LLM RLHF (seeds 001-004): optional SFT on prompt/completion data, optional reward model from
-preference pairs, then PPO with LoRA on a causal LM policy, rewarded by a scalar reward model such
+"""Real-LLM RLHF (the LLM-PPO and RLHF tutorials, seeds 001-004): optional SFT on prompt/completion data,
+optional reward model from preference pairs, then PPO with LoRA on a causal LM policy, rewarded by a scalar reward model such
 as a DeBERTa reward model scored on (prompt, response) pairs, either backend.
 
 The policy and the value head share one LoRA-adapted backbone (seed 001: "one large model,
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
@@ -33,8 +34,8 @@ class RLHFModels(ModelOptions):
 
 @dataclass
 class RLHFStages:
-    """Optional stages before PPO (seeds 002-004); each writes a folder of --out and is reused while its
-    inputs and options are unchanged."""
+    """Optional stages before PPO, as the RLHF tutorials run them; each writes a folder of --out and is reused
+    while its inputs and options are unchanged."""
 
     sft_data: str | None = field(None, help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
                                  "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference")
@@ -282,8 +283,8 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         raise InputError("the RLHF recipe shares the LoRA backbone between policy and value head; "
                          "separate_critic is not supported here")
     out = Path(opts.output.out)
-    spec = RunSpec(backend, backend, train_options(opts), options_dict(opts), overwrite=opts.output.overwrite,
-                   owned=STAGE_FOLDERS)
+    spec = RunSpec(backend, backend, train_options(opts), options_dict(opts), opts.sources,
+                   overwrite=opts.output.overwrite, owned=STAGE_FOLDERS)
 
     def load(run) -> RunInputs:
         if models.reward_url:  # an unreachable server: one line before any stage trains
@@ -333,6 +334,7 @@ class RLHFOptions:
     stages: RLHFStages
     output: OutputOptions
     run: RLHFBackend
+    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings)
 
 
 def rlhf_command(opts: RLHFOptions) -> CommandResult:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
 from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from trl_ext.doubling.ppo_run import WatchOptions, ppo_options, run_ppo, run_record
-from trl_ext.doubling.presets import BACKEND_NAMES, BACKENDS
+from trl_ext.doubling.ppo_run import PPORunOptions, WatchOptions, ppo_options, run_ppo, run_record
+from trl_ext.doubling.presets import BACKEND_NAMES, BACKENDS, row_config
 from trl_ext.doubling.report import aggregate_rows, summary_row, text_table, write_report
 from trl_ext.doubling.stages import (
     PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
@@ -42,7 +43,9 @@ def _names(text: str) -> list[str]:
 class PipelineOptions:
     """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
 
-    backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKEND_NAMES)}")
+    backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKEND_NAMES)}. A critic-free row "
+                          "runs its backend's preset (trl_ext/doubling/presets.py) over this command's defaults; the "
+                          "options you give (YAML, flags) apply to every row, over its preset")
     rewards: str = field("classifier", help="comma-separated, from classifier (the charset classifier's logit) and "
                          "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)")
     pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
@@ -52,9 +55,9 @@ class PipelineOptions:
     reward_model_temperature: float = field(1.2, help="rollout temperature of the +rm runs (the classifier runs use "
                                             "--temperature): a reward model can only punish the wrong values PPO "
                                             "samples, and at 1.0 they are rare")
-    jobs: int = field(2, help="PPO runs at once, each in its own process (the README's command gives each one "
-                      "torch thread), and the processes pretraining runs data parallel on (their dropout masks "
-                      "differ from one process's, so the policy does too); 1: all in this process")
+    jobs: int = field(2, help="PPO runs at once, each in its own process (the demo command's OMP_NUM_THREADS=1 "
+                      "gives each one torch thread), and the processes pretraining runs data parallel on (their "
+                      "dropout masks differ from one process's, so the policy does too); 1: all in this process")
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
     reward_url: str | None = field(None, help="score every PPO run through this reward server (`trl-ext "
                                    "serve-reward`'s address) instead of the classifier trained here")
@@ -132,20 +135,26 @@ class PPORun:
         return self.backend + ("" if self.reward == "classifier" else "+rm")
 
 
-def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
+def row_options(opts: DemoOptions, out: Path, run: PPORun) -> PPORunOptions:
+    """A row's ``ppo`` options: the command's, with the row's seed, reward and folder, and its backend's preset
+    over the command's defaults and under what the user gave (``presets.row_config``)."""
     reward_dir = out / ("reward" if run.reward == "classifier" else "reward_model")
-    train = replace(opts.train, seed=run.seed)
+    train, sources = row_config(replace(opts.train, seed=run.seed), opts.sources, run.backend)
     if run.reward == "reward_model":
         train = replace(train, temperature=opts.pipeline.reward_model_temperature)
     url = opts.pipeline.reward_url
-    run_opts = ppo_options(train, policy=str(out / "policy"), reward=None if url else str(reward_dir),
-                           out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True,
-                           reward_url=url)
+    return ppo_options(train, policy=str(out / "policy"), reward=None if url else str(reward_dir),
+                       out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True,
+                       reward_url=url, sources=sources)
+
+
+def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
+    run_opts = row_options(opts, out, run)
     done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", run_record(run_opts))
     if done is not None:
         say(f"[{run.label}] reusing {out / run.folder}")
         return done
-    say(f"[{run.label}] PPO seed {run.seed}: {opts.train.total_episodes} episodes ...")
+    say(f"[{run.label}] PPO seed {run.seed}: {run_opts.train.total_episodes} episodes ...")
     summary = run_ppo(run_opts, print_fn=say)
     say(summary["summary"])
     return summary
@@ -282,3 +291,4 @@ class DemoOptions:
     output: OutputOptions
     watch: WatchOptions
     pipeline: PipelineOptions
+    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from dataclasses import field as dataclass_field
 from functools import partial
 from pathlib import Path
 
@@ -50,11 +51,11 @@ class WatchOptions:
 
 @dataclass
 class BackendOption:
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer, TRL <= 1.12), "
-                         "TRL's critic-free 'grpo'/'rloo' for comparison, or 'scratch-ALGO': ours set as those rows "
-                         "run (their estimator, epochs, clipping and KL options, and the -tuned and -quick rows' "
-                         "learning rate and reward scaling, replace the flags; README, 'Critic-free estimators')",
-                         choices=BACKEND_NAMES)
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPO), 'trl' (TRL's PPOTrainer, TRL <= 1.12), TRL's "
+                         "critic-free 'grpo'/'rloo'(-tuned) for comparison, or 'scratch-ALGO': ours set as those rows "
+                         "run. A critic-free row starts from its preset (trl_ext/doubling/presets.py), and so does "
+                         "'scratch' with --advantage-estimator grpo or rloo; the options you give (YAML, flags) "
+                         "apply over the preset", choices=BACKEND_NAMES)
 
     def __post_init__(self):
         if self.backend not in BACKEND_NAMES:
@@ -70,16 +71,18 @@ class PPORunOptions:
     output: OutputOptions
     watch: WatchOptions
     run: BackendOption
+    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings)
 
 
 def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",
                 watch: WatchOptions | None = None, overwrite: bool = False, reward_fn: str | None = None,
-                reward_url: str | None = None) -> PPORunOptions:
-    """The ``ppo`` command's options built in Python (what ``demo``, ``compare`` and the benchmarks run)."""
+                reward_url: str | None = None, sources: dict | None = None) -> PPORunOptions:
+    """The ``ppo`` command's options built in Python (what ``demo``, ``compare`` and the benchmarks run): ``train``
+    is the config the run trains with, as it is (a backend's preset: ``presets.row_config``)."""
     return PPORunOptions(train=train, models=DoublingModels(policy=policy, reward=reward, reward_fn=reward_fn,
                                                             reward_url=reward_url),
                          output=OutputOptions(out=out, overwrite=overwrite), watch=watch or WatchOptions(),
-                         run=BackendOption(backend=backend))
+                         run=BackendOption(backend=backend), sources=dict(sources or {}))
 
 
 def load_inputs(opts: PPORunOptions):
@@ -110,8 +113,8 @@ def _rank_checksums(model, accelerator) -> list[float]:
 
 def run_record(opts: PPORunOptions) -> dict:
     """What a finished run is known by (``summary.json``'s config; ``compare`` reuses a run whose record is equal):
-    its options and the trainer config its backend made of them, which a ``scratch-ALGO`` row's code decides."""
-    return {**options_dict(opts), "trained_with": asdict(BACKENDS[opts.run.backend].row_config(train_options(opts)))}
+    its options and the trainer config it trained with, a row's preset in it."""
+    return {**options_dict(opts), "trained_with": asdict(train_options(opts))}
 
 
 def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
@@ -123,10 +126,10 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
     from trl_ext.runs import RunSpec, run_training
 
     backend, watch = opts.run.backend, opts.watch
-    cfg = BACKENDS[backend].row_config(train_options(opts))
-    spec = RunSpec(backend, BACKENDS[backend].runner, cfg, run_record(opts), overwrite=opts.output.overwrite,
-                   probe=partial(greedy_probe, n=watch.probe_n, seed=cfg.seed + 1), probe_every=watch.probe_every,
-                   stop_at_target=watch.stop_at_target)
+    cfg = train_options(opts)
+    spec = RunSpec(backend, BACKENDS[backend].runner, cfg, run_record(opts), opts.sources,
+                   overwrite=opts.output.overwrite, probe=partial(greedy_probe, n=watch.probe_n, seed=cfg.seed + 1),
+                   probe_every=watch.probe_every, stop_at_target=watch.stop_at_target)
 
     def load(run) -> RunInputs:
         policy, tokenizer, reward_fn = load_inputs(opts)
