@@ -22,58 +22,32 @@ SCALE_REWARDS = ("group", "batch", "none")
 
 @dataclass
 class PPOConfig:
+    """The in-house trainer's options, grouped by concern: the run and its optimizer, sampling, rewards, KL,
+    advantages, the policy loss, the critic, memory and precision, checkpoints."""
+
+    # The run and the optimizer: how many rollouts, in what batches, at what learning rate
     output_dir: str | None = field(None, help="where a bad loss saves the last good policy (the CLI sets it from --out)",
                                    cli=False)
+    total_episodes: int = field(1024, help="rollouts in the whole run, over all processes (128 updates of 8)")
+    batch_size: int = field(8, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
+    num_mini_batches: int = field(1, help="minibatches per PPO epoch; batch_size: one rollout a step, as the "
+                                  "doubling-task tutorial updates")
+    num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
     learning_rate: float = field(3e-6, help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
                                  "has the option; the doubling task's: trl_ext.doubling.ppo_settings)")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
                                    choices=LR_SCHEDULES)
-    batch_size: int = field(8, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
-    num_mini_batches: int = field(1, help="minibatches per PPO epoch; batch_size gives the seed's per-sample updates")
-    num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
-    total_episodes: int = field(1024, help="rollouts in the whole run, over all processes (128 updates of 8)")
-    kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy")
-    kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
-    kl_mode: str = field("token", help="'token': -kl_coef*kl per token (seed 000, TRL); "
-                         "'sequence': score - kl_coef*sum(kl) on the last token (seed 004)",
-                         choices=core.KL_SHAPINGS)  # the live dict: a key added there is a choice
-    advantage_estimator: str = field("gae", help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
-                                     "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
-                                     "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS", choices=ADVANTAGE_ESTIMATORS)
-    num_generations: int = field(1, help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
-                                 "batch_size counts completions and must be divisible by it")
-    scale_rewards: str = field("group", help="grpo: divide by the group's std, the batch's, or not at all "
-                               "(TRL's scale_rewards)", choices=SCALE_REWARDS)
-    whiten_advantages: bool | None = field(None, help="whiten advantages over the batch (default: the "
-                                           "estimator's choice: gae and reinforce_pp yes, grpo and rloo no)")
-    beta: float = field(0.0, help="weight of the KL to the reference as a loss term (GRPO's beta), besides "
-                        "kl_coef's KL in the reward")
-    kl_loss_estimator: str = field("k3", help="per-token KL estimate of the beta loss term (GRPO: k3)",
-                                   choices=core.KL_ESTIMATORS)
-    use_bias_correction_kl: bool = field(True, help="weight the beta KL term by the policy ratio, so that its "
-                                         "gradient is the unbiased reverse-KL one (TRL 1.16's option and default)")
-    policy_loss: str = field("clip", help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
-                             "ratio per sequence (TRL's RLOO)", choices=POLICY_LOSSES)
-    loss_type: str = field("bnpo", help="how token losses are averaged (TRL's names): 'bnpo' over all tokens "
-                           "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
-                           "response_length", choices=LOSS_AGGREGATIONS)
-    cliprange: float = field(0.2, help="policy ratio clip")
-    cliprange_value: float = field(0.2, help="value clip around the old values")
-    vf_coef: float = field(0.1, help="value loss weight")
-    ent_coef: float = field(0.0, help="entropy bonus weight")
-    gamma: float = field(1.0, help="discount")
-    lam: float = field(0.95, help="GAE lambda")
-    whiten_rewards: bool = field(False, help="whiten the shaped rewards before GAE")
-    score_position: str = field("last_token", help="where the score lands: on the last response token (seed 000), "
-                                "or one token after it where the batch has room, its value trained too (TRL 1.12)",
-                                choices=SCORE_POSITIONS)
-    missing_eos_penalty: float | None = field(None, help="subtract this from the score of a response that ends "
-                                              "without eos (TRL's option; default: none)")
+    max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
+    seed: int = field(0, help="seed for prompt order, sampling and initialisation")
+
+    # Sampling: the rollouts and the engine that makes them
     response_length: int = field(53, help="most tokens a response may have")
     temperature: float = field(0.7, help="sampling temperature of rollouts")
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
     top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
+    num_generations: int = field(1, help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
+                                 "batch_size counts completions and must be divisible by it")
     sampler: str = field("auto", help="rollout engine (trl_ext.ppo.samplers): 'loop': the KV-cache loop; 'generate': "
                          "model.generate (repetition_penalty); 'static': static KV cache, decode step compiled to a "
                          "CUDA graph; 'vllm': vLLM colocated in each training process; 'auto': generate on a GPU, "
@@ -93,8 +67,70 @@ class PPOConfig:
                                                choices=IMPORTANCE_SAMPLING_MODES)
     vllm_importance_sampling_clip_max: float = field(3.0, help="upper bound of the importance-sampling ratio")
     vllm_importance_sampling_clip_min: float | None = field(None, help="lower bound of the ratio (default: none)")
+
+    # Rewards: how completions reach the reward functions and where the score lands
+    reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
+                                               "default: all 1.0", cli=False)
+    skip_special_tokens: bool = field(True, help="decode completions for reward functions without special tokens, "
+                                      "as TRL's GRPO does; False keeps the eos the reward model may expect")
+    missing_eos_penalty: float | None = field(None, help="subtract this from the score of a response that ends "
+                                              "without eos (TRL's option; default: none)")
+    score_position: str = field("last_token", help="where the score lands: on the last response token (the "
+                                "doubling-task tutorial), "
+                                "or one token after it where the batch has room, its value trained too (TRL 1.12)",
+                                choices=SCORE_POSITIONS)
+
+    # KL to the reference: in the reward (kl_coef) and as a loss term (beta)
+    kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy")
+    kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
+    kl_mode: str = field("token", help="'token': -kl_coef*kl per token (TRL's PPO, the doubling-task tutorial); "
+                         "'sequence': score - kl_coef*sum(kl) on the last token (TRL's RLOO, the hand-written "
+                         "RLHF notebook)",
+                         choices=core.KL_SHAPINGS)  # the live dict: a key added there is a choice
+    beta: float = field(0.0, help="weight of the KL to the reference as a loss term (GRPO's beta), besides "
+                        "kl_coef's KL in the reward")
+    kl_loss_estimator: str = field("k3", help="per-token KL estimate of the beta loss term (GRPO: k3)",
+                                   choices=core.KL_ESTIMATORS)
+    use_bias_correction_kl: bool = field(True, help="weight the beta KL term by the policy ratio, so that its "
+                                         "gradient is the unbiased reverse-KL one (TRL 1.16's option and default)")
+
+    # Advantages: the estimator and its normalisation
+    advantage_estimator: str = field("gae", help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
+                                     "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
+                                     "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS", choices=ADVANTAGE_ESTIMATORS)
+    scale_rewards: str = field("group", help="grpo: divide by the group's std, the batch's, or not at all "
+                               "(TRL's scale_rewards)", choices=SCALE_REWARDS)
+    whiten_advantages: bool | None = field(None, help="whiten advantages over the batch (default: the "
+                                           "estimator's choice: gae and reinforce_pp yes, grpo and rloo no)")
+    whiten_rewards: bool = field(False, help="whiten the shaped rewards before GAE")
+    gamma: float = field(1.0, help="discount")
+    lam: float = field(0.95, help="GAE lambda")
+
+    # The policy loss
+    policy_loss: str = field("clip", help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
+                             "ratio per sequence (TRL's RLOO)", choices=POLICY_LOSSES)
+    loss_type: str = field("bnpo", help="how token losses are averaged (TRL's names): 'bnpo' over all tokens "
+                           "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
+                           "response_length", choices=LOSS_AGGREGATIONS)
+    cliprange: float = field(0.2, help="policy ratio clip")
+    ent_coef: float = field(0.0, help="entropy bonus weight")
+
+    # The critic (advantage_estimator 'gae')
+    vf_coef: float = field(0.1, help="value loss weight")
+    cliprange_value: float = field(0.2, help="value clip around the old values")
+    separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
+    value_head_init: str = field("linear", help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
+                                 "start at V = 0 (docs/decisions.md, 'The KL gap')",
+                                 choices=VALUE_HEAD_INITS)
+    critic_init: str | None = field(None, help="a scalar reward model of the policy's architecture (num_labels=1, "
+                                    "e.g. from train-reward-model) whose backbone and score head start the separate "
+                                    "critic (the RLHF-derivation tutorial)")
+    critic_warmup_steps: int = field(0, help="first updates that train the value function alone, the policy "
+                                     "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic)")
+
+    # Memory and precision
     dtype: str = field("auto", help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
-                       "the checkpoint's; trainable weights are float32 masters either way (README, dtype policy)",
+                       "the checkpoint's; trainable weights are float32 masters either way (docs/training-at-scale.md)",
                        choices=DTYPES)
     local_rollout_forward_batch_size: int = field(0, help="rows per forward pass of the experience phase (policy, "
                                                   "reference, critic); 0: as many as keep one pass's logits under "
@@ -102,27 +138,14 @@ class PPOConfig:
     micro_batch_size: int = field(0, help="rows per forward/backward in the update, gradients accumulated over a "
                                   "minibatch (same result, less memory); 0: sized like the experience passes")
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
-    max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
-    critic_warmup_steps: int = field(0, help="first updates that train the value function alone, the policy "
-                                     "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic)")
-    critic_init: str | None = field(None, help="a scalar reward model of the policy's architecture (num_labels=1, "
-                                    "e.g. from train-reward-model) whose backbone and score head start the separate "
-                                    "critic (seed 003)")
-    separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
-    value_head_init: str = field("linear", help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
-                                 "start at V = 0 (peaks at a 3-5x higher KL on the doubling task)",
-                                 choices=VALUE_HEAD_INITS)
-    seed: int = field(0, help="seed for prompt order, sampling and initialisation")
-    reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
-                                               "default: all 1.0", cli=False)
+
+    # Checkpoints and trackers
     save_steps: int = field(0, help="write a checkpoint every N updates and at the end (0: never)")
     save_total_limit: int = field(0, help="keep only the newest N checkpoints (0: keep all)")
     resume_from_checkpoint: str | None = field(None, help="a checkpoint directory, or 'latest' for the newest "
                                                "complete one in the output directory")
     report_to: str = field("none", help="trackers, as TRL spells them: 'none', 'all', or comma-separated "
                            "names (tensorboard, wandb, trackio, mlflow, ...)")
-    skip_special_tokens: bool = field(True, help="decode completions for reward functions without special tokens, "
-                                      "as TRL's GRPO does; False keeps the eos the reward model may expect")
 
     def __post_init__(self):
         require_positive(self, "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
