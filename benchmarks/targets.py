@@ -1,4 +1,4 @@
-"""Every result table of the README's "Results" section, from the default pipeline, in one run.
+"""Every table of docs/results.md's doubling-task section, from the default pipeline, in one run.
 
     OMP_NUM_THREADS=1 python benchmarks/targets.py            # about 30 minutes on 2 CPU cores
     python benchmarks/targets.py --seeds 1 --extra "--total-episodes 128 --eval-n 20"   # the code path, quickly
@@ -21,7 +21,8 @@ time <= half of scratch's. Ours and TRL's trainer given the same config (scratch
 scratch-rloo-tuned vs rloo-tuned) compute the same update (tests/test_trl_group_equality.py), so which one a
 seed favours is the sampling's luck: those pairs' accuracies are reported per seed (the sampled gap, greedy of
 both), not checked.
-Writes benchmarks/results/targets-<device>.json and the README's tables as targets-<device>.md.
+Writes benchmarks/results/targets-<device>.json (docs/results.md is generated from it) and the tables as
+targets-<device>.md.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""The command line faces of trl-ext: one module per command, parsing, shared output handling."""
+"""The command line faces of trl-ext: one module per command, each parsing its options and calling one library
+function."""

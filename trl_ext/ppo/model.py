@@ -32,7 +32,7 @@ VALUE_HEAD_INITS = ("linear", "zero")
 
 class ActorCritic(nn.Module):
     """``value_head_init``: 'linear' is ``nn.Linear``'s own random init, as TRL's
-    ``AutoModelForCausalLMWithValueHead``; 'zero' starts at V = 0 (README, "The KL gap", measures both)."""
+    ``AutoModelForCausalLMWithValueHead``; 'zero' starts at V = 0 (docs/decisions.md, "The KL gap", measures both)."""
 
     def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear", critic: bool = True,
                  critic_source=None):
