@@ -137,6 +137,12 @@ def test_missing_vllm_is_one_cli_error_naming_the_install(tmp_path, monkeypatch,
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-ext: error:")]
     assert code == 2 and len(errors) == 1, errors
     assert "pip install 'trl-ext[vllm]'" in errors[0] and "bash scripts/setup.sh vllm" in errors[0]
+    assert not (tmp_path / "o").exists()  # refused before anything is written
+    code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(tmp_path / "p.txt"),
+                 "--out", str(tmp_path / "o"), "--backend", "trl", "--sampler", "vllm"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-ext: error:")]
+    assert code == 2 and len(errors) == 1 and "would ignore it" in errors[0], errors
+    assert not (tmp_path / "o").exists()
 
 
 def test_sleep_mode_on_cpu_is_refused(monkeypatch):

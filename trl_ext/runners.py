@@ -207,8 +207,16 @@ RUNNERS: dict[str, type] = {"scratch": ScratchRunner, "trl": TRLPPORunner, "grpo
 
 
 def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None:
-    """Before anything loads: TRL's PPO installed where the runner needs it, a resume only where it can (``name``:
+    """Before anything loads or is written: TRL's PPO installed where the runner needs it, vLLM where the sampler is
+    vLLM (trl-ext's own trainer only: TRL's trainers would ignore the option), a resume only where it can (``name``:
     the backend as the user named it)."""
+    if cfg.sampler == "vllm":
+        if runner != "scratch":
+            raise InputError(f"--sampler vllm is trl-ext's own trainer's rollout engine; backend {name or runner!r} "
+                             "generates with TRL's own code and would ignore it")
+        from trl_ext.ppo.vllm_sampler import require_vllm
+
+        require_vllm()
     if RUNNERS[runner].needs_trl_ppo:
         from trl_ext.trl_compat import require_trl_ppo
 
