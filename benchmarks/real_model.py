@@ -47,14 +47,6 @@ QUICK = dict(seeds=[0], updates=4, heldout=40)
 FULL = dict(seeds=[0, 1], updates=40, heldout=200)
 
 
-def cpu_name() -> str | None:
-    try:
-        return next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                    None)
-    except OSError:
-        return None
-
-
 def prompt_dataset(tokenizer, n: int, seed: int):
     import itertools
 
@@ -212,6 +204,8 @@ def main(argv=None) -> int:
     updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
     sys.path.insert(0, str(ROOT))
+    from trl_ext.machine import cpu_name
+
     if args.row:
         run_row(args.row, seeds[0], updates, heldout, Path(args.row_out))
         return 0

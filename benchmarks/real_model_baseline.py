@@ -22,14 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cpu_name() -> str | None:
-    try:
-        return next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                    None)
-    except OSError:
-        return None
-
-
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,7 +38,7 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ext.commands.report import device_tag, machine
+    from trl_ext.machine import cpu_name, device_tag, machine
     from trl_ext.real_model.checkpoint import FetchError, fetch_smollm2, read_marker
     from trl_ext.real_model.evaluate import score_rows
     from trl_ext.real_model.task import INSTRUCTION, QUESTION, JustTheNumber, heldout_rows

@@ -23,6 +23,15 @@ def machine() -> dict:
     return info
 
 
+def cpu_name() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo), or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def device_tag(info: dict) -> str:
     """``cpu`` or ``gpu-<name>``: the suffix of a benchmark's results file, from ``machine()``."""
     return "cpu" if info["device"] == "cpu" else "gpu-" + info["device"].replace(" ", "_")
