@@ -43,6 +43,8 @@ ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, g
 }
 SETTINGS = dict(batch_size=8, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
                 response_length=32, num_ppo_epochs=4, lora_r=16, lora_alpha=32, dtype="bfloat16", torch_threads=1)
+NOT_CONFIG = ("lora_r", "lora_alpha", "dtype", "torch_threads")  # SETTINGS that are not PPOConfig fields
+ROW_SETTINGS = {}  # name -> PPOConfig fields of that row alone
 QUICK = dict(seeds=[0], updates=4, heldout=40)
 FULL = dict(seeds=[0, 1], updates=40, heldout=200)
 
@@ -87,11 +89,6 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
     _, runner_name, estimator, generations = ROWS[name]
     folder = fetch_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    if runner_name == "trl":
-        # TRL 1.12's PPO masks every pad id in a query; pad is eos (<|im_end|>) here, which ends every chat turn
-        # inside the prompt, so its queries lose those tokens (and the reward adapter cannot find the prompt).
-        # Its row pads with <|endoftext|> (id 0) instead; pad positions are masked in every trainer.
-        tokenizer.pad_token = "<|endoftext|>"
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
     rows = heldout_rows()[:heldout]
     t0 = time.perf_counter()
@@ -101,11 +98,9 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
     lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
                       lora_dropout=0.0, target_modules="all-linear")
     work = tempfile.mkdtemp(prefix=f"real-model-{name}-")
+    fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG} | ROW_SETTINGS.get(name, {})
     cfg = PPOConfig(output_dir=work, total_episodes=updates * SETTINGS["batch_size"], seed=seed,
-                    batch_size=SETTINGS["batch_size"], learning_rate=SETTINGS["learning_rate"],
-                    lr_scheduler_type=SETTINGS["lr_scheduler_type"], temperature=SETTINGS["temperature"],
-                    response_length=SETTINGS["response_length"], num_ppo_epochs=SETTINGS["num_ppo_epochs"],
-                    advantage_estimator=estimator, num_generations=generations)
+                    advantage_estimator=estimator, num_generations=generations, **fields)
     policy, peft_config = model, lora
     if runner_name in ("grpo", "rloo"):  # trl-ext's group runners take a ready policy: the adapter goes on here
         policy, peft_config = get_peft_model(model, lora), None

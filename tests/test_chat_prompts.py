@@ -400,3 +400,39 @@ def test_sft_takes_trl_language_modeling_rows(models, tmp_path, row):
                                      AutoTokenizer.from_pretrained(policy), Dataset.from_list([row] * 4),
                                      output_dir=str(tmp_path), steps=2, batch_size=2, learning_rate=1e-3)
     assert len([h for h in history if "loss" in h]) == 2
+
+
+@pytest.mark.needs_trl_ppo
+def test_trl_backend_on_a_chat_model_padded_with_its_eos(models, tokenizers, tmp_path, monkeypatch, capsys):
+    # SmolLM2 and Qwen instruct checkpoints pad with <|im_end|>, which ends every turn of a chat prompt; TRL 1.12's
+    # PPO drops pad ids from queries, so the run pads with another special token and saves the user's tokenizer.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.trl_compat.backend import pad_outside_queries
+
+    policy = tmp_path / "eos_padded"
+    AutoModelForCausalLM.from_pretrained(models["chat"]).save_pretrained(policy)
+    tok = AutoTokenizer.from_pretrained(models["chat"])
+    tok.pad_token = tok.eos_token
+    tok.save_pretrained(policy)
+    queries = [chat_ids(tok, c) for c in conversations()]
+    trl_tok = pad_outside_queries(tok, queries)
+    assert trl_tok is not tok and tok.pad_token == "<|im_end|>" and trl_tok.pad_token != "<|im_end|>"
+    assert trl_tok.pad_token_id not in {t for q in queries for t in q} and trl_tok.eos_token == "<|im_end|>"
+    assert pad_outside_queries(trl_tok, queries) is trl_tok  # nothing to change
+    _, calls, summary = _run_rlhf(policy, RECIPE / "prompts.jsonl", tmp_path / "out", tmp_path / "calls.jsonl",
+                                  monkeypatch, capsys, "--backend", "trl")
+    _assert_conversational_calls(calls, conversations(), tok)
+    assert summary["updates"] == 2
+    assert AutoTokenizer.from_pretrained(tmp_path / "out").pad_token == "<|im_end|>"
+
+
+def test_trl_backend_without_a_spare_pad_token_says_so(tokenizers):
+    from trl_ext.errors import InputError
+    from trl_ext.trl_compat.backend import pad_outside_queries
+
+    tok = tokenizers["chat"]
+    every_special = [tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens] + [tok.pad_token_id]
+    with pytest.raises(InputError, match="TRL 1.12's PPO drops the pad token from queries, and the pad token "
+                                         "'<|endoftext|>' occurs in the prompts; .* --backend scratch"):
+        pad_outside_queries(tok, [every_special])

@@ -82,9 +82,10 @@ def needs_values(config) -> bool:
 
 def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
                        values: torch.Tensor | None, mask: torch.Tensor, ended: torch.Tensor,
-                       group_ids: torch.Tensor, config) -> Advantages:
+                       group_ids: torch.Tensor, config, kl_coef: float | None = None) -> Advantages:
     """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the
     response mask, ``ended`` ``(B,)`` (the response holds eos) and group ids ``(B,)`` -> ``Advantages``.
+    ``kl_coef``: the KL weight of this batch (an adaptive one's current value); default ``config.kl_coef``.
 
     In order: per-token KL; the missing-eos penalty; the value mask (the score on the last token, or one
     past it); KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening.
@@ -99,7 +100,8 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
     value_mask = core.mask_one_past_last(mask) if config.score_position == "after_last_token" else mask
     if values is not None:
         values = values * value_mask
-    rewards, non_score = core.KL_SHAPINGS[config.kl_mode](scores, kl, value_mask, config.kl_coef)
+    rewards, non_score = core.KL_SHAPINGS[config.kl_mode](scores, kl, value_mask,
+                                                      config.kl_coef if kl_coef is None else kl_coef)
     if config.whiten_rewards:
         rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
     advantages, returns = estimator.fn(EstimatorInputs(rewards, values, mask, value_mask, group_ids), config)

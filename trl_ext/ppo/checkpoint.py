@@ -172,11 +172,12 @@ def rotate(output_dir: str | Path, keep: int) -> list[Path]:
     return doomed
 
 
-def save_run(output_dir: str | Path, *, update: int, episode: int, config, world_size: int, parts: dict,
-             is_main: bool, barrier) -> Path:
+def save_run(output_dir: str | Path, *, update: int, episode: int, kl_coef: float, config, world_size: int,
+             parts: dict, is_main: bool, barrier) -> Path:
     """``output_dir/checkpoint-<update>`` for a run at ``update``/``episode``, the oldest beyond
-    ``config.save_total_limit`` deleted. ``parts``: ``save``'s model, optimizer, scheduler, generator, rank."""
-    state = {"update": update, "episode": episode, "fingerprint": fingerprint(parts["model"], config, world_size)}
+    ``config.save_total_limit`` deleted. ``parts``: ``save``'s model, optimizer, scheduler, generator, rank.
+    ``kl_coef``: the KL weight in force (an adaptive one's current value)."""
+    state = {"update": update, "episode": episode, "kl_coef": kl_coef, "fingerprint": fingerprint(parts["model"], config, world_size)}
     path = save(Path(output_dir) / f"{PREFIX}{update}", **parts, state=state, is_main=is_main, barrier=barrier)
     if config.save_total_limit and is_main:
         rotate(output_dir, config.save_total_limit)
@@ -184,8 +185,9 @@ def save_run(output_dir: str | Path, *, update: int, episode: int, config, world
     return path
 
 
-def load_run(path: Path, *, config, world_size: int, parts: dict) -> tuple[int, int]:
-    """Read a checkpoint that fits this run into ``parts``; returns its ``(update, episode)``."""
+def load_run(path: Path, *, config, world_size: int, parts: dict) -> tuple[int, int, float]:
+    """Read a checkpoint that fits this run into ``parts``; returns its ``(update, episode, kl_coef)`` (the
+    config's kl_coef for a checkpoint written before the KL weight was saved)."""
     check_fits(read_state(path)["fingerprint"], fingerprint(parts["model"], config, world_size), path)
     state = load(path, **parts)
-    return state["update"], state["episode"]
+    return state["update"], state["episode"], state.get("kl_coef", config.kl_coef)

@@ -81,7 +81,12 @@ class PPOConfig:
                                 choices=SCORE_POSITIONS)
 
     # KL to the reference: in the reward (kl_coef) and as a loss term (beta)
-    kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy")
+    kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy (with kl_target: its start)")
+    kl_target: float | None = field(None, help="adapt kl_coef after each update toward this KL per rollout (summed "
+                                    "over its tokens), Ziegler et al. 2019's controller (TRL <0.12: target); None: "
+                                    "kl_coef stays fixed")
+    kl_horizon: int = field(10000, help="the adaptive controller's time scale in episodes: an update of "
+                            "B episodes moves kl_coef by at most 0.2*B/kl_horizon of itself (TRL <0.12: horizon)")
     kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
     kl_mode: str = field("token", help="'token': -kl_coef*kl per token (TRL's PPO, the doubling-task tutorial); "
                          "'sequence': score - kl_coef*sum(kl) on the last token (TRL's RLOO, the hand-written "
@@ -148,13 +153,16 @@ class PPOConfig:
                            "names (tensorboard, wandb, trackio, mlflow, ...)")
 
     def __post_init__(self):
-        require_positive(self, "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
+        require_positive(self, "kl_horizon", "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
                          "response_length", "temperature", "num_generations")
         for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
                      "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.kl_target is not None and (self.kl_target <= 0 or self.kl_coef <= 0):
+            raise InputError(f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
+                             f"kl_target={self.kl_target}, kl_coef={self.kl_coef}")
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
             raise InputError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
         if self.batch_size % self.num_mini_batches:

@@ -161,6 +161,17 @@ def token_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
     return rewards * mask, non_score
 
 
+def adaptive_kl_coef(kl_coef: float, observed_kl: float, target: float, horizon: float, episodes: int) -> float:
+    """The KL weight after an update that measured ``observed_kl`` (mean over rollouts of each one's summed KL).
+
+    Ziegler et al. 2019 (arXiv:1909.08593, section 2.2), the adaptive controller of TRL's PPO before 0.12:
+    ``kl_coef * (1 + clip(observed_kl / target - 1, -0.2, 0.2) * episodes / horizon)``: a proportional
+    step toward the target, at most 20% of ``episodes / horizon`` per update.
+    """
+    error = min(max(observed_kl / target - 1.0, -0.2), 0.2)
+    return kl_coef * (1.0 + error * episodes / horizon)
+
+
 def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
                         kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Seed 004 shaping: one reward ``score - kl_coef * sum(kl)`` on the last token, zero elsewhere."""

@@ -57,7 +57,7 @@ class Experience:
 
 @torch.no_grad()
 def make_experience(passes: ForwardPasses, config, query_ids, query_mask, responses, mask, scores, eos_token_id: int,
-                    needs_reference: bool, one_forward: bool, sampling_logprobs=None
+                    needs_reference: bool, one_forward: bool, sampling_logprobs=None, kl_coef: float | None = None
                     ) -> tuple[Experience, PolicyOutput | None]:
     """The no-grad passes over the rollouts and the estimator's advantages -> ``Experience``.
 
@@ -82,7 +82,7 @@ def make_experience(passes: ForwardPasses, config, query_ids, query_mask, respon
         ref_logprobs = old_logprobs
     ended = (responses == eos_token_id).logical_and(mask.bool()).any(-1)
     group_ids = torch.arange(len(responses), device=responses.device) // config.num_generations
-    outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config)
+    outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config, kl_coef)
     weights = None
     if sampling_logprobs is not None and config.vllm_importance_sampling_correction:
         weights = core.importance_sampling_weights(

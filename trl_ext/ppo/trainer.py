@@ -23,7 +23,7 @@ from torch import nn
 from trl_ext.batching import pad_batch
 from trl_ext.errors import InputError, TrainingError
 from trl_ext.metrics import numeric_metrics
-from trl_ext.ppo import builder, checkpoint, precision
+from trl_ext.ppo import builder, checkpoint, core, precision
 from trl_ext.ppo.advantages import needs_values
 from trl_ext.ppo.config import PPOConfig, num_updates, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
@@ -94,6 +94,7 @@ class PPOTrainer:
                                on_bad_loss=lambda *a: self._stop_on_bad_loss(*a),
                                policy_changed=lambda: self.sampler.policy_changed())
         self.episode, self.update_index, self.resumed_from = 0, 0, None
+        self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
@@ -210,11 +211,11 @@ class PPOTrainer:
             raise InputError("save_steps needs an output_dir to write checkpoints into")
         acc = self.accelerator
         return checkpoint.save_run(self.config.output_dir, update=self.update_index, episode=self.episode,
-                                   config=self.config, world_size=acc.num_processes, parts=self._parts(),
+                                   kl_coef=self.kl_coef, config=self.config, world_size=acc.num_processes, parts=self._parts(),
                                    is_main=acc.is_main_process, barrier=acc.wait_for_everyone)
 
     def _load_checkpoint(self, path: Path) -> None:
-        self.update_index, self.episode = checkpoint.load_run(
+        self.update_index, self.episode, self.kl_coef = checkpoint.load_run(
             path, config=self.config, world_size=self.accelerator.num_processes, parts=self._parts())
 
     def train_step(self, rows: dict) -> dict:
@@ -250,7 +251,7 @@ class PPOTrainer:
         one_forward = self.learner.one_forward(responses, needs_values(self.config))
         return make_experience(self.passes, self.config, query_ids, query_mask, responses, mask, scores,
                                self.tokenizer.eos_token_id, builder.needs_reference(self.config), one_forward,
-                               sampling_logprobs)
+                               sampling_logprobs, self.kl_coef)
 
     def _update(self, exp: Experience, forward: PolicyOutput | None = None) -> dict:
         self.model.train()
@@ -259,7 +260,11 @@ class PPOTrainer:
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
         metrics = update_metrics(exp, learner_stats, self.accelerator, builder.needs_reference(self.config))
-        metrics.update(episode=self.episode, update=self.update_index, lr=self.lr_scheduler.get_last_lr()[0])
+        metrics.update(episode=self.episode, update=self.update_index, lr=self.lr_scheduler.get_last_lr()[0],
+                       **{"objective/kl_coef": self.kl_coef})
+        if self.config.kl_target is not None and "objective/kl" in metrics:  # the next batch's KL weight
+            self.kl_coef = core.adaptive_kl_coef(self.kl_coef, float(metrics["objective/kl"]), self.config.kl_target,
+                                                 self.config.kl_horizon, len(exp) * self.accelerator.num_processes)
         self.lr_scheduler.step()
         return metrics
 

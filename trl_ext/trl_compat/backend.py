@@ -78,6 +78,28 @@ def trl_ppo_config(cfg, output_dir: str | Path):
     )
 
 
+def pad_outside_queries(tokenizer, queries):
+    """``tokenizer``, or a copy whose pad token occurs in none of ``queries`` (lists of ids).
+
+    TRL 1.12's PPO drops every pad id from a query (``query != pad_token_id``). A chat model padded with its eos
+    (SmolLM2, Qwen: ``<|im_end|>``) writes that id at the end of every turn of a chat prompt, so TRL would cut
+    the turns apart. The copy pads with the first special token no query holds; eos still ends responses.
+    """
+    pad = tokenizer.pad_token_id
+    present = {t for q in queries for t in q}
+    if pad not in present:
+        return tokenizer
+    spare = [t for t in tokenizer.all_special_tokens
+             if tokenizer.convert_tokens_to_ids(t) not in present and t != tokenizer.eos_token]
+    if not spare:
+        raise InputError(f"TRL 1.12's PPO drops the pad token from queries, and the pad token "
+                         f"{tokenizer.pad_token!r} occurs in the prompts; the tokenizer has no other special token "
+                         "to pad with: add one (tokenizer.add_special_tokens) or use --backend scratch")
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.pad_token = spare[0]
+    return tokenizer
+
+
 def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_dir, callbacks=(), peft_config=None):
     """A ready ``trl.experimental.ppo.PPOTrainer`` that visits ``train_dataset`` in order.
 
@@ -101,6 +123,7 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     from transformers import set_seed
 
     set_seed(cfg.seed)
+    tokenizer = pad_outside_queries(tokenizer, train_dataset["input_ids"])
     reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
     value_model = build_value_model(policy, cfg.separate_critic, cfg.value_head_init)
     ids_only = train_dataset.select_columns(["input_ids"])
