@@ -140,3 +140,42 @@ def test_rlhf_pipeline_bad_inputs_are_named(tiny_models, tmp_path, capsys):
         out = tmp_path / f"o{number}"
         assert main(["rlhf", "--policy", str(policy), "--prompts", prompts, "--out", str(out), *extra]) == 2
         assert message in capsys.readouterr().err, extra
+
+
+@pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
+def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, backend):
+    # The recipe's LoRA defaults on both backends; the adaptive KL weight only on trl-ext's own trainer (TRL's PPO
+    # keeps a fixed one), recorded with its source; a flag still wins over the preset.
+    from trl_ext.commands.cli import main
+    from trl_ext.commands.rlhf import RLHF_DEFAULTS, RLHF_SCRATCH_PRESET
+
+    policy, reward = tiny_models
+    out = tmp_path / backend
+    code = main(["rlhf", "--backend", backend, "--policy", str(policy), "--reward", str(reward),
+                 "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out), "--batch-size", "4",
+                 "--total-episodes", "8", "--response-length", "8", "--lora-r", "4", "--kl-horizon", "8"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 0 and summary["updates"] == 2
+    train, sources = summary["config"]["train"], summary["sources"]
+    for name, value in RLHF_DEFAULTS.items():
+        if name != "response_length":  # set by a flag here
+            assert train[name] == value and sources[name] == "command default"
+    assert sources["kl_horizon"] == "flag" and train["kl_horizon"] == 8
+    if backend == "scratch":
+        assert train["kl_target"] == RLHF_SCRATCH_PRESET["kl_target"] and sources["kl_target"] == "preset rlhf-scratch"
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        assert rows[0]["objective/kl_coef"] == train["kl_coef"] != rows[1]["objective/kl_coef"]  # it adapted
+    else:
+        assert train["kl_target"] is None and sources["kl_target"] == "default"
+
+
+def test_readability_reward_scores_plain_answers_above_dense_ones():
+    sys.path.insert(0, str(ROOT / "recipes" / "rlhf"))
+    from readability import reading_ease, syllables
+
+    assert [syllables(w) for w in ("rain", "water", "make", "table", "photosynthesis")] == [1, 2, 1, 2, 5]
+    plain = "Rain falls when drops in a cloud get too big. Then they drop to the ground."
+    dense = "Precipitation materialises following coalescence of atmospheric condensation nuclei."
+    conversation = [{"role": "assistant", "content": plain}]
+    scores = reading_ease([plain, dense, "", "Yes.", conversation])
+    assert scores[0] > 0.8 > 0.0 > scores[1] and scores[2] == 0.0 and scores[3] > 1.2 and scores[4] == scores[0]

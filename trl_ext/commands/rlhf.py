@@ -19,6 +19,7 @@ from trl_ext.options import field, options_dict, require_positive
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
 from trl_ext.runs import ModelOptions, OutputOptions, train_options
+from trl_ext.settings import preset_layer
 
 
 @dataclass
@@ -91,8 +92,17 @@ class RLHFBackend:
             raise InputError(f"backend must be one of {', '.join(RLHF_BACKENDS)}; got {self.backend!r}")
 
 
-# PPOConfig's defaults are a real LLM run's (TRL's); LoRA trains at a higher rate than full fine-tuning.
-RLHF_DEFAULTS = {"learning_rate": 1e-5, "response_length": 64}
+# The recipe's defaults for a LoRA policy, measured on a real chat model (docs/real-model.md, "The recipe's
+# defaults"): LoRA trains at a far higher rate than full fine-tuning; two epochs an update; a value head that
+# starts at zero, so the first advantages are the whitened rewards rather than a random head's noise.
+RLHF_DEFAULTS = {"learning_rate": 1e-4, "response_length": 64, "num_ppo_epochs": 2, "value_head_init": "zero"}
+# trl-ext's own trainer also holds the KL to the reference near a target, whatever the reward's scale (TRL's
+# PPO keeps a fixed weight: the trl backend runs without it).
+RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
+
+
+def _preset(values: dict):
+    return preset_layer("rlhf-scratch", RLHF_SCRATCH_PRESET) if values["backend"] == "scratch" else None
 
 
 def _is_conversational(path: str) -> bool | None:
@@ -344,5 +354,5 @@ def rlhf_command(opts: RLHFOptions) -> CommandResult:
 
 COMMAND = Command(
     help="real-LLM RLHF with LoRA: optional SFT, optional reward model from preferences, then PPO",
-    parts=parts_of(RLHFOptions), options=RLHFOptions, run=rlhf_command, defaults=RLHF_DEFAULTS,
+    parts=parts_of(RLHFOptions), options=RLHFOptions, run=rlhf_command, defaults=RLHF_DEFAULTS, preset=_preset,
 )

@@ -180,3 +180,6 @@ class JustTheNumber(RewardFunction):
         if answers is None:
             answers = [parse_question(p) for p in prompts]
         return [self.credit[self.grade(c, a)] for c, a in zip(completions, answers)]
+
+
+just_the_number = JustTheNumber()  # ``--reward-fn trl_ext.real_model.task:just_the_number``

@@ -1,0 +1,147 @@
+"""Does ``trl-ext rlhf`` learn on a real chat model with its defaults, without collapsing? (issue 31, item 5)
+
+    OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py [--updates 40] [--rows ...] [--jobs 2]
+
+Each row runs the recipe as a user would: ``python -m trl_ext rlhf --policy SmolLM2-135M-Instruct`` (bf16, the
+recipe's LoRA) with nothing set but the run's size (8 prompts an update, 48-token answers, ``--updates`` updates)
+and, for the contrast rows, the settings named in ROWS. Two rewards of different kinds:
+
+* ``number``: ``trl_ext.real_model.task:just_the_number`` on the task's training stream: sparse, in [0, 1],
+  verifiable;
+* ``readability``: ``recipes/rlhf/readability.py:reading_ease`` on ``recipes/rlhf/explain_prompts.jsonl``
+  (open questions): dense, unbounded, a style reward whose degenerate optimum is a one-word answer.
+
+Per row, from the run's metrics.jsonl: the reward's mean over the first and last 5 updates, the KL to the
+reference (per answer, summed over tokens), the answer length in tokens, the KL weight at the end, and the last
+samples. Writes benchmarks/results/rlhf-defaults-cpu.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "rlhf"
+REWARDS = {"number": "trl_ext.real_model.task:just_the_number",
+           "readability": f"{RECIPE / 'readability.py'}:reading_ease"}
+# name -> (reward, YAML options over the recipe's defaults: what the contrast rows change)
+ROWS = {
+    "number-defaults": ("number", {}),
+    "readability-defaults": ("readability", {}),
+    # The recipe before issue 31 (lr 1e-5, a fixed KL weight) and that recipe at lr 2e-4 (the issue's runs).
+    "number-before": ("number", {"learning_rate": 1e-5, "kl_target": None, "num_ppo_epochs": 4,
+                                 "value_head_init": "linear"}),
+    "readability-before-lr2e-4": ("readability", {"learning_rate": 2e-4, "kl_target": None, "num_ppo_epochs": 4,
+                                                  "value_head_init": "linear"}),
+}
+RUN_SIZE = dict(batch_size=8, response_length=48)
+
+
+def write_prompts(reward: str, n: int, folder: Path) -> Path:
+    if reward == "readability":
+        return RECIPE / "explain_prompts.jsonl"
+    from trl_ext.real_model.task import train_stream
+
+    path = folder / "number_prompts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in itertools.islice(train_stream(0), n)))
+    return path
+
+
+def mean(values) -> float:
+    values = list(values)
+    return round(sum(values) / len(values), 4) if values else float("nan")
+
+
+def summarise(name: str, reward: str, options: dict, out: Path, seconds: float) -> dict:
+    updates = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+
+    def series(key):
+        return [u.get(key, float("nan")) for u in updates]
+
+    scores, kl, length = series("objective/scores"), series("objective/kl"), series("val/response_length")
+    return {"row": name, "reward": reward, "options": options, "updates": len(updates),
+            "reward_first5": mean(scores[:5]), "reward_last5": mean(scores[-5:]),
+            "kl_max": round(max(kl), 3), "kl_last5": mean(kl[-5:]),
+            "length_first5": mean(length[:5]), "length_last5": mean(length[-5:]), "length_min": min(length),
+            "kl_coef_last": updates[-1].get("objective/kl_coef"), "seconds": round(seconds, 1),
+            "settings_sources": summary.get("sources", {}), "samples": summary.get("samples") or [],
+            "curve": [{"update": i + 1, "reward": round(s, 4), "kl": round(k, 4), "length": round(n, 2)}
+                      for i, (s, k, n) in enumerate(zip(scores, kl, length))]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
+    parser.add_argument("--updates", type=int, default=40)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rlhf-defaults-cpu"))
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from trl_ext.machine import cpu_name
+    from trl_ext.real_model.checkpoint import fetch_smollm2
+
+    names = [n for n in args.rows.split(",") if n]
+    if unknown := [n for n in names if n not in ROWS]:
+        parser.error(f"unknown rows {unknown}; known: {list(ROWS)}")
+    policy = fetch_smollm2()
+    work = Path(tempfile.mkdtemp(prefix="rlhf-defaults-"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(ROOT))
+
+    def one(name):
+        reward, options = ROWS[name]
+        out, config = work / name, work / f"{name}.yaml"
+        config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in options.items()))  # JSON is YAML
+        size = RUN_SIZE["batch_size"]
+        cmd = [sys.executable, "-m", "trl_ext", "rlhf", "--policy", str(policy), "--reward-fn", REWARDS[reward],
+               "--prompts", str(write_prompts(reward, args.updates * size, work)), "--out", str(out),
+               "--batch-size", str(size), "--total-episodes", str(args.updates * size),
+               "--response-length", str(RUN_SIZE["response_length"]), "--config", str(config)]
+        start = time.perf_counter()
+        with open(work / f"{name}.log", "w") as log:
+            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        seconds = time.perf_counter() - start
+        print(f"{name}: exit {rc} after {seconds:.0f} s (log {work / name}.log)", flush=True)
+        if rc != 0:
+            return {"row": name, "failed": rc, "log_tail": (work / f"{name}.log").read_text()[-500:]}
+        return summarise(name, reward, options, out, seconds)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        rows = list(pool.map(one, names))
+    meta = {"benchmark": "rlhf-defaults",
+            "command": "OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py " + " ".join(argv or sys.argv[1:]),
+            "machine": {"cpu": cpu_name(), "cores": os.cpu_count()}, "policy": "SmolLM2-135M-Instruct bf16",
+            "run_size": dict(RUN_SIZE, updates=args.updates), "rows": rows}
+    stem = Path(args.out)
+    stem.with_suffix(".json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    lines = ["# `trl-ext rlhf` on SmolLM2-135M-Instruct: the recipe's defaults and the settings before them", "",
+             f"`{meta['command']}` on {meta['machine']['cpu']} ({meta['machine']['cores']} cores): "
+             f"{args.updates} updates of {RUN_SIZE['batch_size']} prompts, answers up to "
+             f"{RUN_SIZE['response_length']} tokens. KL: per answer, summed over its tokens.", "",
+             "| row | reward | changed from the defaults | reward first 5 -> last 5 | KL max / last 5 | "
+             "answer tokens first 5 -> last 5 (min) | KL weight at the end |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['row']} | failed (exit {r['failed']}) | | | | | |")
+            continue
+        changed = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "nothing"
+        lines.append(f"| {r['row']} | {r['reward']} | {changed} | {r['reward_first5']} -> {r['reward_last5']} | "
+                     f"{r['kl_max']} / {r['kl_last5']} | {r['length_first5']} -> {r['length_last5']} "
+                     f"({r['length_min']}) | {r['kl_coef_last']} |")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"written {stem}.json/.md")
+    return 0 if all("failed" not in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
