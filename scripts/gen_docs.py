@@ -223,8 +223,8 @@ RESULT_COMMANDS = {
                               "--reward runs/reward`",
     "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
     "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
-    "real-model-cpu-quick.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick` (rows run one by one "
-                                 "with `--row`, gathered with `--collect`: the file's `command`)",
+    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`",
+    "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`",
 }
 
 
@@ -520,6 +520,77 @@ def block_remote_reward() -> tuple[str, list[str]]:
     return "\n".join(lines), [name]
 
 
+def _real_model_source(name: str) -> str:
+    data = _load(name)
+    m = data["machine"]
+    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
+            f"{m['cpu']} ({m['cores']} cores), one torch thread a row.*")
+
+
+def block_real_model() -> tuple[str, list[str]]:
+    name = "real-model-cpu.json"
+    data = _load(name)
+    st = data["settings"]
+    lines = [_real_model_source(name), "",
+             f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
+             f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
+             f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
+             f"{data['updates']} updates; {data['held_out_prompts']} held-out prompts. Score: `JustTheNumber`, "
+             f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side.", "",
+             "| trainer | seed | episodes | held-out before | after | gain | s/update | update phases (s) | "
+             "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        phases = ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in r["seconds_per_update_by_phase"].items()) or "-"
+        lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f})"
+                     f" | {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['after'] - r['before']:+.3f} | "
+                     f"{r['seconds_per_update']:.1f} | {phases} | {r['peak_rss_mib']:,.0f} |")
+    for f in data.get("failed", []):
+        lines.append(f"| {f['trainer']} | {f['seed']} | failed (exit {f['returncode']}): {_cell(f['error'])} "
+                     "| | | | | | |")
+    by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
+    checks = []
+    for seed in data["seeds"]:
+        ours, theirs = by.get(("scratch-ppo", seed)), by.get(("trl-ppo", seed))
+        if ours:
+            checks.append(f"| seed {seed}: trl-ext PPO gains >= 0.4 (sampled) | {ours['after'] - ours['before']:+.3f} "
+                          f"| {_f(ours['after'] - ours['before'] >= 0.4)} |")
+        if ours and theirs:
+            checks.append(f"| seed {seed}: trl-ext PPO held-out >= TRL 1.12 PPO's | {ours['after']:.3f} vs "
+                          f"{theirs['after']:.3f} | {_f(ours['after'] >= theirs['after'])} |")
+            ratio = ours["seconds_per_update"] / theirs["seconds_per_update"]
+            checks.append(f"| seed {seed}: trl-ext PPO s/update <= 0.7x TRL's | {ratio:.2f}x | {_f(ratio <= 0.7)} |")
+        free = [by[(n, seed)] for n in ("scratch-grpo", "scratch-rloo") if (n, seed) in by]
+        if free and ("trl-grpo", seed) in by:
+            grpo = by[("trl-grpo", seed)]
+            checks.append(f"| seed {seed}: trl-ext {free[0]['trainer']} >= TRL GRPO | {free[0]['after']:.3f} vs "
+                          f"{grpo['after']:.3f} | {_f(free[0]['after'] >= grpo['after'])} |")
+    lines += ["", "| target (issue 31) | measured | met |", "|---|---|---|", *checks, "",
+              "![reward per update and against seconds, every row and seed](../benchmarks/results/real-model-cpu.png)"]
+    return "\n".join(lines), [name]
+
+
+def block_rlhf_defaults() -> tuple[str, list[str]]:
+    name = "rlhf-defaults-cpu.json"
+    data = _load(name)
+    m, size = data["machine"], data["run_size"]
+    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
+             f"{m['cpu']} ({m['cores']} cores), one torch thread a run.*", "",
+             f"`trl-ext rlhf` on {data['policy']}: {size['updates']} updates of {size['batch_size']} prompts, answers "
+             f"up to {size['response_length']} tokens, everything else the recipe's defaults except what a row "
+             "changes. KL: per answer, summed over its tokens.", "",
+             "| row | reward | changed from the defaults | reward, first 5 -> last 5 updates | KL max / last 5 | "
+             "answer tokens, first 5 -> last 5 (min) | KL weight at the end |", "|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        if "failed" in r:
+            lines.append(f"| {r['row']} | failed (exit {r['failed']}) | | | | | |")
+            continue
+        changed = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "nothing"
+        lines.append(f"| {r['row']} | {r['reward']} | {changed} | {r['reward_first5']:.3f} -> {r['reward_last5']:.3f} "
+                     f"| {r['kl_max']:.2f} / {r['kl_last5']:.2f} | {r['length_first5']:.1f} -> "
+                     f"{r['length_last5']:.1f} ({r['length_min']:.1f}) | {_f(r['kl_coef_last'], 4)} |")
+    return "\n".join(lines), [name]
+
+
 BLOCKS = {
     "targets-summary": block_targets_summary,
     "targets-stages": block_targets_stages,
@@ -534,6 +605,8 @@ BLOCKS = {
     "memory-options": block_memory_options,
     "memory-scaling": block_memory_scaling,
     "remote-reward": block_remote_reward,
+    "real-model": block_real_model,
+    "rlhf-defaults": block_rlhf_defaults,
 }
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)",
                    re.S)
