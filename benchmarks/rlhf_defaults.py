@@ -4,12 +4,12 @@
 
 Each row runs the recipe as a user would: ``python -m trl_ext rlhf --policy SmolLM2-135M-Instruct`` (bf16, the
 recipe's LoRA) with nothing set but the run's size (8 prompts an update, 48-token answers, ``--updates`` updates)
-and, for the contrast rows, the settings named in ROWS. Two rewards of different kinds:
+and, for the contrast rows, the settings named in ROWS. Rewards of different kinds:
 
 * ``number``: ``trl_ext.real_model.task:just_the_number`` on the task's training stream: sparse, in [0, 1],
   verifiable;
-* ``readability``: ``recipes/rlhf/readability.py:reading_ease`` on ``recipes/rlhf/explain_prompts.jsonl``
-  (open questions): dense, unbounded, a style reward whose degenerate optimum is a one-word answer.
+* ``positivity``: ``recipes/rlhf/positivity.py:positivity`` on ``recipes/rlhf/explain_prompts.jsonl`` (open
+  questions): dense, unbounded, a tone reward whose degenerate optimum is a salad of positive words.
 
 Per row, from the run's metrics.jsonl: the reward's mean over the first and last 5 updates, the KL to the
 reference (per answer, summed over tokens), the answer length in tokens, the KL weight at the end, and the last
@@ -32,22 +32,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "rlhf"
 REWARDS = {"number": "trl_ext.real_model.task:just_the_number",
-           "readability": f"{RECIPE / 'readability.py'}:reading_ease"}
+           "positivity": "recipes/rlhf/positivity.py:positivity"}  # relative: the runs start in the checkout
 # name -> (reward, YAML options over the recipe's defaults: what the contrast rows change)
 ROWS = {
     "number-defaults": ("number", {}),
-    "readability-defaults": ("readability", {}),
+    "positivity-defaults": ("positivity", {}),
     # The recipe before issue 31 (lr 1e-5, a fixed KL weight) and that recipe at lr 2e-4 (the issue's runs).
     "number-before": ("number", {"learning_rate": 1e-5, "kl_target": None, "num_ppo_epochs": 4,
                                  "value_head_init": "linear"}),
-    "readability-before-lr2e-4": ("readability", {"learning_rate": 2e-4, "kl_target": None, "num_ppo_epochs": 4,
-                                                  "value_head_init": "linear"}),
+    "positivity-before-lr2e-4": ("positivity", {"learning_rate": 2e-4, "kl_target": None, "num_ppo_epochs": 4,
+                                                "value_head_init": "linear"}),
 }
 RUN_SIZE = dict(batch_size=8, response_length=48)
 
 
 def write_prompts(reward: str, n: int, folder: Path) -> Path:
-    if reward == "readability":
+    if reward != "number":
         return RECIPE / "explain_prompts.jsonl"
     from trl_ext.real_model.task import train_stream
 
@@ -138,6 +138,10 @@ def main(argv=None) -> int:
         lines.append(f"| {r['row']} | {r['reward']} | {changed} | {r['reward_first5']} -> {r['reward_last5']} | "
                      f"{r['kl_max']} / {r['kl_last5']} | {r['length_first5']} -> {r['length_last5']} "
                      f"({r['length_min']}) | {r['kl_coef_last']} |")
+    lines += ["", "The last update's first two answers of each row:", ""]
+    for r in rows:
+        for prompt, completion in r.get("samples", [])[:2]:
+            lines.append(f"- {r['row']}: {json.dumps(completion, ensure_ascii=False)[:200]}")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"written {stem}.json/.md")
     return 0 if all("failed" not in r for r in rows) else 1

@@ -169,13 +169,13 @@ def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, 
         assert train["kl_target"] is None and sources["kl_target"] == "default"
 
 
-def test_readability_reward_scores_plain_answers_above_dense_ones():
+def test_positivity_reward_counts_tone_words_per_square_root_of_length():
     sys.path.insert(0, str(ROOT / "recipes" / "rlhf"))
-    from readability import reading_ease, syllables
+    from positivity import positivity
 
-    assert [syllables(w) for w in ("rain", "water", "make", "table", "photosynthesis")] == [1, 2, 1, 2, 5]
-    plain = "Rain falls when drops in a cloud get too big. Then they drop to the ground."
-    dense = "Precipitation materialises following coalescence of atmospheric condensation nuclei."
-    conversation = [{"role": "assistant", "content": plain}]
-    scores = reading_ease([plain, dense, "", "Yes.", conversation])
-    assert scores[0] > 0.8 > 0.0 > scores[1] and scores[2] == 0.0 and scores[3] > 1.2 and scores[4] == scores[0]
+    warm = "Rainbows are a wonderful sight that brings joy."  # 2 positive of 8 words
+    grim = "Earthquakes are dangerous and cause terrible damage."  # 3 negative of 7
+    salad = " ".join(["wonderful"] * 16)
+    scores = positivity([warm, grim, "", "Rain is water.", salad, [{"role": "assistant", "content": warm}]])
+    assert scores[0] == pytest.approx(2 / 8 ** 0.5) and scores[1] == pytest.approx(-3 / 7 ** 0.5)
+    assert scores[2] == scores[3] == 0.0 and scores[4] == pytest.approx(4.0) and scores[5] == scores[0]
