@@ -1,6 +1,7 @@
-"""One optimizer step per batch without a critic: the experience phase runs the update's own forward (no
-separate no-grad pass for the old log-probs, as TRL's GRPO with num_iterations=1), and the update equals
-the one with that pass forced back on. Every other setup keeps the pass; the reference runs only for a KL term."""
+"""Where the first optimizer step's forward covers the whole batch (one minibatch, one micro-batch), the experience
+phase runs it (no separate no-grad pass for the old log-probs and values, as TRL's GRPO with num_iterations=1),
+at any number of epochs, with or without a critic; the update equals the one with that pass forced back on.
+Several minibatches or micro-batches keep the pass; the reference runs only for a KL term."""
 
 import copy
 
@@ -22,6 +23,11 @@ CRITIC_FREE = {
                               kl_mode="sequence", policy_loss="sequence_clip", loss_type="grpo"),
     "reinforce_pp": dict(advantage_estimator="reinforce_pp", num_generations=1, kl_coef=0.2),
 }
+WITH_CRITIC = {  # PPO: GAE and a value head (shared or separate), several epochs
+    "ppo-4-epochs": dict(num_ppo_epochs=4, max_grad_norm=1.0),
+    "ppo-separate-critic-2-epochs": dict(num_ppo_epochs=2, separate_critic=True, vf_coef=0.5),
+}
+CASES = {**{k: {**ONE_STEP, **v} for k, v in CRITIC_FREE.items()}, **WITH_CRITIC}
 
 
 def _run(tokenizer, policy, options, updates=1):
@@ -59,28 +65,31 @@ def _run(tokenizer, policy, options, updates=1):
     return history, gradients, weights, passes
 
 
-@pytest.mark.parametrize("case", list(CRITIC_FREE))
+@pytest.mark.parametrize("case", list(CASES))
 def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenizer, monkeypatch, case):
     from trl_ext.doubling.models import build_policy
 
-    options = {**ONE_STEP, **CRITIC_FREE[case]}
+    options = CASES[case]
+    epochs = options["num_ppo_epochs"]
     policy = build_policy(tokenizer, seed=1)
     fused, fused_gradients, fused_weights, fused_passes = _run(tokenizer, copy.deepcopy(policy), options, updates=2)
     with monkeypatch.context() as patch:  # the old-logprob pass forced back on
-        patch.setattr(Learner, "one_forward", lambda self, responses, has_critic: False)
+        patch.setattr(Learner, "one_forward", lambda self, responses, warming_up=False: False)
         full, full_gradients, full_weights, full_passes = _run(tokenizer, copy.deepcopy(policy), options, updates=2)
-    assert fused_passes["policy"] == 2 and full_passes["policy"] == 4  # one forward an update, not two
-    kl_term = options["kl_coef"] > 0 or options.get("beta", 0) > 0
+    # one forward an update's first step, not two
+    assert fused_passes["policy"] == 2 * epochs and full_passes["policy"] == 2 * (epochs + 1)
+    kl_term = options.get("kl_coef", PPOConfig.kl_coef) > 0 or options.get("beta", 0) > 0
     assert fused_passes["reference"] == full_passes["reference"] == (2 if kl_term else 0)
     for ours, theirs in zip(fused, full):
         assert ours.keys() == theirs.keys() and ("objective/kl" in ours) == kl_term
         for name, value in theirs.items():
             if isinstance(value, float) and not name.startswith("timing/"):
                 assert ours[name] == pytest.approx(value, rel=TOLERANCE, abs=TOLERANCE), name
-    assert fused[0]["val/ratio"] == 1.0  # old = new log-probs: the ratio is exactly 1
+    if epochs == 1:
+        assert fused[0]["val/ratio"] == 1.0  # old = new log-probs: the ratio is exactly 1
     # The full path's forward runs on the shuffled minibatch, ours on the batch in order: the gradients' float32
     # sums differ in their last bits (up to 7e-7 measured, on gradients of up to 1.1)
-    assert len(fused_gradients) == len(full_gradients) == 2
+    assert len(fused_gradients) == len(full_gradients) == 2 * epochs
     for ours, theirs in zip(fused_gradients, full_gradients):
         assert ours.keys() == theirs.keys()
         assert max((ours[n] - theirs[n]).abs().max().item() for n in theirs) < 1e-5
@@ -91,14 +100,15 @@ def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenize
 
 
 @pytest.mark.parametrize("options, update_passes", [
-    ({}, 4 * 1),  # PPO: GAE with a critic, 4 epochs (PPOConfig's defaults)
-    ({**ONE_STEP}, 1),  # PPO with one step per batch: the critic's values need the pass
+    ({}, 4),  # PPO: GAE with a critic, 4 epochs (PPOConfig's defaults): the experience pass is the first epoch's
+    ({**ONE_STEP}, 1),  # PPO with one step per batch
     ({**CRITIC_FREE["grpo-beta-entropy"], "num_ppo_epochs": 2}, 2),
-    ({**CRITIC_FREE["rloo-kl-in-reward"], "num_ppo_epochs": 1, "num_mini_batches": 2}, 2),
-    ({**CRITIC_FREE["grpo-no-kl"], **ONE_STEP, "micro_batch_size": 3}, 3),  # micro-batches of 3 + 3 + 2
-], ids=["ppo", "ppo-one-step", "grpo-2-epochs", "rloo-2-minibatches", "grpo-micro-batches"])
-def test_other_setups_keep_the_old_logprob_pass(tokenizer, options, update_passes):
+    ({**CRITIC_FREE["rloo-kl-in-reward"], "num_ppo_epochs": 1, "num_mini_batches": 2}, 1 + 2),
+    ({**CRITIC_FREE["grpo-no-kl"], **ONE_STEP, "micro_batch_size": 3}, 1 + 3),  # micro-batches of 3 + 3 + 2
+    ({"critic_warmup_steps": 1}, 1 + 4),  # the critic's warm-up steps run the critic alone: no fused pass
+], ids=["ppo", "ppo-one-step", "grpo-2-epochs", "rloo-2-minibatches", "grpo-micro-batches", "critic-warm-up"])
+def test_policy_passes_an_update(tokenizer, options, update_passes):
     from trl_ext.doubling.models import build_policy
 
     *_, passes = _run(tokenizer, build_policy(tokenizer, seed=1), options)
-    assert passes["policy"] == 1 + update_passes
+    assert passes["policy"] == update_passes

@@ -61,9 +61,9 @@ def make_experience(passes: ForwardPasses, config, query_ids, query_mask, respon
                     ) -> tuple[Experience, PolicyOutput | None]:
     """The no-grad passes over the rollouts and the estimator's advantages -> ``Experience``.
 
-    ``one_forward``: the update is one forward and one optimizer step over the whole batch, so (as TRL's GRPO
-    with ``num_iterations=1``) the old log-probs are that forward's own, detached: it runs here, with its graph,
-    and is returned beside the record for the learner instead of a no-grad pass of its own.
+    ``one_forward``: the update's first step is one forward over the whole batch, so (as TRL's GRPO with
+    ``num_iterations=1``) the old log-probs and values are that forward's own, detached: it runs here, with its
+    graph, and is returned beside the record for the learner instead of a no-grad pass of its own.
     """
     query_response = torch.cat([query_ids, responses], dim=1)
     attention_mask = torch.cat([query_mask.long(), mask], dim=1)
@@ -76,6 +76,8 @@ def make_experience(passes: ForwardPasses, config, query_ids, query_mask, respon
         with torch.enable_grad():
             forward = passes.policy_pass(*inputs, responses)
         old_logprobs = forward.logprobs.detach()
+        if forward.values is not None:  # as ForwardPasses.old_policy slices them: the response positions
+            values = forward.values[:, query_ids.shape[1] - 1:-1].detach().float()
     else:
         old_logprobs, values = passes.old_policy(inputs, responses)
     if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy

@@ -41,30 +41,35 @@ class Learner:
             return batch
         return self.passes.rows(self.config.micro_batch_size, batch, responses)
 
-    def one_forward(self, responses: torch.Tensor, has_critic: bool) -> bool:
-        """Whether the update is one forward pass and one optimizer step over the whole batch: one PPO epoch of
-        one minibatch, one micro-batch, no critic; the experience phase then runs that pass (``make_experience``)."""
+    def one_forward(self, responses: torch.Tensor, warming_up: bool = False) -> bool:
+        """Whether the first optimizer step's forward pass covers the whole batch (one minibatch, one micro-batch):
+        the experience phase then runs that pass with its graph (``make_experience``), and its detached log-probs
+        and values are the old ones, equal to a no-grad pass's since the weights have not moved yet. It saves a
+        pass of the policy (and critic) an update, at any number of epochs. Not while the critic warms up: its
+        steps run the critic alone."""
         cfg, batch = self.config, len(responses)
-        return (cfg.num_ppo_epochs == 1 and cfg.num_mini_batches == 1 and not has_critic
-                and self.micro_batch_rows(batch, responses) >= batch)
+        return cfg.num_mini_batches == 1 and not warming_up and self.micro_batch_rows(batch, responses) >= batch
 
     def update(self, exp: Experience, forward: PolicyOutput | None = None,
                warming_up: bool = False) -> dict[str, torch.Tensor]:
         """Every optimizer step of one batch; the stats averaged over its (epoch, minibatch) steps.
-        ``forward``: the experience phase's own pass, with its graph (``one_forward``): the one step's loss reads it.
+        ``forward``: the experience phase's own pass, with its graph (``one_forward``): the first epoch's step reads it.
         ``warming_up``: the value function alone learns (critic warm-up)."""
-        if forward is not None:
+        cfg, size = self.config, mini_batch_size(self.config)
+        steps: dict[str, list[torch.Tensor]] = {}  # name -> one value per (epoch, minibatch)
+        first_epoch = 0
+        if forward is not None:  # the first epoch's one step, on the experience phase's pass
             # The row order of a full-batch mean does not matter; it is drawn as the minibatch loop draws it so a
-            # run's random stream, and so its published figures, stay as they were.
+            # run's random stream stays the one of the path without the fused pass.
             self.minibatch_order(len(exp))
             loss, stats = self._loss(exp, exp, forward, warming_up)
             self._stop_if_non_finite(loss.detach(), 0, 0)
             self.backward(loss)
             self.optimizer_step()
-            return {name: value.detach() for name, value in stats.items()}
-        cfg, size = self.config, mini_batch_size(self.config)
-        steps: dict[str, list[torch.Tensor]] = {}  # name -> one value per (epoch, minibatch)
-        for epoch in range(cfg.num_ppo_epochs):
+            for name, value in stats.items():
+                steps[name] = [value.detach()]
+            first_epoch = 1
+        for epoch in range(first_epoch, cfg.num_ppo_epochs):
             order = self.minibatch_order(len(exp))
             for mb_index in range(cfg.num_mini_batches):
                 mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))

@@ -24,7 +24,6 @@ from trl_ext.batching import pad_batch
 from trl_ext.errors import InputError, TrainingError
 from trl_ext.metrics import numeric_metrics
 from trl_ext.ppo import builder, checkpoint, core, precision
-from trl_ext.ppo.advantages import needs_values
 from trl_ext.ppo.config import PPOConfig, num_updates, trackers
 from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.experience import Experience, make_experience
@@ -248,7 +247,7 @@ class PPOTrainer:
 
     def _experience(self, query_ids, query_mask, responses, mask, scores, sampling_logprobs=None
                     ) -> tuple[Experience, PolicyOutput | None]:
-        one_forward = self.learner.one_forward(responses, needs_values(self.config))
+        one_forward = self.learner.one_forward(responses, self.update_index < self.config.critic_warmup_steps)
         return make_experience(self.passes, self.config, query_ids, query_mask, responses, mask, scores,
                                self.tokenizer.eos_token_id, builder.needs_reference(self.config), one_forward,
                                sampling_logprobs, self.kl_coef)
