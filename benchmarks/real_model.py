@@ -113,7 +113,8 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
 
     def on_update(update, stats) -> bool:
         curve.append({"update": int(update), "seconds": round(time.perf_counter() - start, 2),
-                      "reward": float(stats["objective/scores"]), "kl": round(float(stats.get("objective/kl", "nan")), 4),
+                      "reward": float(stats["objective/scores"]),
+                      "kl": round(float(stats.get("objective/kl", "nan")), 4),
                       **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")}})
         print(f"[{name} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} at {curve[-1]['seconds']} s",
               flush=True)

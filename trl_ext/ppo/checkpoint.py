@@ -177,7 +177,8 @@ def save_run(output_dir: str | Path, *, update: int, episode: int, kl_coef: floa
     """``output_dir/checkpoint-<update>`` for a run at ``update``/``episode``, the oldest beyond
     ``config.save_total_limit`` deleted. ``parts``: ``save``'s model, optimizer, scheduler, generator, rank.
     ``kl_coef``: the KL weight in force (an adaptive one's current value)."""
-    state = {"update": update, "episode": episode, "kl_coef": kl_coef, "fingerprint": fingerprint(parts["model"], config, world_size)}
+    state = {"update": update, "episode": episode, "kl_coef": kl_coef,
+             "fingerprint": fingerprint(parts["model"], config, world_size)}
     path = save(Path(output_dir) / f"{PREFIX}{update}", **parts, state=state, is_main=is_main, barrier=barrier)
     if config.save_total_limit and is_main:
         rotate(output_dir, config.save_total_limit)

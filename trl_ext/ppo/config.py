@@ -153,8 +153,8 @@ class PPOConfig:
                            "names (tensorboard, wandb, trackio, mlflow, ...)")
 
     def __post_init__(self):
-        require_positive(self, "kl_horizon", "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
-                         "response_length", "temperature", "num_generations")
+        require_positive(self, "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
+                         "response_length", "temperature", "num_generations", "kl_horizon")
         for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
                      "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
                      "vf_coef", "ent_coef", "gamma", "lam", "beta"):

@@ -210,8 +210,8 @@ class PPOTrainer:
             raise InputError("save_steps needs an output_dir to write checkpoints into")
         acc = self.accelerator
         return checkpoint.save_run(self.config.output_dir, update=self.update_index, episode=self.episode,
-                                   kl_coef=self.kl_coef, config=self.config, world_size=acc.num_processes, parts=self._parts(),
-                                   is_main=acc.is_main_process, barrier=acc.wait_for_everyone)
+                                   kl_coef=self.kl_coef, config=self.config, world_size=acc.num_processes,
+                                   parts=self._parts(), is_main=acc.is_main_process, barrier=acc.wait_for_everyone)
 
     def _load_checkpoint(self, path: Path) -> None:
         self.update_index, self.episode, self.kl_coef = checkpoint.load_run(
