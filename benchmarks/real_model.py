@@ -45,7 +45,6 @@ SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant
                 response_length=32, num_ppo_epochs=2, value_head_init="zero", lora_r=16, lora_alpha=32,
                 dtype="bfloat16", torch_threads=1)
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype", "torch_threads")  # SETTINGS that are not PPOConfig fields
-ROW_SETTINGS = {}  # name -> PPOConfig fields of that row alone
 QUICK = dict(seeds=[0], updates=2, heldout=16)
 FULL = dict(seeds=[0, 1], updates=20, heldout=200)
 
@@ -99,7 +98,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
     lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
                       lora_dropout=0.0, target_modules="all-linear")
     work = tempfile.mkdtemp(prefix=f"real-model-{name}-")
-    fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG} | ROW_SETTINGS.get(name, {})
+    fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG}
     cfg = PPOConfig(output_dir=work, total_episodes=updates * SETTINGS["batch_size"], seed=seed,
                     advantage_estimator=estimator, num_generations=generations, **fields)
     policy, peft_config = model, lora
@@ -131,7 +130,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
     row = {
         "trainer": name, "runner": runner_name, "advantage_estimator": estimator, "num_generations": generations,
         "seed": seed, "updates": len(curve), "episodes": len(curve) * SETTINGS["batch_size"],
-        "held_out_prompts": len(rows), "pad_token": tokenizer.pad_token,
+        "held_out_prompts": len(rows),
         "before": before["sampled"]["score"], "after": after["sampled"]["score"],
         "before_greedy": before["greedy"]["score"], "after_greedy": after["greedy"]["score"],
         "before_detail": before, "after_detail": after,
@@ -236,7 +235,7 @@ def main(argv=None) -> int:
     if args.collect:
         results = [(json.loads(Path(f).read_text()), None) for f in args.collect]
     else:
-        jobs = [(n, s) for n in names for s in seeds]  # a row's seeds side by side: same load, comparable seconds
+        jobs = [(n, s) for n in names for s in seeds]  # with --jobs 2, a row's two seeds side by side
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(one, jobs))
     rows = [r for r, _ in results if r]

@@ -42,6 +42,9 @@ ROWS = {
                                  "value_head_init": "linear"}),
     "positivity-before-lr2e-4": ("positivity", {"learning_rate": 2e-4, "kl_target": None, "num_ppo_epochs": 4,
                                                 "value_head_init": "linear"}),
+    # What the KL guard alone does: the row above with the defaults' adaptive KL weight.
+    "positivity-lr2e-4-guarded": ("positivity", {"learning_rate": 2e-4, "num_ppo_epochs": 4,
+                                                 "value_head_init": "linear"}),
 }
 RUN_SIZE = dict(batch_size=8, response_length=48)
 
@@ -98,13 +101,16 @@ def main(argv=None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(ROOT))
 
+    prompts = {reward: write_prompts(reward, args.updates * RUN_SIZE["batch_size"], work)  # once, before the runs
+               for reward in {ROWS[n][0] for n in names}}
+
     def one(name):
         reward, options = ROWS[name]
         out, config = work / name, work / f"{name}.yaml"
         config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in options.items()))  # JSON is YAML
         size = RUN_SIZE["batch_size"]
         cmd = [sys.executable, "-m", "trl_ext", "rlhf", "--policy", str(policy), "--reward-fn", REWARDS[reward],
-               "--prompts", str(write_prompts(reward, args.updates * size, work)), "--out", str(out),
+               "--prompts", str(prompts[reward]), "--out", str(out),
                "--batch-size", str(size), "--total-episodes", str(args.updates * size),
                "--response-length", str(RUN_SIZE["response_length"]), "--config", str(config)]
         start = time.perf_counter()

@@ -18,6 +18,9 @@ def test_adaptive_kl_coef_by_hand():
     assert adaptive_kl_coef(0.1, observed_kl=6.6, target=6.0, horizon=100, episodes=10) == pytest.approx(0.1 * 1.01)
     assert adaptive_kl_coef(0.1, observed_kl=60.0, target=6.0, horizon=100, episodes=10) == pytest.approx(0.1 * 1.02)
     assert adaptive_kl_coef(0.1, observed_kl=0.0, target=6.0, horizon=100, episodes=10) == pytest.approx(0.1 * 0.98)
+    # An update larger than the horizon moves the weight by 20% at most, never to zero or below.
+    assert adaptive_kl_coef(0.1, observed_kl=0.0, target=6.0, horizon=32, episodes=256) == pytest.approx(0.1 * 0.8)
+    assert adaptive_kl_coef(0.1, observed_kl=60.0, target=6.0, horizon=32, episodes=256) == pytest.approx(0.1 * 1.2)
 
 
 def test_bad_kl_target_is_refused_by_name():
@@ -48,19 +51,23 @@ def _trainer(tokenizer, out, **options):
 
 
 def test_trainer_moves_the_kl_weight_toward_the_target_and_resumes_it(tokenizer, tmp_path):
-    # A target far below any KL the run reaches: the weight rises after every update that measured KL > 0,
-    # by the controller's formula applied to the logged KL; the fixed weight never moves.
-    trainer = _trainer(tokenizer, tmp_path, kl_coef=0.2, kl_target=1e-9, kl_horizon=8, save_steps=2)
+    # Each update's weight is the controller's step from the last one, on the KL that update logged: it falls
+    # after the first update (policy = reference, KL 0, below any target) and rises after every update whose KL
+    # is above the tiny target. A resume goes on from the saved weight; a fixed weight never moves.
+    trainer = _trainer(tokenizer, tmp_path, kl_coef=0.2, kl_target=1e-3, kl_horizon=8, save_steps=2)
     history = trainer.train()
-    weights = [h["objective/kl_coef"] for h in history]
-    assert weights[0] == 0.2
-    for before, after, stats in zip(weights, weights[1:], history):
-        assert after == pytest.approx(adaptive_kl_coef(before, float(stats["objective/kl"]), 1e-9, 8, 4))
-    assert weights[-1] > weights[0]
+    weights, kls = [h["objective/kl_coef"] for h in history], [float(h["objective/kl"]) for h in history]
+    assert weights[0] == 0.2 and kls[0] == pytest.approx(0.0, abs=1e-6)
+    for before, after, kl in zip(weights, weights[1:], kls):
+        assert after == pytest.approx(adaptive_kl_coef(before, kl, 1e-3, 8, 4))
+        assert (after > before) == (kl > 1e-3)
+    assert any(kl > 1e-3 for kl in kls[1:-1])  # the rise was exercised
     state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["kl_coef"] == pytest.approx(trainer.kl_coef)
-    resumed = _trainer(tokenizer, tmp_path, kl_coef=0.2, kl_target=1e-9, kl_horizon=8,
+    resumed = _trainer(tokenizer, tmp_path, kl_coef=0.2, kl_target=1e-3, kl_horizon=8,
                        resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.kl_coef == pytest.approx(weights[2])
+    fixed_resume = _trainer(tokenizer, tmp_path, kl_coef=0.3, resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert fixed_resume.kl_coef == 0.3  # a fixed weight is the resumed run's own --kl-coef
     fixed = _trainer(tokenizer, tmp_path / "fixed", kl_coef=0.2).train()
     assert {h["objective/kl_coef"] for h in fixed} == {0.2}

@@ -4,6 +4,7 @@ hub has them (bf16, Qwen2's vocabulary size): one with Qwen2.5-Instruct's own ch
 tokens, one with no template."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -433,6 +434,6 @@ def test_trl_backend_without_a_spare_pad_token_says_so(tokenizers):
 
     tok = tokenizers["chat"]
     every_special = [tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens] + [tok.pad_token_id]
-    with pytest.raises(InputError, match="TRL 1.12's PPO drops the pad token from queries, and the pad token "
-                                         "'<|endoftext|>' occurs in the prompts; .* --backend scratch"):
+    with pytest.raises(InputError, match=re.escape("TRL 1.12's PPO drops the pad token from queries, and the pad "
+                                                   "token '<|endoftext|>' occurs in the prompts;")):
         pad_outside_queries(tok, [every_special])

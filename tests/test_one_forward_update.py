@@ -74,7 +74,7 @@ def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenize
     policy = build_policy(tokenizer, seed=1)
     fused, fused_gradients, fused_weights, fused_passes = _run(tokenizer, copy.deepcopy(policy), options, updates=2)
     with monkeypatch.context() as patch:  # the old-logprob pass forced back on
-        patch.setattr(Learner, "one_forward", lambda self, responses, warming_up=False: False)
+        patch.setattr(Learner, "one_forward", lambda self, responses, warming_up: False)
         full, full_gradients, full_weights, full_passes = _run(tokenizer, copy.deepcopy(policy), options, updates=2)
     # one forward an update's first step, not two
     assert fused_passes["policy"] == 2 * epochs and full_passes["policy"] == 2 * (epochs + 1)

@@ -163,14 +163,18 @@ def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, 
     assert sources["kl_horizon"] == "flag" and train["kl_horizon"] == 8
     if backend == "scratch":
         assert train["kl_target"] == RLHF_SCRATCH_PRESET["kl_target"] and sources["kl_target"] == "preset rlhf-scratch"
+        from trl_ext.ppo.core import adaptive_kl_coef
+
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        assert rows[0]["objective/kl_coef"] == train["kl_coef"] != rows[1]["objective/kl_coef"]  # it adapted
+        assert rows[0]["objective/kl_coef"] == train["kl_coef"]
+        assert rows[1]["objective/kl_coef"] == pytest.approx(adaptive_kl_coef(  # the controller's step, 4 episodes
+            train["kl_coef"], rows[0]["objective/kl"], train["kl_target"], train["kl_horizon"], 4))
     else:
         assert train["kl_target"] is None and sources["kl_target"] == "default"
 
 
-def test_positivity_reward_counts_tone_words_per_square_root_of_length():
-    sys.path.insert(0, str(ROOT / "recipes" / "rlhf"))
+def test_positivity_reward_counts_tone_words_per_square_root_of_length(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "recipes" / "rlhf"))
     from positivity import positivity
 
     warm = "Rainbows are a wonderful sight that brings joy."  # 2 positive of 8 words

@@ -210,6 +210,9 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
     """Before anything loads or is written: TRL's PPO installed where the runner needs it, vLLM where the sampler is
     vLLM (trl-ext's own trainer only: TRL's trainers would ignore the option), a resume only where it can (``name``:
     the backend as the user named it)."""
+    if cfg.kl_target is not None and runner != "scratch":
+        raise InputError(f"--kl-target adapts trl-ext's own trainer's KL weight; backend {name or runner!r} keeps "
+                         "its KL weight fixed (TRL removed the adaptive controller in 0.12)")
     if cfg.sampler == "vllm":
         if runner != "scratch":
             raise InputError(f"--sampler vllm is trl-ext's own trainer's rollout engine; backend {name or runner!r} "
@@ -221,9 +224,6 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
         from trl_ext.trl_compat import require_trl_ppo
 
         require_trl_ppo()
-    if cfg.kl_target is not None and runner != "scratch":
-        raise InputError(f"--kl-target adapts trl-ext's own trainer's KL weight; backend {name or runner!r} keeps "
-                         "its KL weight fixed (TRL removed the adaptive controller in 0.12)")
     if cfg.resume_from_checkpoint and not RUNNERS[runner].resumable:
         raise InputError(f"--resume-from-checkpoint resumes the scratch backends; {name or runner!r} cannot resume "
                          "(TRL 1.12's PPOTrainer.train() takes no checkpoint)")

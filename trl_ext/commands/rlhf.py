@@ -94,10 +94,10 @@ class RLHFBackend:
 
 # The recipe's defaults for a LoRA policy, measured on a real chat model (docs/real-model.md, "The recipe's
 # defaults"): LoRA trains at a far higher rate than full fine-tuning; two epochs an update; a value head that
-# starts at zero, so the first advantages are the whitened rewards rather than a random head's noise.
+# starts at zero, so the first advantages come from the rewards alone rather than from a random head's noise.
 RLHF_DEFAULTS = {"learning_rate": 1e-4, "response_length": 64, "num_ppo_epochs": 2, "value_head_init": "zero"}
-# trl-ext's own trainer also holds the KL to the reference near a target, whatever the reward's scale (TRL's
-# PPO keeps a fixed weight: the trl backend runs without it).
+# trl-ext's own trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
+# keeps a fixed weight: the trl backend runs without it). 6 is the target TRL's PPO had before 0.12.
 RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
 
 

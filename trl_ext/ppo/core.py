@@ -166,10 +166,11 @@ def adaptive_kl_coef(kl_coef: float, observed_kl: float, target: float, horizon:
 
     Ziegler et al. 2019 (arXiv:1909.08593, section 2.2), the adaptive controller of TRL's PPO before 0.12:
     ``kl_coef * (1 + clip(observed_kl / target - 1, -0.2, 0.2) * episodes / horizon)``: a proportional
-    step toward the target, at most 20% of ``episodes / horizon`` per update.
+    step toward the target. ``episodes / horizon`` is capped at 1, so that an update larger than the horizon
+    moves the weight by at most 20% and never to zero or below.
     """
     error = min(max(observed_kl / target - 1.0, -0.2), 0.2)
-    return kl_coef * (1.0 + error * episodes / horizon)
+    return kl_coef * (1.0 + error * min(1.0, episodes / horizon))
 
 
 def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,

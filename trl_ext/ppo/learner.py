@@ -41,7 +41,7 @@ class Learner:
             return batch
         return self.passes.rows(self.config.micro_batch_size, batch, responses)
 
-    def one_forward(self, responses: torch.Tensor, warming_up: bool = False) -> bool:
+    def one_forward(self, responses: torch.Tensor, warming_up: bool) -> bool:
         """Whether the first optimizer step's forward pass covers the whole batch (one minibatch, one micro-batch):
         the experience phase then runs that pass with its graph (``make_experience``), and its detached log-probs
         and values are the old ones, equal to a no-grad pass's since the weights have not moved yet. It saves a

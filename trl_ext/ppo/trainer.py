@@ -214,8 +214,10 @@ class PPOTrainer:
                                    parts=self._parts(), is_main=acc.is_main_process, barrier=acc.wait_for_everyone)
 
     def _load_checkpoint(self, path: Path) -> None:
-        self.update_index, self.episode, self.kl_coef = checkpoint.load_run(
+        self.update_index, self.episode, saved_kl_coef = checkpoint.load_run(
             path, config=self.config, world_size=self.accelerator.num_processes, parts=self._parts())
+        if self.config.kl_target is not None:  # an adapted weight goes on; a fixed one is this run's --kl-coef
+            self.kl_coef = saved_kl_coef
 
     def train_step(self, rows: dict) -> dict:
         """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns)."""
@@ -247,25 +249,30 @@ class PPOTrainer:
 
     def _experience(self, query_ids, query_mask, responses, mask, scores, sampling_logprobs=None
                     ) -> tuple[Experience, PolicyOutput | None]:
-        one_forward = self.learner.one_forward(responses, self.update_index < self.config.critic_warmup_steps)
+        one_forward = self.learner.one_forward(responses, self._warming_up())
         return make_experience(self.passes, self.config, query_ids, query_mask, responses, mask, scores,
                                self.tokenizer.eos_token_id, builder.needs_reference(self.config), one_forward,
                                sampling_logprobs, self.kl_coef)
 
     def _update(self, exp: Experience, forward: PolicyOutput | None = None) -> dict:
         self.model.train()
-        warming_up = self.update_index < self.config.critic_warmup_steps  # the value function alone learns
+        warming_up = self._warming_up()
         learner_stats = self.learner.update(exp, forward, warming_up)
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
         metrics = update_metrics(exp, learner_stats, self.accelerator, builder.needs_reference(self.config))
         metrics.update(episode=self.episode, update=self.update_index, lr=self.lr_scheduler.get_last_lr()[0],
                        **{"objective/kl_coef": self.kl_coef})
-        if self.config.kl_target is not None and "objective/kl" in metrics:  # the next batch's KL weight
+        # The next batch's KL weight; not after a warm-up step, whose policy has not moved (KL about 0).
+        if self.config.kl_target is not None and "objective/kl" in metrics and not warming_up:
             self.kl_coef = core.adaptive_kl_coef(self.kl_coef, float(metrics["objective/kl"]), self.config.kl_target,
                                                  self.config.kl_horizon, len(exp) * self.accelerator.num_processes)
         self.lr_scheduler.step()
         return metrics
+
+    def _warming_up(self) -> bool:
+        """Whether this update is one of the critic's warm-up steps (the value function alone learns)."""
+        return self.update_index < self.config.critic_warmup_steps
 
     def _pad_queries(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
