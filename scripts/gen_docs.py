@@ -223,7 +223,10 @@ RESULT_COMMANDS = {
                               "--reward runs/reward`",
     "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
     "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
-    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`",
+    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py` (the trl-ppo rows; its other rows were "
+                           "stopped when the trainer's fused first-epoch pass landed and measured again by the same "
+                           "command with `--rows scratch-ppo,scratch-grpo,trl-grpo`), the eight row files then "
+                           "gathered with `--collect` (the file's `command`)",
     "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`",
 }
 
@@ -520,18 +523,20 @@ def block_remote_reward() -> tuple[str, list[str]]:
     return "\n".join(lines), [name]
 
 
-def _real_model_source(name: str) -> str:
+def _cpu_source(name: str, per: str) -> str:
+    """The source line of a file whose machine is ``{"cpu", "cores"}`` (the real-model benchmarks')."""
     data = _load(name)
     m = data["machine"]
-    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
-            f"{m['cpu']} ({m['cores']} cores), one torch thread a row.*")
+    command = RESULT_COMMANDS.get(name) or f"`{data['command']}`"
+    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {command} on "
+            f"{m['cpu']} ({m['cores']} cores), one torch thread a {per}.*")
 
 
 def block_real_model() -> tuple[str, list[str]]:
     name = "real-model-cpu.json"
     data = _load(name)
     st = data["settings"]
-    lines = [_real_model_source(name), "",
+    lines = [_cpu_source(name, "row"), "",
              f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
              f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
              f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
@@ -572,9 +577,8 @@ def block_real_model() -> tuple[str, list[str]]:
 def block_rlhf_defaults() -> tuple[str, list[str]]:
     name = "rlhf-defaults-cpu.json"
     data = _load(name)
-    m, size = data["machine"], data["run_size"]
-    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
-             f"{m['cpu']} ({m['cores']} cores), one torch thread a run.*", "",
+    size = data["run_size"]
+    lines = [_cpu_source(name, "run"), "",
              f"`trl-ext rlhf` on {data['policy']}: {size['updates']} updates of {size['batch_size']} prompts, answers "
              f"up to {size['response_length']} tokens, everything else the recipe's defaults except what a row "
              "changes. KL: per answer, summed over its tokens.", "",
