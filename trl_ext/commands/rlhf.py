@@ -82,9 +82,16 @@ class LoRAOptions:
 RLHF_BACKENDS = ("scratch", "trl")
 
 
+# trl-ext's own trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
+# keeps a fixed weight: the trl backend runs without it). 6 is the target TRL's PPO had before 0.12.
+RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
+
+
 @dataclass
 class RLHFBackend:
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPO, any TRL) or 'trl' (TRL's PPOTrainer, TRL <= 1.12)",
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPO, any TRL; it starts from the preset rlhf-scratch: "
+                         + ", ".join(f"{k} {v:g}" for k, v in RLHF_SCRATCH_PRESET.items())
+                         + ") or 'trl' (TRL's PPOTrainer, TRL <= 1.12; a fixed KL weight)",
                          choices=RLHF_BACKENDS)
 
     def __post_init__(self):
@@ -96,9 +103,6 @@ class RLHFBackend:
 # defaults"): LoRA trains at a far higher rate than full fine-tuning; two epochs an update; a value head that
 # starts at zero, so the first advantages come from the rewards alone rather than from a random head's noise.
 RLHF_DEFAULTS = {"learning_rate": 1e-4, "response_length": 64, "num_ppo_epochs": 2, "value_head_init": "zero"}
-# trl-ext's own trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
-# keeps a fixed weight: the trl backend runs without it). 6 is the target TRL's PPO had before 0.12.
-RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
 
 
 def _preset(values: dict):
