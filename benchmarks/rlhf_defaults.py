@@ -1,6 +1,7 @@
 """Does ``trl-ext rlhf`` learn on a real chat model with its defaults, without collapsing? (issue 31, item 5)
 
     OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py [--updates 40] [--rows ...] [--jobs 2]
+    OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py --collect WORK_DIR --rows ...   # runs already finished there
 
 Each row runs the recipe as a user would: ``python -m trl_ext rlhf --policy SmolLM2-135M-Instruct`` (bf16, the
 recipe's LoRA) with nothing set but the run's size (8 prompts an update, 48-token answers, ``--updates`` updates)
@@ -64,7 +65,7 @@ def mean(values) -> float:
     return round(sum(values) / len(values), 4) if values else float("nan")
 
 
-def summarise(name: str, reward: str, options: dict, out: Path, seconds: float) -> dict:
+def summarise(name: str, reward: str, options: dict, out: Path, seconds: float | None) -> dict:
     updates = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((out / "summary.json").read_text())
 
@@ -76,7 +77,8 @@ def summarise(name: str, reward: str, options: dict, out: Path, seconds: float) 
             "reward_first5": mean(scores[:5]), "reward_last5": mean(scores[-5:]),
             "kl_max": round(max(kl), 3), "kl_last5": mean(kl[-5:]),
             "length_first5": mean(length[:5]), "length_last5": mean(length[-5:]), "length_min": min(length),
-            "kl_coef_last": updates[-1].get("objective/kl_coef"), "seconds": round(seconds, 1),
+            "kl_coef_last": updates[-1].get("objective/kl_coef"),
+            "seconds": None if seconds is None else round(seconds, 1),
             "settings_sources": summary.get("sources", {}), "samples": summary.get("samples") or [],
             "curve": [{"update": i + 1, "reward": round(s, 4), "kl": round(k, 4), "length": round(n, 2)}
                       for i, (s, k, n) in enumerate(zip(scores, kl, length))]}
@@ -88,6 +90,8 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rlhf-defaults-cpu"))
+    parser.add_argument("--collect", metavar="WORK_DIR", help="summarise the --rows runs already finished in WORK_DIR "
+                        "(a run's folder is named after its row) instead of running them")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from trl_ext.machine import cpu_name
@@ -122,8 +126,11 @@ def main(argv=None) -> int:
             return {"row": name, "failed": rc, "log_tail": (work / f"{name}.log").read_text()[-500:]}
         return summarise(name, reward, options, out, seconds)
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(one, names))
+    if args.collect:
+        rows = [summarise(n, *ROWS[n], Path(args.collect) / n, None) for n in names]
+    else:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            rows = list(pool.map(one, names))
     meta = {"benchmark": "rlhf-defaults",
             "command": "OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py " + " ".join(argv or sys.argv[1:]),
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count()}, "policy": "SmolLM2-135M-Instruct bf16",
