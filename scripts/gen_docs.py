@@ -227,7 +227,9 @@ RESULT_COMMANDS = {
                            "stopped when the trainer's fused first-epoch pass landed and measured again by the same "
                            "command with `--rows scratch-ppo,scratch-grpo,trl-grpo`), the eight row files then "
                            "gathered with `--collect` (the file's `command`)",
-    "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`",
+    "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`, stopped before its fifth row "
+                              "(positivity-lr2e-4-guarded) for lack of time, the four finished runs gathered with "
+                              "`--collect` (the file's `command`), beside a test run for most of its time",
 }
 
 
