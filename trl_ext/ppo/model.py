@@ -71,9 +71,10 @@ class ActorCritic(nn.Module):
     def separate_critic(self) -> bool:
         return self.critic_backbone is not None
 
-    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int = 0, critic_only: bool = False):
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int | torch.Tensor = 0,
+                critic_only: bool = False):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
-        ``logits_to_keep`` positions (0: all, ``K = L``; HF's option), values of every position.
+        ``logits_to_keep`` positions or of those indices (0: all, ``K = L``; HF's option), values of every position.
         ``critic_only`` (critic warm-up): the policy runs without gradients, so its graph is never built and the
         values' gradients reach the value function alone, not a shared backbone."""
         shared = self.value_head is not None and not self.separate_critic

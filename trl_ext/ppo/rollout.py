@@ -17,6 +17,16 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def last_positions(length: int, count: int, device: torch.device | None = None) -> torch.Tensor:
+    """``logits_to_keep`` for the last ``count`` of ``length`` positions, as indices rather than HF's int.
+
+    With an int HF slices the hidden states into a non-contiguous view, and torch's matmul multiplies such a view
+    by the ``(V, H)`` head through a batched copy of the head: 100x slower for a 49k vocabulary on CPU
+    (``benchmarks/lm_head_slice.py``). Indices gather a contiguous ``(B, K, H)`` copy instead.
+    """
+    return torch.arange(length - count, length, device=device)
+
+
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Keep the ``top_k`` largest logits (0: all) and the smallest set whose probability reaches
     ``top_p`` (1.0: all); the rest become ``-inf``. ``(B, V) -> (B, V)``; the top token always stays."""
@@ -49,9 +59,9 @@ def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *
     done = torch.zeros(batch, dtype=torch.bool, device=query_ids.device)
     out = []
     for _ in range(max_new_tokens):
-        # logits_to_keep=1: the prefill's logits of every prompt position would be (B, P, V) for nothing
+        # the last position only: the prefill's logits of every prompt position would be (B, P, V) for nothing
         result = model(input_ids=inputs, attention_mask=mask, position_ids=positions, **{CACHE_ARG: past},
-                       use_cache=True, logits_to_keep=1)
+                       use_cache=True, logits_to_keep=last_positions(inputs.shape[1], 1, inputs.device))
         logits = result.logits[:, -1, :].float()
         past = getattr(result, CACHE_ARG)
         if temperature == 0:

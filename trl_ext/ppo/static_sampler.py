@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from trl_ext.ppo.rollout import CACHE_ARG, positions_from_mask
+from trl_ext.ppo.rollout import CACHE_ARG, last_positions, positions_from_mask
 
 
 def bucket(n: int) -> int:
@@ -135,7 +135,7 @@ class StaticSampler:
         cache = self._cache(decoder, batch, length)
         logits = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, **{CACHE_ARG: cache},
                          cache_position=torch.arange(prompt_len, device=device), use_cache=True,
-                         logits_to_keep=1).logits[:, -1].float()
+                         logits_to_keep=last_positions(prompt_len, 1, device)).logits[:, -1].float()
 
         noise = None
         if temperature != 0:  # the extra rows draw nothing: the generator advances as the loop's
