@@ -7,7 +7,7 @@ does not fold it into one matrix product and multiplies it by the head through a
 weight, one per row. Indices gather a contiguous ``(B, K, H)`` copy first. Shapes: SmolLM2-135M's head (49,152 x 576)
 and Qwen2's vocabulary (151,936) at SmolLM2's width, 16 rows of 90 positions, the last 13 kept (an update of the
 real-model benchmark) and the last 1 (a sampler's prefill); with and without gradients to the hidden states;
-bf16 and float32. Each figure is the median of 5 timed calls after one untimed. Writes
+bf16 and float32. Each figure is the median of 3 timed calls after one untimed. Writes
 benchmarks/results/lm-head-slice-cpu.{json,md}.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS, LENGTH, HIDDEN, REPEATS = 16, 90, 576, 5
+ROWS, LENGTH, HIDDEN, REPEATS = 16, 90, 576, 3
 VOCABS = {"SmolLM2 (49,152)": 49152, "Qwen2 (151,936)": 151936}
 
 

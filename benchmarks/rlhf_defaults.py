@@ -10,7 +10,9 @@ and, for the contrast rows, the settings named in ROWS. Rewards of different kin
 * ``number``: ``trl_ext.real_model.task:just_the_number`` on the task's training stream: sparse, in [0, 1],
   verifiable;
 * ``positivity``: ``recipes/rlhf/positivity.py:positivity`` on ``recipes/rlhf/explain_prompts.jsonl`` (open
-  questions): dense, unbounded, a tone reward whose degenerate optimum is a salad of positive words.
+  questions): dense, unbounded, a tone reward whose degenerate optimum is a salad of positive words;
+* ``concise``: ``recipes/rlhf/concise.py:concise`` on the same questions: dense, graded, the question's topic named
+  in few words, whose degenerate optimum is the topic word alone.
 
 Per row, from the run's metrics.jsonl: the reward's mean over the first and last 5 updates, the KL to the
 reference (per answer, summed over tokens), the answer length in tokens, the KL weight at the end, and the last
@@ -33,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "rlhf"
 REWARDS = {"number": "trl_ext.real_model.task:just_the_number",
-           "positivity": "recipes/rlhf/positivity.py:positivity"}  # relative: the runs start in the checkout
+           "positivity": "recipes/rlhf/positivity.py:positivity",
+           "concise": "recipes/rlhf/concise.py:concise"}  # relative: the runs start in the checkout
 # name -> (reward, YAML options over the recipe's defaults: what the contrast rows change)
 ROWS = {
     "number-defaults": ("number", {}),
@@ -46,6 +49,10 @@ ROWS = {
     # What the KL guard alone does: the row above with the defaults' adaptive KL weight.
     "positivity-lr2e-4-guarded": ("positivity", {"learning_rate": 2e-4, "num_ppo_epochs": 4,
                                                  "value_head_init": "linear"}),
+    "concise-defaults": ("concise", {}),
+    "concise-before-lr2e-4": ("concise", {"learning_rate": 2e-4, "kl_target": None, "num_ppo_epochs": 4,
+                                          "value_head_init": "linear"}),
+    "concise-lr2e-4-guarded": ("concise", {"learning_rate": 2e-4, "num_ppo_epochs": 4, "value_head_init": "linear"}),
 }
 RUN_SIZE = dict(batch_size=8, response_length=48)
 

@@ -223,6 +223,7 @@ RESULT_COMMANDS = {
                               "--reward runs/reward`",
     "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
     "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
+    "lm-head-slice-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/lm_head_slice.py`",
     "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py` (the trl-ppo rows; its other rows were "
                            "stopped when the trainer's fused first-epoch pass landed and measured again by the same "
                            "command with `--rows scratch-ppo,scratch-grpo,trl-grpo`), the eight row files then "
@@ -597,6 +598,20 @@ def block_rlhf_defaults() -> tuple[str, list[str]]:
     return "\n".join(lines), [name]
 
 
+def block_lm_head_slice() -> tuple[str, list[str]]:
+    name = "lm-head-slice-cpu.json"
+    data = _load(name)
+    rows, positions, hidden = data["rows_positions_hidden"]
+    lines = [_cpu_source(name, "process"), "",
+             f"torch {data['torch']}: the head over the last positions of {rows} rows of {positions} positions (hidden "
+             f"{hidden}), the median of {data['repeats']} calls each.", "",
+             "| head | dtype | positions kept | gradients | int `logits_to_keep` s | indices s | int slower by |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['head']} | {r['dtype']} | {r['kept']} | {_f(r['grad'])} | {r['int_seconds']:.3f} | "
+              f"{r['index_seconds']:.3f} | {r['slower_by']:.0f}x |" for r in data["rows"]]
+    return "\n".join(lines), [name]
+
+
 BLOCKS = {
     "targets-summary": block_targets_summary,
     "targets-stages": block_targets_stages,
@@ -613,6 +628,7 @@ BLOCKS = {
     "remote-reward": block_remote_reward,
     "real-model": block_real_model,
     "rlhf-defaults": block_rlhf_defaults,
+    "lm-head-slice": block_lm_head_slice,
 }
 BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)",
                    re.S)

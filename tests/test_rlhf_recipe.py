@@ -183,3 +183,18 @@ def test_positivity_reward_counts_tone_words_per_square_root_of_length(monkeypat
     scores = positivity([warm, grim, "", "Rain is water.", salad, [{"role": "assistant", "content": warm}]])
     assert scores[0] == pytest.approx(2 / 8 ** 0.5) and scores[1] == pytest.approx(-3 / 7 ** 0.5)
     assert scores[2] == scores[3] == 0.0 and scores[4] == pytest.approx(4.0) and scores[5] == scores[0]
+
+
+def test_concise_reward_is_topic_coverage_less_words_over_48(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "recipes" / "rlhf"))
+    from concise import concise
+
+    question = [{"role": "user", "content": "Explain ocean tides in a few sentences."}]  # topic: ocean, tides
+    short = "The Moon's pull raises the ocean twice a day: tides."  # 10 words, both topic words
+    off_topic = "Volcanoes erupt when magma rises."  # 5 words, no topic word
+    rambling = " ".join(["Tides"] + ["and"] * 39)  # 40 words, one topic word
+    scores = concise([question] * 5, [short, off_topic, rambling, "", [{"role": "assistant", "content": "Tide."}]])
+    assert scores[0] == pytest.approx(1 - 10 / 48) and scores[1] == pytest.approx(-5 / 48)
+    assert scores[2] == pytest.approx(0.5 - 40 / 48) and scores[3] == 0.0
+    assert scores[4] == pytest.approx(0.5 - 1 / 48)  # "Tide" matches "tides"
+    assert concise(["Tell me about gravity."], ["Gravity pulls."]) == [pytest.approx(1 - 2 / 48)]  # plain-text prompt

@@ -9,6 +9,8 @@ words): a run that finds it has left the language behind, which is what a KL gua
 import math
 import re
 
+from trl_ext.rewards.messages import message_text
+
 POSITIVE = frozenset("""amazing awesome beautiful beneficial benefit best brilliant bright calm cheerful delightful
 easy enjoy enjoyable excellent exciting fantastic fascinating fresh friendly fun glad good gorgeous grateful great
 happy healthy helpful hope hopeful incredible inspiring joy joyful kind love lovely magical marvelous nice peaceful
@@ -28,13 +30,6 @@ def positivity_of(text: str) -> float:
     return tone / math.sqrt(len(words))
 
 
-def _text(completion) -> str:
-    """TRL hands a completion as text or as a list of messages (conversational prompts)."""
-    if isinstance(completion, str):
-        return completion
-    return "\n".join(str(message.get("content", "")) for message in completion)
-
-
 def positivity(completions, **kwargs) -> list[float]:
     """TRL's reward-function signature: one score per completion."""
-    return [positivity_of(_text(c)) for c in completions]
+    return [positivity_of(message_text(c)) for c in completions]

@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterator
 
 from trl_ext.rewards.base import RewardError, RewardFunction
+from trl_ext.rewards.messages import message_text
 
 INSTRUCTION = "Answer with just the number."
 QUESTION = "What is {words} written in digits?"
@@ -130,21 +131,12 @@ def heldout_dataset():
     return Dataset.from_list(heldout_rows())
 
 
-def _text(value) -> str:
-    """A prompt or completion as text: TRL hands either a string or a list of ``{"role", "content"}`` messages."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)) and all(isinstance(m, dict) for m in value):
-        return "\n".join(str(m.get("content", "")) for m in value)
-    raise RewardError(f"expected text or a list of {{'role', 'content'}} messages, got {type(value).__name__}")
-
-
 def parse_question(prompt) -> int:
     """The answer to the task's question in a prompt (messages, or text such as a rendered chat)."""
-    matches = _QUESTION.findall(_text(prompt))
+    matches = _QUESTION.findall(message_text(prompt))
     if not matches or matches[-1] not in _WORDS_TO_NUMBER:  # the last: the question follows the example turn
         raise RewardError(f"no 'What is <number in words> written in digits?' question in the prompt "
-                          f"{_text(prompt)[-120:]!r}")
+                          f"{message_text(prompt)[-120:]!r}")
     return _WORDS_TO_NUMBER[matches[-1]]
 
 
@@ -165,7 +157,7 @@ class JustTheNumber(RewardFunction):
     @staticmethod
     def grade(completion, answer: int) -> str:
         """Which grade a completion earns: ``alone``, ``first_line``, ``stated`` or ``none``."""
-        text = _SPECIAL.split(_text(completion), maxsplit=1)[0].strip()
+        text = _SPECIAL.split(message_text(completion), maxsplit=1)[0].strip()
         numbers = [float(n) for n in _NUMBER.findall(text)]
         if not numbers or any(v != answer for v in numbers):
             return "none"

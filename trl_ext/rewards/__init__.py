@@ -5,10 +5,11 @@ in ``trl_ext.doubling.rewards``."""
 from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, combine_rewards, validate_rewards
 from trl_ext.rewards.classifier import ClassifierReward
 from trl_ext.rewards.combine import Clipped, WeightedSum
+from trl_ext.rewards.messages import message_text
 from trl_ext.rewards.remote import RemoteReward, RemoteRewardError
 
 __all__ = [
     "ClassifierReward", "Clipped", "RemoteReward", "RemoteRewardError", "RewardError", "RewardFunction",
     "WeightedSum",
-    "call_reward", "combine_rewards", "validate_rewards",
+    "call_reward", "combine_rewards", "message_text", "validate_rewards",
 ]
