@@ -224,13 +224,11 @@ RESULT_COMMANDS = {
     "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
     "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
     "lm-head-slice-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/lm_head_slice.py`",
-    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py` (the trl-ppo rows; its other rows were "
-                           "stopped when the trainer's fused first-epoch pass landed and measured again by the same "
-                           "command with `--rows scratch-ppo,scratch-grpo,trl-grpo`), the eight row files then "
-                           "gathered with `--collect` (the file's `command`)",
-    "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`, stopped before its fifth row "
-                              "(positivity-lr2e-4-guarded) for lack of time, the four finished runs gathered with "
-                              "`--collect` (the file's `command`), beside a test run for most of its time",
+    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`",
+    "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`: the number and positivity rows by "
+                              "one invocation (before the LM-head change; its positivity-lr2e-4-guarded row not run), "
+                              "the concise rows by another with `--rows concise-defaults,concise-before-lr2e-4,"
+                              "concise-lr2e-4-guarded`, the seven runs gathered with `--collect` (the file's `command`)",
 }
 
 
