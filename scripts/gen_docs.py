@@ -224,7 +224,10 @@ RESULT_COMMANDS = {
     "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
     "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
     "lm-head-slice-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/lm_head_slice.py`",
-    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`",
+    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py` (seeds 0 and 1 of every row) and the same "
+                           "command with `--rows scratch-ppo,trl-ppo --seeds 2,3` (two more seeds of the PPO rows; its "
+                           "scratch-ppo rows shared the 2 cores with other runs for most of their training, so their "
+                           "seconds are high), the twelve row files gathered with `--collect` (the file's `command`)",
     "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`: the number and positivity rows by "
                               "one invocation (before the LM-head change; its positivity-lr2e-4-guarded row not run), "
                               "the concise rows by another with `--rows concise-defaults,concise-before-lr2e-4,"
