@@ -30,6 +30,23 @@ def test_indices_give_the_logits_an_int_gives(tokenizer):
     torch.testing.assert_close(by_index, by_int, rtol=0, atol=1e-6)
 
 
+def test_indices_on_a_bf16_checkpoint_of_a_real_vocabulary(tmp_path):
+    """A Qwen2 saved as real checkpoints are (bf16, 151,936 tokens), loaded back: the same logits either way, up to
+    bf16 rounding of the two matrix products."""
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import QWEN2_VOCAB, tiny_qwen2
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_qwen2(tmp_path, vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16))
+    assert policy.dtype == torch.bfloat16
+    ids = torch.randint(0, 40, (2, 7))
+    with torch.no_grad():
+        by_int = policy(input_ids=ids, logits_to_keep=3).logits.float()
+        by_index = policy(input_ids=ids, logits_to_keep=last_positions(7, 3)).logits.float()
+    assert by_index.shape == (2, 3, QWEN2_VOCAB)
+    torch.testing.assert_close(by_index, by_int, rtol=0, atol=2e-2)
+
+
 def _recording(module, seen: list):
     module.register_forward_pre_hook(
         lambda _, args, kwargs: seen.append(type(kwargs.get("logits_to_keep"))), with_kwargs=True)
