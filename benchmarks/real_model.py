@@ -1,4 +1,4 @@
-"""PPO and group baselines on the real model (issue 31 item 2): held-out score before and after, on CPU.
+"""PPO and group baselines on the real model (issue 31 item 2): held-out score before and after, on CPU or a GPU.
 
     OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick     # smoke run: 1 seed, 2 updates, 16 held-out prompts
     OMP_NUM_THREADS=1 python benchmarks/real_model.py             # full: seeds 0 and 1, 20 updates, 200 held-out
@@ -6,7 +6,9 @@
 Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.real_model.checkpoint.fetch_smollm2``) with LoRA r=16
 (alpha 32, all linear layers) on ``trl_ext.real_model.task``'s training stream, rewarded by ``JustTheNumber``,
 with SETTINGS: 16 rollouts an update, 2 epochs over each, lr 1.5e-4 (constant), temperature 0.7, responses up to
-32 tokens, the value head (PPO rows) starting at zero, the KL weight fixed at PPOConfig's 0.05. Rows:
+32 tokens, the value head (PPO rows) starting at zero, the KL weight fixed at PPOConfig's 0.05 in the PPO rows and
+none in the GRPO rows (TRL's GRPO at its default beta=0 has no KL term). ``--set FIELD=JSON`` changes a setting for
+every row. On a machine with CUDA every row trains and evaluates there. Rows:
 
 * ``scratch-ppo``  trl-ext's PPOTrainer, critic and GAE (``.venv``);
 * ``trl-ppo``      TRL 1.12's PPOTrainer through trl-ext's ``trl`` runner (``.venv``);
@@ -35,11 +37,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, generations per prompt)
-    "scratch-ppo": (".venv", "scratch", "gae", 1),
-    "trl-ppo": (".venv", "trl", "gae", 1),
-    "scratch-grpo": (".venv", "scratch", "grpo", 4),
-    "trl-grpo": (".venv-latest", "grpo", "grpo", 4),
+ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, generations per prompt, settings)
+    "scratch-ppo": (".venv", "scratch", "gae", 1, {}),
+    "trl-ppo": (".venv", "trl", "gae", 1, {}),
+    # GRPO's objective as TRL's GRPOTrainer has it at its default beta=0: no KL term anywhere, so no KL weight in
+    # the returns either (the pairing tests/test_trl_group_equality.py proves equal per update).
+    "scratch-grpo": (".venv", "scratch", "grpo", 4, {"kl_coef": 0.0}),
+    "trl-grpo": (".venv-latest", "grpo", "grpo", 4, {"kl_coef": 0.0}),
 }
 SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
                 response_length=32, num_ppo_epochs=2, value_head_init="zero", lora_r=16, lora_alpha=32,
@@ -86,10 +90,13 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
     from trl_ext.runners import RUNNERS, RunInputs
 
     torch.set_num_threads(1)
-    _, runner_name, estimator, generations = ROWS[name]
+    _, runner_name, estimator, generations, row_settings = ROWS[name]
+    SETTINGS.update(row_settings)
     folder = fetch_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    if torch.cuda.is_available():  # the trainers run on the accelerator's device; evaluate there before as after
+        model.to("cuda")
     rows = heldout_rows()[:heldout]
     t0 = time.perf_counter()
     before = held_out(model, tokenizer, rows, seed)
@@ -138,7 +145,9 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
         "seconds_per_update_by_phase": {p: round(sum(c.get(p, 0.0) for c in curve) / len(curve), 3) for p in phases},
         "eval_seconds": {"before": round(eval_before_s, 1), "after": round(eval_after_s, 1)},
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__,
+        "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "settings": dict(SETTINGS), "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__,
     }
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
@@ -146,18 +155,20 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
 def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) -> None:
     stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed), indent=2,
                                                     ensure_ascii=False) + "\n")
-    lines = [f"# Real model on CPU{' (QUICK smoke run)' if meta['quick'] else ''}", "",
-             f"`{meta['command']}` on {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
+    devices = sorted({r.get("device", "cpu") for r in rows}) or ["cpu"]
+    on = ", ".join(devices).replace("cpu", "CPU")
+    lines = [f"# Real model on {on}{' (QUICK smoke run)' if meta['quick'] else ''}", "",
+             f"`{meta['command']}` on {on}, {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
              f"{meta['held_out_prompts']} held-out prompts, {meta['updates']} updates of "
              f"{SETTINGS['batch_size']}. Scores: `JustTheNumber` mean, sampled at T={SETTINGS['temperature']} "
              "(greedy in brackets).", "",
-             "| trainer | seed | episodes | before | after | s/update | peak RSS MiB | reward first -> last |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| trainer | seed | episodes | before | after | s/update | peak RSS MiB | peak GPU MiB | reward first -> last |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["curve"]
         lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f}) "
                      f"| {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['seconds_per_update']} | {r['peak_rss_mib']} "
-                     f"| {c[0]['reward']:.3f} -> {c[-1]['reward']:.3f} |")
+                     f"| {r.get('peak_gpu_mib') or '-'} | {c[0]['reward']:.3f} -> {c[-1]['reward']:.3f} |")
     for f in failed:
         lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -189,6 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int)
     parser.add_argument("--seeds", help="comma-separated")
     parser.add_argument("--heldout", type=int)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                        help="override one of SETTINGS for every row, e.g. --set whiten_advantages=false (repeatable)")
     parser.add_argument("--out", help="results stem (default benchmarks/results/real-model-cpu[-quick])")
     parser.add_argument("--collect", nargs="+", metavar="ROW_JSON",
                         help="write the results from row files already measured (--row ... --row-out FILE) instead "
@@ -196,6 +209,12 @@ def main(argv=None) -> int:
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            SETTINGS[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--set {item!r}: the value must be JSON (false, 2e-4, \"linear\")")
     mode = QUICK if args.quick else FULL
     updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
@@ -220,7 +239,8 @@ def main(argv=None) -> int:
         name, seed = job
         out = logs / f"{name}-{seed}.json"
         cmd = [str(ROOT / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
-               "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout)]
+               "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
+               *(f"--set={item}" for item in args.set)]
         t0 = time.perf_counter()
         with open(logs / f"{name}-{seed}.log", "w") as log:
             rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
