@@ -7,7 +7,8 @@ Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.real_model.checkpoint.fe
 (alpha 32, all linear layers) on ``trl_ext.real_model.task``'s training stream, rewarded by ``JustTheNumber``,
 with SETTINGS: 16 rollouts an update, 2 epochs over each, lr 1.5e-4 (constant), temperature 0.7, responses up to
 32 tokens, the value head (PPO rows) starting at zero, the KL weight fixed at PPOConfig's 0.05 in the PPO rows and
-none in the GRPO rows (TRL's GRPO at its default beta=0 has no KL term). ``--set FIELD=JSON`` changes a setting for
+none in the GRPO rows (TRL's GRPO at its default beta=0 has no KL term); trl-ext's PPO row does not whiten its
+advantages (TRL's PPO always does). ``--set FIELD=JSON`` changes a setting for
 every row. On a machine with CUDA every row trains and evaluates there. Rows:
 
 * ``scratch-ppo``  trl-ext's PPOTrainer, critic and GAE (``.venv``);
@@ -38,7 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, generations per prompt, settings)
-    "scratch-ppo": (".venv", "scratch", "gae", 1, {}),
+    # Advantages not whitened: over a batch where most answers earn the same score, whitening blows the few
+    # failures up to several standard deviations and PPO takes its largest steps there (docs/real-model.md).
+    "scratch-ppo": (".venv", "scratch", "gae", 1, {"whiten_advantages": False}),
     "trl-ppo": (".venv", "trl", "gae", 1, {}),
     # GRPO's objective as TRL's GRPOTrainer has it at its default beta=0: no KL term anywhere, so no KL weight in
     # the returns either (the pairing tests/test_trl_group_equality.py proves equal per update).
@@ -48,6 +51,7 @@ ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, g
 SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
                 response_length=32, num_ppo_epochs=2, value_head_init="zero", lora_r=16, lora_alpha=32,
                 dtype="bfloat16", torch_threads=1)
+OVERRIDES: dict = {}  # --set: wins over a row's own settings
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype", "torch_threads")  # SETTINGS that are not PPOConfig fields
 QUICK = dict(seeds=[0], updates=2, heldout=16)
 FULL = dict(seeds=[0, 1], updates=20, heldout=200)
@@ -78,7 +82,27 @@ def held_out(model, tokenizer, rows, seed: int) -> dict:
     return {"greedy": greedy, "sampled": sampled}
 
 
-def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None:
+def held_out_during(policy, tokenizer, rows, seed: int) -> float:
+    """The sampled held-out score in the middle of training, leaving the random state and train mode as they were
+    (TRL's trainers sample from torch's global generator: an evaluation must not change their run)."""
+    import torch
+
+    from trl_ext.real_model.evaluate import score_rows
+
+    cpu, cuda = torch.random.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    training = policy.training
+    policy.eval()
+    try:
+        return score_rows(policy, tokenizer, rows, temperature=SETTINGS["temperature"],
+                          max_new_tokens=SETTINGS["response_length"], seed=seed + 1, examples=0)["score"]
+    finally:
+        policy.train(training)
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_every: int = 0) -> None:
     """One row, in this process: train, evaluate before and after, write its JSON to ``out``."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -91,7 +115,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
 
     torch.set_num_threads(1)
     _, runner_name, estimator, generations, row_settings = ROWS[name]
-    SETTINGS.update(row_settings)
+    SETTINGS.update(row_settings, **OVERRIDES)
     folder = fetch_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
@@ -115,19 +139,27 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
                        peft_config=peft_config)
     runner = RUNNERS[runner_name](inputs)
     curve = []
+    evaluating = [0.0]  # seconds spent on held-out scores during training: not training time
     start = time.perf_counter()
 
     def on_update(update, stats) -> bool:
-        curve.append({"update": int(update), "seconds": round(time.perf_counter() - start, 2),
+        curve.append({"update": int(update), "seconds": round(time.perf_counter() - start - evaluating[0], 2),
                       "reward": float(stats["objective/scores"]),
                       "kl": round(float(stats.get("objective/kl", "nan")), 4),
+                      **{name: round(float(stats[key]), 4) for name, key in (("approxkl", "policy/approxkl_avg"),
+                                                                             ("clipfrac", "policy/clipfrac_avg"))
+                         if key in stats},
                       **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")}})
-        print(f"[{name} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} at {curve[-1]['seconds']} s",
-              flush=True)
+        if eval_every and int(update) % eval_every == 0 and int(update) < updates:
+            t0 = time.perf_counter()
+            curve[-1]["held_out"] = held_out_during(runner.policy, tokenizer, rows, seed)
+            evaluating[0] += time.perf_counter() - t0
+        print(f"[{name} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} held-out "
+              f"{curve[-1].get('held_out', '-')} at {curve[-1]['seconds']} s", flush=True)
         return False
 
     runner.train(on_update)
-    train_s = time.perf_counter() - start
+    train_s = time.perf_counter() - start - evaluating[0]
     t0 = time.perf_counter()
     after = held_out(runner.policy, tokenizer, rows, seed)
     eval_after_s = time.perf_counter() - t0
@@ -143,7 +175,8 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
         "before_detail": before, "after_detail": after,
         "train_seconds": round(train_s, 1), "seconds_per_update": round(train_s / max(1, len(curve)), 2),
         "seconds_per_update_by_phase": {p: round(sum(c.get(p, 0.0) for c in curve) / len(curve), 3) for p in phases},
-        "eval_seconds": {"before": round(eval_before_s, 1), "after": round(eval_after_s, 1)},
+        "eval_seconds": {"before": round(eval_before_s, 1), "after": round(eval_after_s, 1),
+                         "during": round(evaluating[0], 1)},
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
@@ -181,9 +214,13 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) 
         fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
         for r in rows:
             label = f"{r['trainer']} s{r['seed']}"
-            a.plot([c["update"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
+            line, = a.plot([c["update"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
+            held = [(0, r["before"])] + [(c["update"], c["held_out"]) for c in r["curve"] if "held_out" in c] \
+                + [(r["curve"][-1]["update"], r["after"])]
+            if len(held) > 2:  # --eval-every: the held-out score along the run, dashed in the row's colour
+                a.plot(*zip(*held), linestyle="--", marker="x", color=line.get_color(), label=f"{label} held-out")
             b.plot([c["seconds"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
-        a.set_xlabel("update"), b.set_xlabel("seconds"), a.set_ylabel("mean training reward")
+        a.set_xlabel("update"), b.set_xlabel("seconds"), a.set_ylabel("mean training reward (held-out dashed)")
         a.legend(fontsize=7)
         fig.suptitle(stem.name)
         fig.tight_layout()
@@ -200,6 +237,8 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int)
     parser.add_argument("--seeds", help="comma-separated")
     parser.add_argument("--heldout", type=int)
+    parser.add_argument("--eval-every", type=int, default=0, metavar="N",
+                        help="also score the held-out set (sampled) after every N-th update, into the curves")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                         help="override one of SETTINGS for every row, e.g. --set whiten_advantages=false (repeatable)")
     parser.add_argument("--out", help="results stem (default benchmarks/results/real-model-cpu[-quick])")
@@ -212,7 +251,7 @@ def main(argv=None) -> int:
     for item in args.set:
         key, _, value = item.partition("=")
         try:
-            SETTINGS[key] = json.loads(value)
+            OVERRIDES[key] = json.loads(value)
         except json.JSONDecodeError:
             parser.error(f"--set {item!r}: the value must be JSON (false, 2e-4, \"linear\")")
     mode = QUICK if args.quick else FULL
@@ -222,7 +261,7 @@ def main(argv=None) -> int:
     from trl_ext.machine import cpu_name
 
     if args.row:
-        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out))
+        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.eval_every)
         return 0
 
     names = [n for n in args.rows.split(",") if n]
@@ -240,7 +279,7 @@ def main(argv=None) -> int:
         out = logs / f"{name}-{seed}.json"
         cmd = [str(ROOT / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
                "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
-               *(f"--set={item}" for item in args.set)]
+               f"--eval-every={args.eval_every}", *(f"--set={item}" for item in args.set)]
         t0 = time.perf_counter()
         with open(logs / f"{name}-{seed}.log", "w") as log:
             rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
@@ -265,7 +304,8 @@ def main(argv=None) -> int:
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "python": platform.python_version()},
             "model": "SmolLM2-135M-Instruct bf16 (trl_ext.real_model.checkpoint.fetch_smollm2)",
-            "settings": dict(SETTINGS, lora_target_modules="all-linear", jobs=args.jobs),
+            "settings": dict(SETTINGS, **OVERRIDES, lora_target_modules="all-linear", jobs=args.jobs),
+            "row_settings": {name: ROWS[name][4] for name in names},
             "updates": updates, "seeds": seeds, "held_out_prompts": heldout,
             "wall_seconds": None if args.collect else round(time.perf_counter() - start, 1),
             "collected_from_row_files": bool(args.collect)}
