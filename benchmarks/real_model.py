@@ -82,6 +82,11 @@ def held_out(model, tokenizer, rows, seed: int) -> dict:
     return {"greedy": greedy, "sampled": sampled}
 
 
+def settings_of(name: str) -> dict:
+    """A row's settings: SETTINGS, the row's own over them, ``--set`` over both."""
+    return {**SETTINGS, **ROWS[name][4], **OVERRIDES}
+
+
 def held_out_during(policy, tokenizer, rows, seed: int) -> float:
     """The sampled held-out score in the middle of training, leaving the random state and train mode as they were
     (TRL's trainers sample from torch's global generator: an evaluation must not change their run)."""
@@ -114,8 +119,8 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     from trl_ext.runners import RUNNERS, RunInputs
 
     torch.set_num_threads(1)
-    _, runner_name, estimator, generations, row_settings = ROWS[name]
-    SETTINGS.update(row_settings, **OVERRIDES)
+    _, runner_name, estimator, generations, _ = ROWS[name]
+    SETTINGS.update(settings_of(name))
     folder = fetch_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)

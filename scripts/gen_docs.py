@@ -545,7 +545,9 @@ def block_real_model() -> tuple[str, list[str]]:
              f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
              f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
              f"{data['updates']} updates; {data['held_out_prompts']} held-out prompts. Score: `JustTheNumber`, "
-             f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side.", "",
+             f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side."
+             + "".join(f" {trainer}: {', '.join(f'{k}={v}' for k, v in changed.items())}."
+                       for trainer, changed in data.get("row_settings", {}).items() if changed), "",
              "| trainer | seed | episodes | held-out before | after | gain | s/update | update phases (s) | "
              "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
@@ -575,6 +577,45 @@ def block_real_model() -> tuple[str, list[str]]:
                           f"{grpo['after']:.3f} | {_f(free[0]['after'] >= grpo['after'])} |")
     lines += ["", "| target (issue 31) | measured | met |", "|---|---|---|", *checks, "",
               "![reward per update and against seconds, every row and seed](../benchmarks/results/real-model-cpu.png)"]
+    return "\n".join(lines), [name]
+
+
+def _run_label(run: dict, trainer: str) -> str:
+    """A column of the GPU table: the trainer and the settings its invocation changed (``--set``)."""
+    changed = [part.split("=", 1)[1] for part in run["command"].split() if part.startswith("--set=")]
+    changed += [after for before, after in zip(run["command"].split(), run["command"].split()[1:]) if before == "--set"]
+    changed += [run["column_notes"][trainer]] if trainer in run.get("column_notes", {}) else []
+    return trainer + (f" ({', '.join(c.replace(chr(34), '') for c in changed)})" if changed else "")
+
+
+def block_real_model_gpu() -> tuple[str, list[str]]:
+    name = "real-model-gpu-h100.json"
+    data = _load(name)
+    first = data["runs"][0]["rows"][0]
+    columns: dict[str, dict[int, dict]] = {}
+    for run in data["runs"]:
+        for r in run["rows"]:
+            columns.setdefault(_run_label(run, r["trainer"]), {})[r["seed"]] = r
+    seeds = sorted({seed for col in columns.values() for seed in col})
+    commands = "; ".join(f"`{run['command']}` ({run['wall_seconds']:.0f} s)" for run in data["runs"])
+    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {commands} on "
+             f"{data['device']} with {data['runs'][0]['machine']['cores']} CPU cores, torch {first['torch']}, every "
+             f"row a process with one torch thread, the rows of an invocation side by side on the one GPU. {data['how']}*", "",
+             "Held-out score after training (sampled at T=0.7, greedy in brackets), every seed; the settings are the "
+             "CPU run's except what a column names. Before training: "
+             + ", ".join(f"seed {s} {next(c[s]['before'] for c in columns.values() if s in c):.3f}" for s in seeds)
+             + ".", "",
+             "| seed | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for seed in seeds:
+        cells = [f"{c[seed]['after']:.3f} ({c[seed]['after_greedy']:.3f})" if seed in c else "-"
+                 for c in columns.values()]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    mean = [sum(r["after"] for r in c.values()) / len(c) for c in columns.values()]
+    lines.append("| mean | " + " | ".join(f"{m:.3f}" for m in mean) + " |")
+    lines.append("| s/update, mean | " + " | ".join(
+        f"{sum(r['seconds_per_update'] for r in c.values()) / len(c):.2f}" for c in columns.values()) + " |")
+    lines.append("| peak GPU MiB | " + " | ".join(
+        f"{max(r['peak_gpu_mib'] for r in c.values()):,.0f}" for c in columns.values()) + " |")
     return "\n".join(lines), [name]
 
 
@@ -628,6 +669,7 @@ BLOCKS = {
     "memory-scaling": block_memory_scaling,
     "remote-reward": block_remote_reward,
     "real-model": block_real_model,
+    "real-model-gpu": block_real_model_gpu,
     "rlhf-defaults": block_rlhf_defaults,
     "lm-head-slice": block_lm_head_slice,
 }
