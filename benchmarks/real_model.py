@@ -216,19 +216,23 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+        colour = {name: f"C{i}" for i, name in enumerate(ROWS)}  # one colour a trainer, one line a seed
         for r in rows:
-            label = f"{r['trainer']} s{r['seed']}"
-            line, = a.plot([c["update"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
-            held = [(0, r["before"])] + [(c["update"], c["held_out"]) for c in r["curve"] if "held_out" in c] \
+            c, label = colour.get(r["trainer"], "k"), r["trainer"]
+            a.plot([x["update"] for x in r["curve"]], [x["reward"] for x in r["curve"]], color=c, alpha=0.6,
+                   marker=".", label=label)
+            b.plot([x["seconds"] for x in r["curve"]], [x["reward"] for x in r["curve"]], color=c, alpha=0.6,
+                   marker=".", label=label)
+            held = [(0, r["before"])] + [(x["update"], x["held_out"]) for x in r["curve"] if "held_out" in x] \
                 + [(r["curve"][-1]["update"], r["after"])]
-            if len(held) > 2:  # --eval-every: the held-out score along the run, dashed in the row's colour
-                a.plot(*zip(*held), linestyle="--", marker="x", color=line.get_color(), label=f"{label} held-out")
-            b.plot([c["seconds"] for c in r["curve"]], [c["reward"] for c in r["curve"]], marker=".", label=label)
-        a.set_xlabel("update"), b.set_xlabel("seconds"), a.set_ylabel("mean training reward (held-out dashed)")
-        a.legend(fontsize=7)
-        fig.suptitle(stem.name)
-        fig.tight_layout()
+            if len(held) > 2:  # --eval-every: the held-out score along the run, dashed in the trainer's colour
+                a.plot(*zip(*held), linestyle="--", marker="x", color=c, label=f"{label} held-out")
+        a.set_xlabel("update"), b.set_xlabel("seconds of training"), a.set_ylabel("mean training reward")
+        handles = dict(zip(*reversed(a.get_legend_handles_labels())))  # one entry a label, every seed drawn
+        fig.legend(handles.values(), handles.keys(), loc="center right", fontsize=8)
+        fig.subplots_adjust(right=0.8)
+        fig.suptitle(f"{stem.name}: every seed a line; held-out dashed where measured along the run")
         fig.savefig(stem.with_suffix(".png"), dpi=100)
     except ImportError as err:
         print(f"no curves PNG: {err}")

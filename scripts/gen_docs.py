@@ -224,10 +224,17 @@ RESULT_COMMANDS = {
     "rollout-engines-cpu.json": "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`",
     "real-model-base-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py`",
     "lm-head-slice-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/lm_head_slice.py`",
-    "real-model-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py` (seeds 0 and 1 of every row) and the same "
-                           "command with `--rows scratch-ppo,trl-ppo --seeds 2,3` (two more seeds of the PPO rows; its "
-                           "scratch-ppo rows shared the 2 cores with other runs for most of their training, so their "
-                           "seconds are high), the twelve row files gathered with `--collect` (the file's `command`)",
+    "real-model-cpu.json": "sixteen row files gathered with `--collect` (the file's `command`), from these runs of "
+                           "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`: TRL's rows at commits 7922095 "
+                           "(`--seeds 0,1` for all four rows) and 6d38256 (`--rows scratch-ppo,trl-ppo --seeds 2,3`; "
+                           "their code has not changed since) and `--rows trl-grpo --seeds 2` and `--seeds 3`; "
+                           "trl-ext's rows from commit feedc1c: `--rows scratch-grpo --seeds 0,1`, `--rows scratch-grpo "
+                           "--seeds 2,3 --jobs 1`, and `--rows scratch-ppo --eval-every 4` with `--seeds 0 --jobs 1`, "
+                           "`--seeds 1,2` and `--seeds 3 --jobs 1`; two of these ran at a time on the 2 cores",
+    "real-model-cpu-whitened-seed0.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-ppo --seeds 0 "
+                                          "--jobs 1 --eval-every 4 --set whiten_advantages=true --out "
+                                          "benchmarks/results/real-model-cpu-whitened-seed0`, side by side with the "
+                                          "same command without `--set` (the seed-0 row of `real-model-cpu.json`)",
     "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`: the number and positivity rows by "
                               "one invocation (before the LM-head change; its positivity-lr2e-4-guarded row not run), "
                               "the concise rows by another with `--rows concise-defaults,concise-before-lr2e-4,"
@@ -575,8 +582,37 @@ def block_real_model() -> tuple[str, list[str]]:
             grpo = by[("trl-grpo", seed)]
             checks.append(f"| seed {seed}: trl-ext {free[0]['trainer']} >= TRL GRPO | {free[0]['after']:.3f} vs "
                           f"{grpo['after']:.3f} | {_f(free[0]['after'] >= grpo['after'])} |")
+    for ours_name, theirs_name in (("scratch-ppo", "trl-ppo"), ("scratch-grpo", "trl-grpo")):
+        pairs = [(by[(ours_name, s)], by[(theirs_name, s)]) for s in data["seeds"]
+                 if (ours_name, s) in by and (theirs_name, s) in by]
+        if pairs:
+            ours_mean, theirs_mean = (sum(p[i]["after"] for p in pairs) / len(pairs) for i in (0, 1))
+            checks.append(f"| mean of {len(pairs)} seeds: {ours_name} held-out >= {theirs_name}'s | {ours_mean:.3f} vs "
+                          f"{theirs_mean:.3f} | {_f(ours_mean >= theirs_mean)} |")
     lines += ["", "| target (issue 31) | measured | met |", "|---|---|---|", *checks, "",
               "![reward per update and against seconds, every row and seed](../benchmarks/results/real-model-cpu.png)"]
+    return "\n".join(lines), [name]
+
+
+def block_real_model_whitening() -> tuple[str, list[str]]:
+    """Seed 0 of trl-ext's PPO row with and without whitened advantages: held-out along the run, PPO's step sizes."""
+    name, main = "real-model-cpu-whitened-seed0.json", "real-model-cpu.json"
+    whitened = _load(name)["rows"][0]
+    plain = next(r for r in _load(main)["rows"] if r["trainer"] == "scratch-ppo" and r["seed"] == whitened["seed"])
+    lines = [_cpu_source(name, "row"), "",
+             f"Seed {whitened['seed']}, the same settings but `whiten_advantages`; beside it the row of `{main}`. "
+             "Held-out: sampled score of the 200 held-out prompts after the update; approx-KL: PPO's mean estimate of "
+             "how far an update moved the policy on its own rollouts.", "",
+             "| update | " + " | ".join(str(c["update"]) for c in plain["curve"]) + " |",
+             "|---" * (len(plain["curve"]) + 1) + "|"]
+    for label, row in (("whitened", whitened), ("not whitened", plain)):
+        held = {c["update"]: c["held_out"] for c in row["curve"] if "held_out" in c}
+        held[row["curve"][-1]["update"]] = row["after"]
+        lines.append(f"| reward, {label} | " + " | ".join(f"{c['reward']:.2f}" for c in row["curve"]) + " |")
+        lines.append(f"| approx-KL, {label} | " + " | ".join(f"{c.get('approxkl', float('nan')):.3f}"
+                                                            for c in row["curve"]) + " |")
+        lines.append(f"| held-out, {label} | " + " | ".join(f"**{held[c['update']]:.3f}**" if c["update"] in held
+                                                           else "" for c in row["curve"]) + " |")
     return "\n".join(lines), [name]
 
 
@@ -670,6 +706,7 @@ BLOCKS = {
     "remote-reward": block_remote_reward,
     "real-model": block_real_model,
     "real-model-gpu": block_real_model_gpu,
+    "real-model-whitening": block_real_model_whitening,
     "rlhf-defaults": block_rlhf_defaults,
     "lm-head-slice": block_lm_head_slice,
 }
