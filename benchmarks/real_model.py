@@ -151,8 +151,8 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
         curve.append({"update": int(update), "seconds": round(time.perf_counter() - start - evaluating[0], 2),
                       "reward": float(stats["objective/scores"]),
                       "kl": round(float(stats.get("objective/kl", "nan")), 4),
-                      **{name: round(float(stats[key]), 4) for name, key in (("approxkl", "policy/approxkl_avg"),
-                                                                             ("clipfrac", "policy/clipfrac_avg"))
+                      **{metric: round(float(stats[key]), 4) for metric, key in (("approxkl", "policy/approxkl_avg"),
+                                                                                 ("clipfrac", "policy/clipfrac_avg"))
                          if key in stats},
                       **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")}})
         if eval_every and int(update) % eval_every == 0 and int(update) < updates:
@@ -313,7 +313,7 @@ def main(argv=None) -> int:
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "python": platform.python_version()},
             "model": "SmolLM2-135M-Instruct bf16 (trl_ext.real_model.checkpoint.fetch_smollm2)",
-            "settings": dict(SETTINGS, **OVERRIDES, lora_target_modules="all-linear", jobs=args.jobs),
+            "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": args.jobs},
             "row_settings": {name: ROWS[name][4] for name in names},
             "updates": updates, "seeds": seeds, "held_out_prompts": heldout,
             "wall_seconds": None if args.collect else round(time.perf_counter() - start, 1),
