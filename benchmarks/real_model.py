@@ -8,7 +8,8 @@ Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.real_model.checkpoint.fe
 with SETTINGS: 16 rollouts an update, 2 epochs over each, lr 1.5e-4 (constant), temperature 0.7, responses up to
 32 tokens, the value head (PPO rows) starting at zero, the KL weight fixed at PPOConfig's 0.05 in the PPO rows and
 none in the GRPO rows (TRL's GRPO at its default beta=0 has no KL term); trl-ext's PPO row does not whiten its
-advantages (TRL's PPO always does). ``--set FIELD=JSON`` changes a setting for
+advantages (TRL's PPO always does) and trl-ext's GRPO row does not divide them by the group's std (TRL's GRPO does
+by default). ``--set FIELD=JSON`` changes a setting for
 every row. On a machine with CUDA every row trains and evaluates there. Rows:
 
 * ``scratch-ppo``  trl-ext's PPOTrainer, critic and GAE (``.venv``);
@@ -43,9 +44,10 @@ ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, g
     # failures up to several standard deviations and PPO takes its largest steps there (docs/real-model.md).
     "scratch-ppo": (".venv", "scratch", "gae", 1, {"whiten_advantages": False}),
     "trl-ppo": (".venv", "trl", "gae", 1, {}),
-    # GRPO's objective as TRL's GRPOTrainer has it at its default beta=0: no KL term anywhere, so no KL weight in
-    # the returns either (the pairing tests/test_trl_group_equality.py proves equal per update).
-    "scratch-grpo": (".venv", "scratch", "grpo", 4, {"kl_coef": 0.0}),
+    # No KL term, as TRL's GRPOTrainer at its default beta=0; advantages not divided by the group's std (Dr. GRPO,
+    # the GRPO rows' counterpart of the PPO row's unwhitened advantages: docs/real-model.md). With
+    # scale_rewards="group" the row is TRL's GRPO per update (tests/test_trl_group_equality.py).
+    "scratch-grpo": (".venv", "scratch", "grpo", 4, {"kl_coef": 0.0, "scale_rewards": "none"}),
     "trl-grpo": (".venv-latest", "grpo", "grpo", 4, {"kl_coef": 0.0}),
 }
 SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
@@ -190,6 +192,16 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
+def row_settings(rows: list[dict]) -> dict:
+    """Per trainer, the settings its rows ran with that differ from SETTINGS (as each row recorded them)."""
+    changed = {}
+    for r in rows:
+        if "settings" in r:
+            changed.setdefault(r["trainer"], {}).update(
+                {k: v for k, v in r["settings"].items() if k not in SETTINGS or SETTINGS[k] != v})
+    return changed
+
+
 def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) -> None:
     stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed), indent=2,
                                                     ensure_ascii=False) + "\n")
@@ -314,7 +326,7 @@ def main(argv=None) -> int:
                         "python": platform.python_version()},
             "model": "SmolLM2-135M-Instruct bf16 (trl_ext.real_model.checkpoint.fetch_smollm2)",
             "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": args.jobs},
-            "row_settings": {name: ROWS[name][4] for name in names},
+            "row_settings": row_settings(rows),
             "updates": updates, "seeds": seeds, "held_out_prompts": heldout,
             "wall_seconds": None if args.collect else round(time.perf_counter() - start, 1),
             "collected_from_row_files": bool(args.collect)}

@@ -228,13 +228,19 @@ RESULT_COMMANDS = {
                            "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`: TRL's rows at commits 7922095 "
                            "(`--seeds 0,1` for all four rows) and 6d38256 (`--rows scratch-ppo,trl-ppo --seeds 2,3`; "
                            "their code has not changed since) and `--rows trl-grpo --seeds 2` and `--seeds 3`; "
-                           "trl-ext's rows from commit feedc1c: `--rows scratch-grpo --seeds 0,1`, `--rows scratch-grpo "
-                           "--seeds 2,3 --jobs 1`, and `--rows scratch-ppo --eval-every 4` with `--seeds 0 --jobs 1`, "
-                           "`--seeds 1,2` and `--seeds 3 --jobs 1`; two of these ran at a time on the 2 cores",
+                           "trl-ext's PPO rows at commit feedc1c, `--rows scratch-ppo --eval-every 4` with `--seeds 0 --jobs 1`, "
+                           "`--seeds 1,2` and `--seeds 3 --jobs 1`; trl-ext's GRPO rows at commit c489beb, `--rows "
+                           "scratch-grpo --seeds 0,1,2,3 --set 'scale_rewards=\"none\"'` (the row's own setting since); "
+                           "two rows ran at a time on the 2 cores",
     "real-model-cpu-whitened-seed0.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-ppo --seeds 0 "
                                           "--jobs 1 --eval-every 4 --set whiten_advantages=true --out "
                                           "benchmarks/results/real-model-cpu-whitened-seed0`, side by side with the "
                                           "same command without `--set` (the seed-0 row of `real-model-cpu.json`)",
+    "real-model-cpu-grpo-std-scaled.json": "four row files gathered with `--collect` (the file's `command`) from "
+                                           "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-grpo` "
+                                           "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
+                                           "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
+                                           "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
     "rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`: the number and positivity rows by "
                               "one invocation (before the LM-head change; its positivity-lr2e-4-guarded row not run), "
                               "the concise rows by another with `--rows concise-defaults,concise-before-lr2e-4,"
@@ -616,6 +622,28 @@ def block_real_model_whitening() -> tuple[str, list[str]]:
     return "\n".join(lines), [name]
 
 
+def block_real_model_group_scaling() -> tuple[str, list[str]]:
+    """trl-ext's GRPO row with its advantages divided by the group's std (TRL's GRPO default) and without (Dr. GRPO),
+    beside TRL's GRPO, every seed."""
+    name, main = "real-model-cpu-grpo-std-scaled.json", "real-model-cpu.json"
+    scaled = {r["seed"]: r for r in _load(name)["rows"]}
+    rows = _load(main)["rows"]
+    unscaled = {r["seed"]: r for r in rows if r["trainer"] == "scratch-grpo"}
+    trl = {r["seed"]: r for r in rows if r["trainer"] == "trl-grpo"}
+    lines = [_cpu_source(name, "row"), "",
+             "Held-out score after 320 episodes (sampled, greedy in brackets). The std-scaled rows are the computation "
+             "TRL's GRPOTrainer makes per update (`tests/test_trl_group_equality.py`); the unscaled ones are the "
+             f"`scratch-grpo` rows of `{main}`.", "",
+             "| seed | trl-ext GRPO, advantages / group std (`scale_rewards=group`) | trl-ext GRPO, not scaled "
+             "(`scale_rewards=none`) | TRL GRPO (`scale_rewards=group`) |", "|---|---|---|---|"]
+    cell = lambda r: f"{r['after']:.3f} ({r['after_greedy']:.3f})" if r else "-"  # noqa: E731
+    for seed in sorted(set(scaled) | set(unscaled) | set(trl)):
+        lines.append(f"| {seed} | {cell(scaled.get(seed))} | {cell(unscaled.get(seed))} | {cell(trl.get(seed))} |")
+    means = [sum(r["after"] for r in d.values()) / len(d) for d in (scaled, unscaled, trl)]
+    lines.append("| mean | " + " | ".join(f"{m:.3f}" for m in means) + " |")
+    return "\n".join(lines), [name]
+
+
 def _run_label(run: dict, trainer: str) -> str:
     """A column of the GPU table: the trainer and the settings its invocation changed (``--set``)."""
     changed = [part.split("=", 1)[1] for part in run["command"].split() if part.startswith("--set=")]
@@ -707,6 +735,7 @@ BLOCKS = {
     "real-model": block_real_model,
     "real-model-gpu": block_real_model_gpu,
     "real-model-whitening": block_real_model_whitening,
+    "real-model-group-scaling": block_real_model_group_scaling,
     "rlhf-defaults": block_rlhf_defaults,
     "lm-head-slice": block_lm_head_slice,
 }

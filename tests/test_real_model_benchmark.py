@@ -48,7 +48,8 @@ def test_set_overrides_every_row_and_must_be_json(bench, monkeypatch, capsys):
     assert bench.OVERRIDES == {"whiten_advantages": True}
     assert bench.ROWS["scratch-ppo"][4] == {"whiten_advantages": False}
     assert bench.settings_of("scratch-ppo")["whiten_advantages"] is True  # --set beats the row's own
-    assert bench.settings_of("scratch-grpo") == dict(bench.SETTINGS, kl_coef=0.0, whiten_advantages=True)
+    assert bench.settings_of("scratch-grpo") == dict(bench.SETTINGS, kl_coef=0.0, scale_rewards="none",
+                                                     whiten_advantages=True)
 
 
 def test_collect_writes_results_with_a_setting_given_on_the_command_line(bench, tmp_path, monkeypatch):
@@ -56,6 +57,7 @@ def test_collect_writes_results_with_a_setting_given_on_the_command_line(bench, 
 
     row = {"trainer": "scratch-ppo", "seed": 0, "episodes": 16, "before": 0.1, "after": 0.5, "before_greedy": 0.1,
            "after_greedy": 0.5, "seconds_per_update": 1.0, "peak_rss_mib": 1.0, "device": "cpu",
+           "settings": dict(bench.SETTINGS, whiten_advantages=False),
            "curve": [{"update": 1, "seconds": 1.0, "reward": 0.2, "held_out": 0.3}, {"update": 2, "seconds": 2.0,
                                                                                       "reward": 0.4}]}
     (tmp_path / "row.json").write_text(json.dumps(row))
@@ -64,4 +66,5 @@ def test_collect_writes_results_with_a_setting_given_on_the_command_line(bench, 
                        "--out", str(tmp_path / "out")]) == 0
     written = json.loads((tmp_path / "out.json").read_text())
     assert written["settings"]["learning_rate"] == 2e-4 and written["rows"] == [row]
+    assert written["row_settings"] == {"scratch-ppo": {"whiten_advantages": False}}  # as the row recorded them
     assert "| scratch-ppo | 0 | 16 | 0.100 (0.100) | 0.500 (0.500) |" in (tmp_path / "out.md").read_text()
