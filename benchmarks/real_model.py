@@ -73,15 +73,20 @@ def prompt_dataset(tokenizer, n: int, seed: int):
                               "input_ids": ids})
 
 
+def sampled_score(model, tokenizer, rows, seed: int, examples: int = 3) -> dict:
+    """The held-out score sampled as the rollouts are (SETTINGS' temperature and length), seeded by ``seed + 1``."""
+    from trl_ext.real_model.evaluate import score_rows
+
+    return score_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"],
+                      max_new_tokens=SETTINGS["response_length"], seed=seed + 1, examples=examples)
+
+
 def held_out(model, tokenizer, rows, seed: int) -> dict:
     from trl_ext.real_model.evaluate import score_rows
 
     model.eval()
-    n = SETTINGS["response_length"]
-    greedy = score_rows(model, tokenizer, rows, max_new_tokens=n, examples=3)
-    sampled = score_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"], max_new_tokens=n, seed=seed + 1,
-                         examples=3)
-    return {"greedy": greedy, "sampled": sampled}
+    greedy = score_rows(model, tokenizer, rows, max_new_tokens=SETTINGS["response_length"], examples=3)
+    return {"greedy": greedy, "sampled": sampled_score(model, tokenizer, rows, seed)}
 
 
 def settings_of(name: str) -> dict:
@@ -94,14 +99,11 @@ def held_out_during(policy, tokenizer, rows, seed: int) -> float:
     (TRL's trainers sample from torch's global generator: an evaluation must not change their run)."""
     import torch
 
-    from trl_ext.real_model.evaluate import score_rows
-
     cpu, cuda = torch.random.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     training = policy.training
     policy.eval()
     try:
-        return score_rows(policy, tokenizer, rows, temperature=SETTINGS["temperature"],
-                          max_new_tokens=SETTINGS["response_length"], seed=seed + 1, examples=0)["score"]
+        return sampled_score(policy, tokenizer, rows, seed, examples=0)["score"]
     finally:
         policy.train(training)
         torch.random.set_rng_state(cpu)

@@ -646,8 +646,8 @@ def block_real_model_group_scaling() -> tuple[str, list[str]]:
 
 def _run_label(run: dict, trainer: str) -> str:
     """A column of the GPU table: the trainer and the settings its invocation changed (``--set``)."""
-    changed = [part.split("=", 1)[1] for part in run["command"].split() if part.startswith("--set=")]
-    changed += [after for before, after in zip(run["command"].split(), run["command"].split()[1:]) if before == "--set"]
+    words = run["command"].split()
+    changed = [after for before, after in zip(words, words[1:]) if before == "--set"]
     changed += [run["column_notes"][trainer]] if trainer in run.get("column_notes", {}) else []
     return trainer + (f" ({', '.join(c.replace(chr(34), '') for c in changed)})" if changed else "")
 
