@@ -179,6 +179,9 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
         "trainer": name, "runner": runner_name, "advantage_estimator": estimator, "num_generations": generations,
         "seed": seed, "updates": len(curve), "episodes": len(curve) * SETTINGS["batch_size"],
         "held_out_prompts": len(rows),
+        # The KL logged at update 1, before any step, while the policy equals its reference (LoRA's B = 0): about 0
+        # unless the rollout's log-probs and the reference's disagree (6-12 nats in TRL's row after right padding)
+        "update1_kl": next((c["kl"] for c in curve if c["update"] == 1), None),
         "before": before["sampled"]["score"], "after": after["sampled"]["score"],
         "before_greedy": before["greedy"]["score"], "after_greedy": after["greedy"]["score"],
         "before_detail": before, "after_detail": after,

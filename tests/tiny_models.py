@@ -96,10 +96,12 @@ QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN2_VOCAB, DEBERTA_V2_VOCAB = 151936, 128100
 
 
-def tiny_qwen2(path, chat_template: bool | str = False, vocab_size: int | None = None, dtype=None):
+def tiny_qwen2(path, chat_template: bool | str = False, vocab_size: int | None = None, dtype=None,
+               initializer_range: float = 0.02):
     """``vocab_size``: rows beyond the character tokenizer's (a real checkpoint's size); ``dtype``: saved in it.
     ``chat_template``: True, the short ChatML-like one; "qwen2.5", Qwen2.5-Instruct's own, with its special
-    tokens (<|im_start|>, <|im_end|> the eos, <|endoftext|> the pad) as single tokens."""
+    tokens (<|im_start|>, <|im_end|> the eos, <|endoftext|> the pad) as single tokens. ``initializer_range``:
+    the weights' std; at the default 0.02 the next-token distribution hardly depends on the context."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if chat_template == "qwen2.5":
@@ -114,7 +116,7 @@ def tiny_qwen2(path, chat_template: bool | str = False, vocab_size: int | None =
     cfg = Qwen2Config(vocab_size=vocab_size or len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      tie_word_embeddings=False)
+                      tie_word_embeddings=False, initializer_range=initializer_range)
     Qwen2ForCausalLM(cfg).to(dtype or torch.float32).save_pretrained(path)
     tok.save_pretrained(path)
     return path
