@@ -10,7 +10,8 @@ docs/commands.md is generated whole, from the commands' option dataclasses: ever
 
 docs/results.md is written by hand, except its generated blocks, each between
 ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``: tables from
-``benchmarks/results/*.json``, each with the command that wrote the file and the machine it ran on. A JSON
+``benchmarks/results/*.json``, each with the command that wrote the file and the machine it ran on; a block named
+after a results file whose benchmark writes its own table (``NAME.md`` beside ``NAME.json``) shows that table. A JSON
 file that no block renders gets a plain listing in the ``other-results`` block, so no result is left out.
 
 tests/test_docs.py runs ``--check`` in a fresh interpreter: a new option, a changed help text or a new
@@ -768,11 +769,28 @@ def block_other_results(used: set[str]) -> str:
     return "\n".join(lines).rstrip()
 
 
+def block_written_table(name: str) -> tuple[str, list[str]]:
+    """A benchmark that writes its own table (``NAME.md`` beside ``NAME.json``, whose ``commands`` made it): the
+    table as written, under its source line. No renderer of its own here."""
+    data = _load(f"{name}.json")
+    m = data.get("machine", {})
+    machine = ", ".join(str(m[k]) for k in ("cpu", "device") if k in m) + \
+        (f", {m['cpu_count']} cores, torch {m['torch']}, trl {m.get('trl', '-')}" if "cpu_count" in m else "")
+    commands = "; ".join(f"`{c}`" for c in data.get("commands", [])) or "not recorded"
+    source = (f"*Source: [`benchmarks/results/{name}.json`](../benchmarks/results/{name}.json), made by {commands}; "
+              f"{machine}.*")
+    return source + "\n\n" + (RESULTS / f"{name}.md").read_text(), [f"{name}.json"]
+
+
+def _written_table(name: str) -> bool:
+    return (RESULTS / f"{name}.md").exists() and (RESULTS / f"{name}.json").exists()
+
+
 def results_page(text: str) -> str:
     """The page with every generated block rewritten from benchmarks/results/*.json."""
     used: set[str] = set()
     found = [m.group("name") for m in BLOCK.finditer(text)]
-    unknown = [n for n in found if n not in BLOCKS and n != "other-results"]
+    unknown = [n for n in found if n not in BLOCKS and n != "other-results" and not _written_table(n)]
     if unknown:
         raise SystemExit(f"{RESULTS_PAGE.relative_to(ROOT)}: unknown generated block(s) {unknown}; known: "
                          f"{', '.join([*BLOCKS, 'other-results'])}")
@@ -781,7 +799,7 @@ def results_page(text: str) -> str:
     rendered = {}
     for name in found:
         if name != "other-results":
-            body, files = BLOCKS[name]()
+            body, files = BLOCKS[name]() if name in BLOCKS else block_written_table(name)
             rendered[name] = body
             used.update(files)
     rendered["other-results"] = block_other_results(used)

@@ -55,13 +55,28 @@ def test_dataset_schemas(tokenizer):
     pre = d.pretrain_dataset(tokenizer, 8, 0)
     assert pre.column_names == ["text", "input_ids"] and all(t.startswith("S__:") for t in pre["text"])
     cls = d.classifier_dataset(tokenizer, 8, 0)
-    assert set(cls.column_names) == {"text", "input_ids", "label"} and set(cls["label"]) <= {0, 1, 2}
+    assert set(cls.column_names) == {"text", "input_ids", "label"} and set(cls["label"]) <= {0, 1, 2, d.MIXED_LABEL}
     prompts = d.ppo_prompt_dataset(tokenizer, 8, 0)
     assert set(prompts.column_names) == {"prompt", "input_ids", "label", "question", "answer"}
     for row in prompts:
         assert row["prompt"].endswith("=") and tokenizer.decode(row["input_ids"]) == row["prompt"]
         assert row["answer"] == d.expected_answer(row["question"], row["label"])
     assert d.ppo_prompt_dataset(tokenizer, 8, 0)["prompt"] == prompts["prompt"]
+
+
+def test_mixed_answers_hold_the_value_in_two_sets(tokenizer):
+    """The classifier's fourth class: the right number, written partly in another set (a quarter of its rows)."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        question, label = rng.randrange(1000, 10000), rng.randrange(3)
+        parsed = d.parse_answer(d.mixed_answer(question, label, rng))
+        assert parsed.value == 2 * question and parsed.finished and parsed.charset is None
+    labels = d.classifier_dataset(tokenizer, 2000, 0)["label"]
+    assert 0.2 < labels.count(d.MIXED_LABEL) / 2000 < 0.3
+    pure = d.classifier_dataset(tokenizer, 2000, 0, mixed_share=0.0)
+    assert set(pure["label"]) == {0, 1, 2}
 
 
 def test_datasets_hold_the_tokenizers_own_ids(tokenizer):

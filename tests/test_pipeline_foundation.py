@@ -42,6 +42,26 @@ def test_default_recipes_reach_targets(trained_artifacts):
     assert trained_artifacts["reward_metrics"]["heldout_accuracy"] >= 0.995
 
 
+def test_the_classifier_reward_gives_a_mixed_answer_no_credit(trained_artifacts):
+    """A classifier trained on pure answers alone scored "10捌捌零E" for upper case within 0.2 of "壹零捌捌零E" (its
+    logit), and PPO runs settled on such answers (docs/decisions.md, "Why a run settles"): its mixed class must give
+    a mixed answer no more credit than a wrong set gets."""
+    import random
+
+    from trl_ext.doubling.artifacts import load_classifier
+    from trl_ext.doubling.rewards import doubling_classifier_reward
+    from trl_ext.doubling.task import PREFIXES, expected_answer, mixed_answer
+
+    reward = doubling_classifier_reward(*load_classifier(trained_artifacts["reward"]))
+    rng = random.Random(0)
+    for label in range(3):
+        questions = [rng.randrange(1000, 10000) for _ in range(50)]
+        prompts = [f"S{PREFIXES[label]}:{q}x2=" for q in questions]
+        right = reward(prompts=prompts, completions=[expected_answer(q, label) for q in questions])
+        mixed = reward(prompts=prompts, completions=[mixed_answer(q, label, rng) for q in questions])
+        assert sum(right) / len(right) > 0.9 and sum(mixed) / len(mixed) < 0.2, (PREFIXES[label], right, mixed)
+
+
 def test_artifacts_reload(trained_artifacts):
     from trl_ext.doubling.artifacts import load_classifier, load_policy
 

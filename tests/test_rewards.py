@@ -85,11 +85,15 @@ def test_classifier_reward_rewards_the_requested_set(trained_artifacts):
 
     model, tok = load_classifier(trained_artifacts["reward"])
     reward = doubling_classifier_reward(model, tok)
-    scores = reward(PROMPTS, COMPLETIONS)
-    assert scores[0] > 1.0 and scores[5] > 1.0  # right set
-    assert scores[1] < 0.0  # lower-case answer to a digits prompt
+    scores = reward(PROMPTS, COMPLETIONS)  # the requested set's probability
+    assert scores[0] > 0.9 and scores[5] > 0.9  # right set
+    assert scores[1] < 0.1  # lower-case answer to a digits prompt
     by_column = doubling_classifier_reward(model, tok, label_column="label")(PROMPTS, COMPLETIONS, label=[0] * 5 + [2])
     assert by_column == pytest.approx(scores, abs=1e-6)
+    logits = doubling_classifier_reward(model, tok, label_score="logit")(PROMPTS, COMPLETIONS)  # seed 000's
+    assert logits[0] > 1.0 and logits[5] > 1.0 and logits[1] < 0.0
+    with pytest.raises(RewardError, match="label_score must be one of logit, probability, got 'odds'"):
+        doubling_classifier_reward(model, tok, label_score="odds")
 
 
 def _reward_through_trl(reward_fn, tokenizer, dataset, completions):

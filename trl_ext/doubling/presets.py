@@ -38,7 +38,9 @@ PRESETS: dict[str, dict] = {
     # optimizer steps a batch), which reach greedy exact 0.99 within 6,400 episodes
     "grpo-default": {**_GRPO, "learning_rate": 1e-3, "scale_rewards": "batch", "num_ppo_epochs": 2,
                      "num_mini_batches": 2},
-    "rloo-default": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2},
+    # plus GRPO's KL loss term: with the KL in the reward alone, a prefix whose group all chose one wrong set has
+    # no advantage left to leave it (docs/decisions.md, "Why a run settles")
+    "rloo-default": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2, "beta": 0.2},
     # REINFORCE++: KL-shaped token rewards, one completion a prompt
     "reinforce_pp": {**_ONE_STEP, "advantage_estimator": "reinforce_pp", "num_generations": 1, "beta": 0.0},
 }

@@ -56,16 +56,17 @@ class ExactMatch(_DoublingRule):
         return truncate_completion(completion) == expected_answer(question, label)
 
 
-def doubling_classifier_reward(model, tokenizer, label_column: str | None = None):
-    """Seed 000's reward: the classifier's logit for the character set the prompt asks for.
+def doubling_classifier_reward(model, tokenizer, label_column: str | None = None, label_score: str = "probability"):
+    """The classifier's probability of the character set the prompt asks for (``label_score="logit"``: its
+    logit, seed 000's reward). The logit rewarded each wrong set differently (-0.2 to -3.5 for one classifier):
+    runs settled on the least-punished set for every prefix (docs/decisions.md, "Why a run settles").
 
     The requested set comes from the prompt's prefix, or from ``label_column`` when given.
     """
     from trl_ext.rewards.classifier import ClassifierReward
 
-    if label_column is not None:
-        return ClassifierReward(model, tokenizer, label_column=label_column, name="charset_classifier")
-    return ClassifierReward(model, tokenizer, label_fn=requested_label, name="charset_classifier")
+    label = {"label_column": label_column} if label_column is not None else {"label_fn": requested_label}
+    return ClassifierReward(model, tokenizer, name="charset_classifier", label_score=label_score, **label)
 
 
 # What a doubling reward directory may hold: the charset classifier, or a scalar reward model.

@@ -28,7 +28,11 @@ CHARSETS = (DIGITS, LOWER, UPPER)
 CHARSET_NAMES = ("digits", "lower", "upper")
 PREFIXES = ("数字", "小写", "大写")
 NO_PREFIX = "__"
-NUM_LABELS = 4  # the seed's classifier head has 4 outputs; only 0-2 are ever targets
+NUM_LABELS = 4  # the seed's classifier head has 4 outputs
+# Its fourth: an answer that mixes character sets. A classifier trained on pure answers alone scores "10捌捌零E" for
+# upper case as high as "壹零捌捌零E", and PPO finds that hole (docs/decisions.md, "Why a run settles").
+MIXED_LABEL = 3
+MIXED_SHARE = 0.25  # of the classifier's rows
 
 QUESTION_MIN, QUESTION_MAX = 1000, 9999
 HELD_OUT_SIZE = 1000
@@ -120,20 +124,38 @@ def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
-def pretrain_dataset(tokenizer, n: int, seed: int) -> Dataset:
-    """No-prefix full sequences (``S__:1234x2=2468E``) for next-token pretraining."""
+def pretrain_dataset(tokenizer, n: int, seed: int, prefixed_share: float = 0.0) -> Dataset:
+    """Full sequences for next-token pretraining: no-prefix (``S__:1234x2=2468E``), and a ``prefixed_share`` under a
+    prefix drawn apart from the answer's set (``S大写:1234x2=2468E``), so the prefix says nothing yet."""
     samples = generate_samples(n, seed, "train", prefixed=False)
-    texts = [s.text for s in samples]
+    rng = random.Random(f"prefixes-{seed}")  # its own stream: the rows are those of the same seed without it
+    texts = [(f"{BOS}{rng.choice(PREFIXES)}:{s.question}x2={s.answer}" if rng.random() < prefixed_share else s.text)
+             for s in samples]
     return Dataset.from_dict({"text": texts, "input_ids": _tokenize(tokenizer, texts)})
 
 
-def classifier_dataset(tokenizer, n: int, seed: int, split: str = "train") -> Dataset:
-    """No-prefix full sequences with the answer's character set as ``label``."""
+def mixed_answer(question: int, label: int, rng: random.Random) -> str:
+    """Twice ``question`` in the set of ``label`` with 1 to all-but-one of its characters in another set."""
+    digits = str(2 * question)
+    other = rng.choice([lab for lab in range(len(CHARSETS)) if lab != label])
+    swapped = set(rng.sample(range(len(digits)), rng.randint(1, len(digits) - 1)))
+    return "".join(CHARSETS[other if i in swapped else label][int(d)] for i, d in enumerate(digits)) + EOS
+
+
+def classifier_dataset(tokenizer, n: int, seed: int, split: str = "train", mixed_share: float = MIXED_SHARE) -> Dataset:
+    """No-prefix full sequences with the answer's character set as ``label``; a ``mixed_share`` of them mix two
+    sets and are labelled ``MIXED_LABEL``."""
     samples = generate_samples(n, seed, split, prefixed=False)
-    texts = [s.text for s in samples]
-    return Dataset.from_dict(
-        {"text": texts, "input_ids": _tokenize(tokenizer, texts), "label": [s.label for s in samples]}
-    )
+    rng = random.Random(f"mixed-{seed}")  # its own stream: the pure rows are those of the same seed without it
+    texts, labels = [], []
+    for s in samples:
+        if rng.random() < mixed_share:
+            texts.append(s.prompt + mixed_answer(s.question, s.label, rng))
+            labels.append(MIXED_LABEL)
+        else:
+            texts.append(s.text)
+            labels.append(s.label)
+    return Dataset.from_dict({"text": texts, "input_ids": _tokenize(tokenizer, texts), "label": labels})
 
 
 def prompt_dataset(tokenizer, samples: list[Sample]) -> Dataset:

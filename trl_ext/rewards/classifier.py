@@ -19,12 +19,18 @@ def message_text(messages: list[dict]) -> str:
     return "\n".join(str(m.get("content", "")) for m in messages)
 
 
+LABEL_SCORES = ("logit", "probability")
+
+
 class ClassifierReward(RewardFunction):
     """Score completions with an ``AutoModelForSequenceClassification``.
 
     * scalar mode (``num_labels == 1``): the single logit, the usual RLHF reward model;
     * label-conditional mode: the logit of the class named by ``label_column`` (a dataset
-      column) or by ``label_fn(prompt)``, as seed 000 rewards the requested character set.
+      column) or by ``label_fn(prompt)``, as seed 000 rewards the requested character set; or, with
+      ``label_score="probability"``, that class's softmax probability. A cross-entropy classifier's logits are
+      fixed only up to a shift per input, so one class's logit on inputs of two other classes can differ by
+      several units: the probability puts every other class near 0.
 
     Text: ``pair=False`` scores ``prompt + completion`` as one text; ``pair=True`` passes
     ``(prompt, completion)`` as a text pair, as DeBERTa reward models are called (seed 004).
@@ -35,8 +41,10 @@ class ClassifierReward(RewardFunction):
 
     def __init__(self, model, tokenizer, *, label_column: str | None = None,
                  label_fn: Callable[[str], int] | None = None, pair: bool = False, max_length: int = 512,
-                 batch_size: int = 64, name: str | None = None):
+                 batch_size: int = 64, name: str | None = None, label_score: str = "logit"):
         num_labels = model.config.num_labels
+        if label_score not in LABEL_SCORES:
+            raise RewardError(f"label_score must be one of {', '.join(LABEL_SCORES)}, got {label_score!r}")
         if label_column is not None and label_fn is not None:
             raise RewardError("give label_column or label_fn, not both")
         conditional = label_column is not None or label_fn is not None
@@ -50,7 +58,8 @@ class ClassifierReward(RewardFunction):
         self.model, self.tokenizer = model, tokenizer
         self.label_column, self.label_fn = label_column, label_fn
         self.pair, self.max_length, self.batch_size = pair, max_length, batch_size
-        self.name = name or ("classifier_label_logit" if conditional else "classifier_score")
+        self.label_score = label_score
+        self.name = name or (f"classifier_label_{label_score}" if conditional else "classifier_score")
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: str = "auto", **kwargs) -> ClassifierReward:
@@ -112,5 +121,7 @@ class ClassifierReward(RewardFunction):
                 scores.extend(logits[:, 0].tolist())
             else:
                 picked = torch.as_tensor(labels[start:stop], device=device)
+                if self.label_score == "probability":
+                    logits = logits.softmax(-1)
                 scores.extend(logits.gather(1, picked[:, None])[:, 0].tolist())
         return scores
