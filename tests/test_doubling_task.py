@@ -53,7 +53,7 @@ def test_splits_do_not_share_questions():
 
 def test_dataset_schemas(tokenizer):
     pre = d.pretrain_dataset(tokenizer, 8, 0)
-    assert pre.column_names == ["text", "input_ids"] and all(t.startswith("S__:") for t in pre["text"])
+    assert pre.column_names == ["text", "input_ids"] and all(t[1:3] in ("__", *d.PREFIXES) for t in pre["text"])
     cls = d.classifier_dataset(tokenizer, 8, 0)
     assert set(cls.column_names) == {"text", "input_ids", "label"} and set(cls["label"]) <= {0, 1, 2, d.MIXED_LABEL}
     prompts = d.ppo_prompt_dataset(tokenizer, 8, 0)
@@ -62,6 +62,18 @@ def test_dataset_schemas(tokenizer):
         assert row["prompt"].endswith("=") and tokenizer.decode(row["input_ids"]) == row["prompt"]
         assert row["answer"] == d.expected_answer(row["question"], row["label"])
     assert d.ppo_prompt_dataset(tokenizer, 8, 0)["prompt"] == prompts["prompt"]
+
+
+def test_pretraining_prefixes_say_nothing_of_the_answers_set(tokenizer):
+    """Half the pretraining rows carry a prefix, drawn apart from the answer's set: every prefix is followed by every
+    set about equally often, so the policy learns to double after a prefix and PPO still teaches it to obey one."""
+    texts = d.pretrain_dataset(tokenizer, 3000, 0)["text"]
+    prefixed = [t for t in texts if t[1:3] in d.PREFIXES]
+    assert 0.45 < len(prefixed) / len(texts) < 0.55
+    for prefix in d.PREFIXES:
+        sets = [d.parse_answer(t.split("=", 1)[1]).charset for t in prefixed if t[1:3] == prefix]
+        assert all(0.25 < sets.count(label) / len(sets) < 0.42 for label in range(3)), prefix
+    assert d.pretrain_dataset(tokenizer, 50, 0, prefixed_share=0.0)["text"] == [s.text for s in d.generate_samples(50, 0)]
 
 
 def test_mixed_answers_hold_the_value_in_two_sets(tokenizer):
@@ -82,7 +94,7 @@ def test_mixed_answers_hold_the_value_in_two_sets(tokenizer):
 def test_datasets_hold_the_tokenizers_own_ids(tokenizer):
     """The task's tokenizer is read by a dict lookup (fast); the ids must be the ones the tokenizer gives."""
     for data, column in ((d.classifier_dataset(tokenizer, 300, 1), "text"),
-                         (d.pretrain_dataset(tokenizer, 300, 1), "text"),  # the '__'-prefixed texts
+                         (d.pretrain_dataset(tokenizer, 300, 1), "text"),  # '__' and prefixed texts
                          (d.ppo_prompt_dataset(tokenizer, 300, 1), "prompt")):
         assert data["input_ids"] == tokenizer(list(data[column]), add_special_tokens=False)["input_ids"]
     with pytest.raises(InputError, match="'A' at position 3"):

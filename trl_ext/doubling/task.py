@@ -33,6 +33,9 @@ NUM_LABELS = 4  # the seed's classifier head has 4 outputs
 # upper case as high as "壹零捌捌零E", and PPO finds that hole (docs/decisions.md, "Why a run settles").
 MIXED_LABEL = 3
 MIXED_SHARE = 0.25  # of the classifier's rows
+# Pretraining on no-prefix rows alone leaves the prefix tokens untrained: one policy in two then doubled wrongly after
+# them (greedy value accuracy 0.958 on prefixed prompts, 1.0 without), a cap the charset reward cannot lift.
+PREFIXED_SHARE = 0.5
 
 QUESTION_MIN, QUESTION_MAX = 1000, 9999
 HELD_OUT_SIZE = 1000
@@ -124,7 +127,7 @@ def _tokenize(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
-def pretrain_dataset(tokenizer, n: int, seed: int, prefixed_share: float = 0.0) -> Dataset:
+def pretrain_dataset(tokenizer, n: int, seed: int, prefixed_share: float = PREFIXED_SHARE) -> Dataset:
     """Full sequences for next-token pretraining: no-prefix (``S__:1234x2=2468E``), and a ``prefixed_share`` under a
     prefix drawn apart from the answer's set (``S大写:1234x2=2468E``), so the prefix says nothing yet."""
     samples = generate_samples(n, seed, "train", prefixed=False)
