@@ -45,6 +45,8 @@ def test_demo_end_to_end_tiny_and_resume(tmp_path):
         assert row["episodes"] == 16 and row["episodes_per_second"] > 0 and math.isfinite(row["final_kl"])
     report = (out / "report.md").read_text()
     assert "| backend | greedy exact |" in report and "| trl |" in report and "curves.png" in report
+    # the rows' settings: what differs between them is said (where the score lands, TRL's PPO has no choice)
+    assert "they differ in score_position (ours last_token, TRL's after_last_token)." in report
     assert "greedy exact" in run.stdout  # the terminal table
     # the output is the stages, their progress and the table: no warnings or notices, no library progress bars
     output = run.stdout + run.stderr

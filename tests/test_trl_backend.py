@@ -150,3 +150,15 @@ def test_trl_ppo_config_turns_checkpointing_off_without_a_deprecation_warning(tm
         warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
         args = trl_ppo_config(doubling_ppo_config(), tmp_path)
     assert args.gradient_checkpointing is False  # TRL's PPOTrainer reads the old name
+
+
+def test_the_settings_trl_ppo_cannot_express_are_named():
+    """A comparison with TRL's PPO states where the rows differ: the options TRL's PPO fixes, when ours are set
+    otherwise, and nothing at TRL's values (the import needs no TRL)."""
+    from trl_ext.doubling.ppo_settings import doubling_ppo_config
+    from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
+
+    assert settings_trl_ppo_cannot_express(doubling_ppo_config(score_position="after_last_token")) == {}
+    differ = settings_trl_ppo_cannot_express(doubling_ppo_config(whiten_advantages=False, beta=0.1))
+    assert differ == {"score_position": ("last_token", "after_last_token"), "whiten_advantages": (False, True),
+                      "beta": (0.1, 0.0)}

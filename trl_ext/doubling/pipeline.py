@@ -253,6 +253,16 @@ def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
         notes += [f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
                   "model, prompts in the same order per seed, and episode budget for every row.",
                   "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
+    if {"trl", "scratch"} <= set(opts.pipeline.backend_list):
+        from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
+
+        differ = settings_trl_ppo_cannot_express(opts.train)
+        notes.append("trl and scratch: one PPOConfig, every option TRL's PPO has given to it alike; "
+                     + ("where TRL's PPO has no choice they differ in " + ", ".join(
+                         f"{name} (ours {ours}, TRL's {theirs})" for name, (ours, theirs) in differ.items())
+                        if differ else "nothing else differs") + ".")
+        notes.append(f"Episodes to 0.99 are {'each seed' if layout.seeds > 1 else 'one seed'}'s; how many runs "
+                     "reach it and how fast, over 2 policies x 8 seeds: benchmarks/robustness.py.")
     return notes + _stage_notes(stages) + [
         f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
         f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]

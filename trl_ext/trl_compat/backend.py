@@ -53,6 +53,20 @@ SHARED_WITH_TRL = ("learning_rate", "lr_scheduler_type", "num_mini_batches", "nu
                    "whiten_rewards", "response_length", "temperature", "seed", "missing_eos_penalty")
 
 
+# What TRL 1.12's PPO does where our PPOConfig has a choice: a run of ours with another value is not TRL's method.
+TRL_PPO_FIXED = {"advantage_estimator": "gae", "score_position": "after_last_token", "kl_mode": "token",
+                 "policy_loss": "clip", "beta": 0.0, "ent_coef": 0.0, "max_grad_norm": 0.0, "whiten_advantages": True}
+
+
+def settings_trl_ppo_cannot_express(cfg) -> dict[str, tuple]:
+    """``{option: (ours, TRL's)}`` for every option of ``cfg`` that TRL's PPO fixes to another value (the rows of a
+    comparison differ there, and only there)."""
+    ours = {name: getattr(cfg, name) for name in TRL_PPO_FIXED}
+    if ours["whiten_advantages"] is None:  # the estimator's default: GAE whitens
+        ours["whiten_advantages"] = True
+    return {name: (value, TRL_PPO_FIXED[name]) for name, value in ours.items() if value != TRL_PPO_FIXED[name]}
+
+
 def trl_ppo_config(cfg, output_dir: str | Path):
     """Our ``PPOConfig`` -> TRL's, with the CPU-safe settings TRL's defaults get wrong."""
     from trl.experimental.ppo import PPOConfig as TRLPPOConfig
