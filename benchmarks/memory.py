@@ -36,12 +36,12 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=50)
     args = parser.parse_args(argv)
 
-    from trl_ext.commands.report import machine
-    from trl_ext.ppo.trainer import PPOTrainer
     from trl_ext.commands.ppo import DOUBLING_DEFAULTS
+    from trl_ext.commands.report import machine
     from trl_ext.doubling.ppo_run import load_inputs, ppo_options
     from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
+    from trl_ext.ppo.trainer import PPOTrainer
     from trl_ext.runs import train_options
 
     train = PPOConfig(**DOUBLING_DEFAULTS, batch_size=args.batch_size, total_episodes=args.updates * args.batch_size)

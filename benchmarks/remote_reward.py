@@ -45,10 +45,8 @@ def rows_of(n: int, seed: int) -> tuple[list[str], list[str], list[int]]:
     """Doubling prompts with their expected answers, every fourth one wrong (scores of both signs)."""
     import random
 
-    from trl_ext.doubling.task import expected_answer, parse_prompt
-
+    from trl_ext.doubling.task import expected_answer, parse_prompt, ppo_prompt_dataset
     from trl_ext.doubling.tokenizer import build_tokenizer
-    from trl_ext.doubling.task import ppo_prompt_dataset
 
     data = ppo_prompt_dataset(build_tokenizer(), n, seed)
     rng = random.Random(seed)

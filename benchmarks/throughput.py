@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, warmup: int,
             estimator: str = "gae") -> dict:
-    import torch
-
     from dataclasses import replace
+
+    import torch
 
     from trl_ext.commands.ppo import DOUBLING_DEFAULTS
     from trl_ext.doubling.ppo_run import load_inputs, ppo_options

@@ -11,8 +11,8 @@ folder in the way).
 import argparse
 import sys
 
-from trl_ext.real_model.checkpoint import FetchError, default_cache_dir, fetch_smollm2
 from trl_ext.gguf import GGUFError
+from trl_ext.real_model.checkpoint import FetchError, default_cache_dir, fetch_smollm2
 
 
 def main(argv=None) -> int:

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.errors import InputError
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.core import adaptive_kl_coef
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.runners import check_runnable
 
 

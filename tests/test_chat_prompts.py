@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, tiny_deberta_reward, tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.checkpoint import CheckpointError
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}

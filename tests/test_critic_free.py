@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from trl_ext.ppo.trainer import PPOTrainer
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.ppo.trainer import PPOTrainer
 
 
 def test_grpo_trains_groups_without_a_critic(tokenizer):

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-
 from tiny_models import tiny_deberta_reward, tiny_qwen2
+
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.errors import InputError
 from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer
 from trl_ext.rewards import ClassifierReward, RewardError
 from trl_ext.trl_compat import trl_ppo_available
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
 
@@ -183,7 +183,6 @@ def test_trl_backend_refused_by_the_installed_trl(tmp_path):
 
 def test_packaging_admits_current_trl_and_keeps_trl_ppo_behind_an_extra():
     import tomllib
-
     from packaging.requirements import Requirement
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

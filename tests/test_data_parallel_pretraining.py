@@ -6,7 +6,6 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
-
 from weight_gaps import assert_same_adam_steps
 
 STEPS, BATCH = 6, 7  # an odd batch: the ranks get 3 and 4 rows

@@ -33,9 +33,8 @@ def test_indices_give_the_logits_an_int_gives(tokenizer):
 def test_indices_on_a_bf16_checkpoint_of_a_real_vocabulary(tmp_path):
     """A Qwen2 saved as real checkpoints are (bf16, 151,936 tokens), loaded back: the same logits either way, up to
     bf16 rounding of the two matrix products."""
-    from transformers import AutoModelForCausalLM
-
     from tiny_models import QWEN2_VOCAB, tiny_qwen2
+    from transformers import AutoModelForCausalLM
 
     policy = AutoModelForCausalLM.from_pretrained(tiny_qwen2(tmp_path, vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16))
     assert policy.dtype == torch.bfloat16

@@ -5,11 +5,11 @@ import copy
 
 import pytest
 import torch
+from weight_gaps import assert_same_adam_steps
 
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig, rows_per_pass
 from trl_ext.ppo.trainer import PPOTrainer
-from weight_gaps import assert_same_adam_steps
 
 TOLERANCE = 1e-5
 RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]

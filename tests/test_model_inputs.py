@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 import torch
-
 from tiny_models import DEBERTA_V2_VOCAB, char_tokenizer, tiny_deberta_reward
+
 from trl_ext.commands.cli import main
 from trl_ext.model_dirs import ArtifactError
 from trl_ext.model_loading import check_model_dir

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.trainer import PPOTrainer
 from trl_ext.ppo.learner import Learner
+from trl_ext.ppo.trainer import PPOTrainer
 
 TOLERANCE = 1e-6
 RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]

@@ -4,7 +4,6 @@ import torch
 from trl_ext.ppo import core
 
 
-
 def live_policy_loss(logprobs, old_logprobs, advantages, mask, cliprange):
     """The policy loss the trainer runs: PPO's per-token clip, averaged over unmasked tokens, no KL term."""
     from types import SimpleNamespace

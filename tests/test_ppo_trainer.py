@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from trl_ext.ppo.config import PPOConfig
-from trl_ext.errors import InputError
-from trl_ext.ppo.trainer import PPOError, PPOTrainer
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.errors import InputError
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.trainer import PPOError, PPOTrainer
 
 
 @pytest.fixture()
@@ -87,8 +87,8 @@ def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
 
 
 def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch):
-    from trl_ext.ppo import core
     from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.ppo import core
 
     policy, tok, reward = pieces
     real = core.clipped_value_loss
@@ -144,8 +144,8 @@ def test_learning_raises_requested_charset_rate(pieces):
 
 
 def test_bad_reward_output_inside_training_is_named(pieces):
-    from trl_ext.rewards import RewardError
     from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.rewards import RewardError
 
     policy, tok, _ = pieces
 

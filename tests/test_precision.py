@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 from datasets import Dataset
-
 from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, tiny_deberta_reward, tiny_qwen2
+
 from trl_ext.ppo import PPOConfig, PPOTrainer, precision
 
 

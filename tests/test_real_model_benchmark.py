@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tiny_models import tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,19 @@ from pathlib import Path
 import pytest
 
 from trl_ext.real_model.task import (
-    EXAMPLES, HELDOUT_SIZE, INSTRUCTION, JustTheNumber, all_rows, heldout_numbers, heldout_rows, number_words,
-    parse_question, train_dataset, train_numbers, train_rows, train_stream,
+    EXAMPLES,
+    HELDOUT_SIZE,
+    INSTRUCTION,
+    JustTheNumber,
+    all_rows,
+    heldout_numbers,
+    heldout_rows,
+    number_words,
+    parse_question,
+    train_dataset,
+    train_numbers,
+    train_rows,
+    train_stream,
 )
 from trl_ext.rewards.base import RewardError, call_reward
 

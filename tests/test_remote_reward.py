@@ -18,10 +18,10 @@ import pytest
 import requests
 import torch
 
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.doubling.rewards import ExactMatch
 from trl_ext.rewards import RemoteReward, RemoteRewardError, RewardError
 from trl_ext.rewards.server import RewardServer
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}

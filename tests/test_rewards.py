@@ -141,7 +141,10 @@ def test_ppo_adapter_rejects_unknown_prompt(tokenizer):
 
 def _tiny_classifier(kind, num_labels, vocab_size):
     from transformers import (
-        BertConfig, BertForSequenceClassification, DebertaV2Config, DebertaV2ForSequenceClassification,
+        BertConfig,
+        BertForSequenceClassification,
+        DebertaV2Config,
+        DebertaV2ForSequenceClassification,
     )
 
     torch.manual_seed(0)

@@ -58,10 +58,10 @@ def test_the_quick_rows_keep_one_step_a_batch_at_lr_7e4(kind):
 
 
 def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
-    from trl_ext.runners import RUNNERS, RunInputs
     from trl_ext.doubling.artifacts import load_policy, save_artifact
     from trl_ext.doubling.models import build_policy
     from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.runners import RUNNERS, RunInputs
 
     save_artifact(build_policy(tokenizer), tokenizer, tmp_path / "policy")  # their reference loads from its path
     policy, _ = load_policy(tmp_path / "policy")

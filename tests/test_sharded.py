@@ -6,11 +6,11 @@ import warnings
 import pytest
 import torch
 from datasets import Dataset
-
 from launch import run_two_ranks
+
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.rollout import filter_logits, sample_responses
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 
 def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_bf16_checkpoint():
@@ -85,9 +85,8 @@ def test_gradient_checkpointing_updates(tokenizer):
 
 def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM
-
     from tiny_models import tiny_qwen2
+    from transformers import AutoModelForCausalLM
 
     path = tiny_qwen2(tmp_path / "qwen2")
     trainer = PPOTrainer(str(path), _length, processing_class=None,

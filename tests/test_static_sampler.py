@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo.rollout import sample_responses
 from trl_ext.ppo.static_sampler import StaticSampler, bucket, pick_tokens
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 
 VOCAB = 96
 

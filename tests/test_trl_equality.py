@@ -14,10 +14,10 @@ import copy
 import numpy as np
 import pytest
 import torch
-
-from trl_ext.ppo import core, losses
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from weight_gaps import assert_same_adam_steps
+
+from trl_ext.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.ppo import core, losses
 
 pytestmark = pytest.mark.needs_trl_ppo
 

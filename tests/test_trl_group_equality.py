@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from trl_ext.baselines import group_trainer_arguments
-from trl_ext.ppo import core, losses
 from trl_ext.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.ppo import core, losses
 
 pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
 

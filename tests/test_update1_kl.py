@@ -10,7 +10,6 @@ import logging
 
 import pytest
 import torch
-
 from tiny_models import QWEN2_VOCAB, tiny_qwen2
 
 WORDS = ["hi", "a much longer question about rivers", "x", "tell me a story about the sea and the stones"]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, char_tokenizer, tiny_deberta_reward
+
 from trl_ext.batching import pad_batch
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.rollout import filter_logits, positions_from_mask, response_mask

@@ -47,9 +47,11 @@ def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, o
     if cfg.batch_size % num_generations:
         raise InputError(f"batch_size {cfg.batch_size} is not divisible by num_generations {num_generations}")
     if kind == "grpo":
-        from trl import GRPOConfig as Config, GRPOTrainer as Trainer
+        from trl import GRPOConfig as Config
+        from trl import GRPOTrainer as Trainer
     else:
-        from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+        from trl import RLOOConfig as Config
+        from trl import RLOOTrainer as Trainer
     steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs
     args = Config(
         output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,

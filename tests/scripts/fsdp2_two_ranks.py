@@ -4,11 +4,11 @@ turns FSDP on only with GPUs, so this subclass shards in the trainer's one wrapp
 
 import sys
 
+import two_ranks
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-import two_ranks
 from trl_ext.ppo import PPOTrainer
 
 

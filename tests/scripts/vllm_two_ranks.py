@@ -14,6 +14,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for tiny_models
 
 from tiny_models import char_tokenizer  # noqa: E402
+
 from trl_ext.ppo.config import PPOConfig  # noqa: E402
 from trl_ext.ppo.trainer import PPOTrainer  # noqa: E402
 

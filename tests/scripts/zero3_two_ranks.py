@@ -7,8 +7,8 @@ import os
 import sys
 
 import deepspeed
-
 import two_ranks
+
 from trl_ext.ppo import PPOTrainer
 from trl_ext.ppo.config import mini_batch_size
 

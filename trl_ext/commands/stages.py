@@ -7,7 +7,13 @@ import json
 
 from trl_ext.commands.parsing import Command, CommandResult
 from trl_ext.doubling.stages import (
-    EvalConfig, PretrainConfig, RewardConfig, RewardModelConfig, run_eval, run_pretrain, run_train_reward,
+    EvalConfig,
+    PretrainConfig,
+    RewardConfig,
+    RewardModelConfig,
+    run_eval,
+    run_pretrain,
+    run_train_reward,
     run_train_reward_model,
 )
 

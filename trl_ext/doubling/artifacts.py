@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trl_ext.model_dirs import ArtifactError, load_tokenizer, read_model_config, require_architecture
 from trl_ext.doubling.task import NUM_LABELS
+from trl_ext.model_dirs import ArtifactError, load_tokenizer, read_model_config, require_architecture
 
 __all__ = ["ArtifactError", "check_vocab", "load_classifier", "load_policy", "save_artifact"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel, GenerationConfig
+from transformers import BertConfig, BertForSequenceClassification, GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 from trl_ext.doubling.task import NUM_LABELS
 

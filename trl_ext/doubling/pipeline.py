@@ -19,7 +19,12 @@ from trl_ext.doubling.ppo_run import PPORunOptions, WatchOptions, ppo_options, r
 from trl_ext.doubling.presets import BACKEND_NAMES, BACKENDS, row_config
 from trl_ext.doubling.report import aggregate_rows, summary_row, text_table, write_report
 from trl_ext.doubling.stages import (
-    PretrainConfig, RewardConfig, RewardModelConfig, run_pretrain, run_train_reward, run_train_reward_model,
+    PretrainConfig,
+    RewardConfig,
+    RewardModelConfig,
+    run_pretrain,
+    run_train_reward,
+    run_train_reward_model,
 )
 from trl_ext.doubling.workers import cores, pretrain_on, worker_pool
 from trl_ext.errors import InputError
@@ -174,9 +179,8 @@ def _ppo_stages(opts: DemoOptions, out: Path, runs: list[PPORun], say, workers) 
 
 def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list, say) -> bool:
     """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
-    from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
-
     from trl_ext.runners import RUNNERS
+    from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
 
     if not RUNNERS[BACKENDS[backend].runner].needs_trl_ppo or trl_ppo_available():
         return False

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from trl_ext.doubling.task import NUM_LABELS, expected_answer, parse_answer, parse_prompt, truncate_completion
 from trl_ext.errors import InputError
 from trl_ext.rewards.base import RewardFunction
-from trl_ext.doubling.task import NUM_LABELS, expected_answer, parse_answer, parse_prompt, truncate_completion
 
 
 def requested_label(prompt: str) -> int:

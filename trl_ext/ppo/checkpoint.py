@@ -11,8 +11,6 @@ with ``weights_only=True``.
 
 from __future__ import annotations
 
-from trl_ext.errors import InputError
-
 import json
 import re
 import shutil
@@ -20,6 +18,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from trl_ext.errors import InputError
 
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"

@@ -7,13 +7,13 @@ a copy of the policy's backbone, a critic that shares nothing with the actor.
 
 from __future__ import annotations
 
-from trl_ext.errors import InputError
-
 import copy
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from trl_ext.errors import InputError
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 

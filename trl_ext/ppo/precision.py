@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-from trl_ext.errors import InputError
-
 import os
 import re
 from contextlib import contextmanager
@@ -23,6 +21,7 @@ import torch
 from torch import nn
 
 from trl_ext.dtypes import torch_dtype
+from trl_ext.errors import InputError
 
 
 def cast_model(model: nn.Module, name: str) -> nn.Module:

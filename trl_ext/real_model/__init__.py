@@ -6,8 +6,19 @@ and a task with a verifiable reward for it: a number in words written as digits,
 """
 
 from trl_ext.real_model.task import (
-    HELDOUT_SIZE, INSTRUCTION, JustTheNumber, all_rows, heldout_dataset, heldout_numbers, heldout_rows,
-    number_words, parse_question, train_dataset, train_numbers, train_rows, train_stream,
+    HELDOUT_SIZE,
+    INSTRUCTION,
+    JustTheNumber,
+    all_rows,
+    heldout_dataset,
+    heldout_numbers,
+    heldout_rows,
+    number_words,
+    parse_question,
+    train_dataset,
+    train_numbers,
+    train_rows,
+    train_stream,
 )
 
 __all__ = [

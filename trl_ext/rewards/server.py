@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from trl_ext.rewards.base import RewardError, call_reward, reward_name
 from trl_ext.rewards.protocol import HEALTH_PATH, PROTOCOL_VERSION, SCORE_PATH, decode_request, encode_json
 
-
 # What a reward raises for input it cannot score (RewardError is a ValueError): the same request fails
 # again, so the answer is 422 and the client does not retry. Anything else (a RuntimeError such as
 # CUDA out of memory, an OSError) may pass: 500, retried.
