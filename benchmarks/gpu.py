@@ -40,9 +40,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ext/vllm", "trl-ext/vllm-sleep", "trl-ppo",
-        "trl-grpo")
+ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ext/generate-static", "trl-ext/vllm",
+        "trl-ext/vllm-sleep", "trl-ppo", "trl-grpo")
 DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
+# A row name may end in "+lora" (LoRA r 16 on all linear layers) and "+mbN" (trl-ext rows: N rows per forward pass
+# of the experience phase and per forward/backward of the update, in place of the automatic size).
+SUFFIX = re.compile(r"(?P<name>[^+]+)(?P<lora>\+lora)?(?:\+mb(?P<micro>[1-9]\d*))?$")
 SHAPES = ("16x64", "64x128", "256x128")
 RESULT = "RESULT "
 
@@ -137,7 +140,8 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
 
     gpu = torch.cuda.is_available()
     dtype = torch.bfloat16 if gpu else torch.float32
-    name, lora = row.removesuffix("+lora"), row.endswith("+lora")
+    parts = SUFFIX.fullmatch(row)
+    name, lora, micro = parts["name"], bool(parts["lora"]), int(parts["micro"] or 0)
     policy, reward_model = build_models(args.tiny, dtype)
     tokenizer = char_tokenizer()
     reward = ClassifierReward(reward_model, tokenizer, pair=True, name="deberta_rm")
@@ -147,6 +151,9 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     data = Dataset.from_dict({"prompt": prompts, "input_ids": tokenizer(prompts)["input_ids"]})
     sampling = dict(temperature=1.0, top_k=50, top_p=0.95)
     sampler = name.split("/")[1] if name.startswith("trl-ext/") else "auto"
+    if sampler == "generate-static":  # transformers' own path: generate() with a static cache compiles its forward
+        policy.generation_config.cache_implementation = "static"
+        sampler = "generate"
     vllm_options = {}
     if sampler.startswith("vllm"):
         from trl_ext.ppo.vllm_sampler import INSTALL_HINT, vllm_installed
@@ -158,7 +165,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         sampler = "vllm"
     cfg = PPOConfig(batch_size=batch_size, total_episodes=episodes, response_length=response_length,
                     learning_rate=1e-5, num_ppo_epochs=1, kl_coef=0.05, vf_coef=0.1, **sampling,
-                    sampler=sampler, **vllm_options)
+                    sampler=sampler, local_rollout_forward_batch_size=micro, micro_batch_size=micro, **vllm_options)
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -224,7 +231,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     timed_phases = clock.phases[args.warmup:]
     phases = {k: round(sum(p[k] for p in timed_phases) / len(timed_phases), 3) for k in timed_phases[0]} \
         if timed_phases else None
-    return {"row": row, "batch_size": batch_size, "response_length": response_length, "updates": args.updates,
+    return {"row": row, "batch_size": batch_size, "rows_per_pass": micro or "auto", "response_length": response_length, "updates": args.updates,
             "episodes_per_second": round(args.updates * batch_size / seconds, 2),
             "generated_tokens_per_second": round(tokens / seconds, 1),
             "ms_per_decode_step": round(1000 * generate_seconds / steps, 2),
@@ -308,7 +315,22 @@ def run_row(row: str, shape: str, args) -> tuple[dict | None, str | None]:
         if line.startswith(RESULT):
             return json.loads(line[len(RESULT):]), None
     lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+    print("\n".join(f"  | {line[:300]}" for line in lines[-25:]), flush=True)  # the log keeps why
     return None, (lines[-1] if lines else f"exit code {done.returncode}")[:500]
+
+
+def command() -> str:
+    return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+
+
+def summary(results: list[dict]) -> str:
+    """The rows as a short table (the end of a device run's output)."""
+    keys = ("episodes_per_second", "ms_per_decode_step", "generate_share", "seconds_per_update", "warmup_seconds",
+            "graphs_compiled_while_timed", "peak_gpu_mb")
+    lines = ["row shape " + " ".join(keys)]
+    for r in results:
+        lines.append(f"{r['row']} {r['batch_size']}x{r['response_length']} " + " ".join(str(r[k]) for k in keys))
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -346,7 +368,7 @@ def main(argv=None) -> int:
         rows = [f"trl-ext/{s}" for s in samplers]
         args.out = args.out or str(ROOT / "benchmarks" / "results" / f"rlhf-gpu-{'-'.join(samplers)}.json")
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "rlhf-gpu.json")
-    unknown = [r for r in rows if r not in ROWS]
+    unknown = [r for r in rows if not SUFFIX.fullmatch(r) or SUFFIX.fullmatch(r)["name"] not in ROWS]
     if unknown:
         parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")
     import torch
@@ -355,6 +377,9 @@ def main(argv=None) -> int:
         print("no GPU here: nothing measured, nothing written (use --tiny to check the script)")
         return 2
     rows += [r + "+lora" for r in rows] if args.lora else []
+    from trl_ext.commands.report import machine
+
+    settings = {k: v for k, v in vars(args).items() if k not in ("one", "out")}
     results, failed = [], []
     for shape in shapes:
         for row in rows:
@@ -364,15 +389,13 @@ def main(argv=None) -> int:
                 results.append(result)
             else:
                 failed.append({"row": row, "shape": shape, "error": why})
-    if args.tiny:
-        return 0 if results else 1
-    from trl_ext.commands.report import machine
-
-    settings = {k: v for k, v in vars(args).items() if k not in ("one", "out")}
-    Path(args.out).write_text(json.dumps({"benchmark": "rlhf-gpu", "machine": machine(), "settings": settings,
-                                          "rows": results, "failed": failed}, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+            if not args.tiny:  # after every row: a run cut short keeps what it measured
+                Path(args.out).write_text(json.dumps({"benchmark": "rlhf-gpu", "machine": machine(),
+                                                      "device": torch.cuda.get_device_name(), "command": command(),
+                                                      "settings": settings, "rows": results, "failed": failed},
+                                                     indent=2) + "\n")
+    print(summary(results))
+    return 0 if results else 1
 
 
 if __name__ == "__main__":
