@@ -8,7 +8,7 @@ import torch
 from weight_gaps import assert_same_adam_steps
 
 from trl_ext.ppo import core
-from trl_ext.ppo.config import PPOConfig, rows_per_pass
+from trl_ext.ppo.config import LOGITS_BUDGET, PPOConfig, rows_per_pass
 from trl_ext.ppo.trainer import PPOTrainer
 
 TOLERANCE = 1e-5
@@ -32,6 +32,48 @@ def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype,
     assert torch.allclose(core.logprobs_from_logits(logits, tokens, 0.7), expected, atol=1e-6)
     assert torch.allclose(core.entropy_from_logits(logits, 0.7), expected_entropy, atol=1e-5)
     assert core.logprobs_from_logits(logits, tokens).dtype == torch.float32
+
+
+def _saved_bytes(function, *inputs) -> int:
+    """Bytes of the tensors autograd keeps for the backward pass of ``function(*inputs)``."""
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t,
+                                                  lambda t: t):
+        function(*inputs)
+    return sum(saved)
+
+
+def test_log_probs_with_gradients_keep_no_float32_copy_of_the_logits(monkeypatch):
+    monkeypatch.setattr(core, "CHUNK_ELEMENTS", 2 * 7 * 40)  # several chunks
+    logits = torch.randn(4, 7, 40, dtype=torch.bfloat16, requires_grad=True)
+    tokens = torch.randint(0, 40, (4, 7))
+
+    def plain(x, t):  # the same selective log-softmax, its float32 copies kept by autograd
+        x = x.float() / 0.7
+        return x.gather(-1, t[..., None]).squeeze(-1) - torch.logsumexp(x, dim=-1)
+
+    ours = core.logprobs_from_logits(logits, tokens, 0.7)
+    (grad,) = torch.autograd.grad(ours.sum(), logits)
+    (expected_grad,) = torch.autograd.grad(plain(logits, tokens).sum(), logits)
+    assert torch.equal(ours, plain(logits, tokens)) and torch.equal(grad, expected_grad)
+    # The chunks keep views of the bf16 logits (2 bytes an element, shared with them) and the ids; the plain graph a
+    # float32 copy besides (4 bytes an element)
+    assert _saved_bytes(core.logprobs_from_logits, logits, tokens, 0.7) <= logits.numel() * 2 + tokens.numel() * 8
+    assert _saved_bytes(plain, logits, tokens) >= logits.numel() * 4
+    entropy_grad = torch.autograd.grad(core.entropy_from_logits(logits, 0.7).sum(), logits)[0]
+    assert torch.isfinite(entropy_grad.float()).all() and entropy_grad.abs().sum() > 0
+
+
+def test_automatic_rows_follow_the_gpu_memory_on_a_gpu(monkeypatch):
+    from types import SimpleNamespace
+
+    from trl_ext.ppo import forward
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=80 * 2**30))
+    budget = forward.logits_budget(torch.device("cuda"))
+    assert budget == 80 * 2**30 // 64 and forward.logits_budget(torch.device("cpu")) == LOGITS_BUDGET
+    assert rows_per_pass(0, 64, 129, 151936, budget) == 64  # an 80 GB card: Qwen's 64x128 batch in one pass
+    assert rows_per_pass(0, 64, 129, 151936, 24 * 2**30 // 64) == 20  # a 24 GB card: 20 rows a pass
 
 
 def test_automatic_rows_bound_the_logits_of_one_pass():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.registry import Registry
@@ -49,23 +50,39 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
 
     A selective log-softmax: the chosen logit minus the row's logsumexp, over chunks of rows, so
     neither a ``(B, T, V)`` log-softmax nor a float32 copy of bf16 logits exists at once.
+    With gradients, each chunk's float32 working copy is recomputed in the backward pass rather than kept:
+    the graph holds the logits alone (2 bytes an element in bf16), not a float32 copy of them besides (4 more).
     """
     chunks = _row_chunks(logits)
     picked = []
     for chunk, ids in zip(chunks, tokens.reshape(-1).split([_positions(c) for c in chunks])):
-        chunk = chunk.float() / temperature
         ids = ids.reshape(chunk.shape[:-1])
-        picked.append((chunk.gather(-1, ids[..., None]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)).reshape(-1))
+        if chunk.requires_grad:
+            picked.append(checkpoint(_selected_logprobs, chunk, ids, temperature, use_reentrant=False).reshape(-1))
+        else:
+            picked.append(_selected_logprobs(chunk, ids, temperature).reshape(-1))
     return torch.cat(picked).reshape(tokens.shape)
+
+
+def _selected_logprobs(chunk: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    chunk = chunk.float() / temperature
+    return chunk.gather(-1, ids[..., None]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Per-token entropy of ``softmax(logits / temperature)`` in float32: ``(B, T, V) -> (B, T)``, chunked as above."""
     entropies = []
     for chunk in _row_chunks(logits):
-        log_p = torch.log_softmax(chunk.float() / temperature, dim=-1)
-        entropies.append(-(log_p.exp() * log_p).sum(-1).reshape(-1))
+        if chunk.requires_grad:  # recomputed in the backward pass, as the log-probs above
+            entropies.append(checkpoint(_entropy, chunk, temperature, use_reentrant=False).reshape(-1))
+        else:
+            entropies.append(_entropy(chunk, temperature).reshape(-1))
     return torch.cat(entropies).reshape(logits.shape[:-1])
+
+
+def _entropy(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
+    log_p = torch.log_softmax(chunk.float() / temperature, dim=-1)
+    return -(log_p.exp() * log_p).sum(-1)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -10,9 +10,21 @@ from dataclasses import dataclass
 import torch
 
 from trl_ext.ppo import core
-from trl_ext.ppo.config import rows_per_pass
+from trl_ext.ppo.config import LOGITS_BUDGET, rows_per_pass
 from trl_ext.ppo.rollout import last_positions
 from trl_ext.ppo.sharding import gathered_for_rollout
+
+# On a GPU a pass takes about the same time whatever its rows (docs/results.md, "On one GPU"), so there the
+# automatic size follows the card's memory instead of LOGITS_BUDGET: one logit value per 64 bytes of it (a pass's
+# bf16 logits fill at most 1/32 of the card).
+GPU_MEMORY_PER_LOGIT = 64
+
+
+def logits_budget(device: torch.device) -> int:
+    """Logit values one automatically sized pass may produce on ``device``."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // GPU_MEMORY_PER_LOGIT
+    return LOGITS_BUDGET
 
 
 @dataclass
@@ -43,7 +55,8 @@ class ForwardPasses:
 
     def rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
         """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget."""
-        return rows_per_pass(option, batch, self.logits_to_keep(responses), self.vocab_size)
+        return rows_per_pass(option, batch, self.logits_to_keep(responses), self.vocab_size,
+                             logits_budget(self.accelerator.device))
 
     def parts(self, responses: torch.Tensor) -> list[slice]:
         """Rows of the no-grad passes (``local_rollout_forward_batch_size``)."""

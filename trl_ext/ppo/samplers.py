@@ -69,11 +69,12 @@ def resolve_sampler(config, device: torch.device, policy=None) -> str:
     """The engine ``config.sampler`` names; 'auto' picks the one measured fastest for this device and policy: vLLM
     on CPU where it is installed, the policy has 100M parameters or more and heads its CPU attention runs, and
     sampling filters nothing (measured without top-k/top-p; top-p over the whole vocabulary is vLLM CPU's slow path);
-    otherwise ``model.generate`` on a GPU (vLLM and the compiled static sampler are not measured on one), the loop."""
+    on a GPU the static sampler (its decode step a CUDA graph: the fastest there, docs/results.md "On one GPU"; vLLM
+    not measured on one); otherwise the loop."""
     if config.sampler != "auto":
         return config.sampler
     if device.type == "cuda":
-        return "generate"
+        return "static"
     unfiltered = config.top_k == 0 and config.top_p == 1.0
     return "vllm" if policy is not None and unfiltered and _vllm_wins_on_cpu(policy) else "loop"
 
