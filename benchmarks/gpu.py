@@ -7,10 +7,11 @@ Same models, reward, prompts, batch and response length for every row: a Qwen2.5
 and a DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs with random weights
 (no download), bf16; top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response
 tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``,
+``trl-ext/generate-static`` (``generate`` with transformers' static cache, which compiles the forward itself),
 ``trl-ext/vllm`` (the in-house trainer with each sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep``
 the same with ``vllm_enable_sleep_mode``), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
 (the newest TRL's ``GRPOTrainer``, 8 completions per prompt); ``--lora`` adds each with LoRA (r 16,
-all linear layers). Each row runs in a fresh process, so peak memory and compiled graphs are its own,
+all linear layers) and a row name ending in ``+mbN`` runs N rows a forward pass. Each row runs in a fresh process, so peak memory and compiled graphs are its own,
 with the Python of a virtual environment or a ``pip install --target`` folder put first on
 ``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment with CUDA vLLM:
 ``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default: this
@@ -23,7 +24,8 @@ the share of the update spent generating, peak GPU memory, trainable parameters 
 graphs compiled while timed, and for trl-ext rows the trainer's ``timing/*`` phases per update and their
 sum's share of the wall clock (the trainer synchronises the GPU before each reading: about 1). A row
 that fails (out of memory) is listed under ``failed`` with its last error line; a row that was not run
-is not written. Without a GPU (and without ``--tiny``) nothing is measured and nothing is written.
+is not written. The results file and its table (``.md`` beside it) are rewritten after every row, so a run cut short
+keeps what it measured. Without a GPU (and without ``--tiny``) nothing is measured and nothing is written.
 """
 
 from __future__ import annotations
@@ -323,6 +325,23 @@ def command() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
 
 
+def table(data: dict) -> str:
+    """The results file as the markdown table docs/results.md shows (``NAME.md`` beside ``NAME.json``)."""
+    lines = ["| row | prompts x tokens | rows a pass | episodes/s | ms a decode step | generating | s an update "
+             "(generate / experience / update) | peak GPU MB | graphs compiled while timed | first update s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        phases = r.get("timing_phases_per_update") or {}
+        split = " / ".join(f"{phases[f'timing/{k}']:.2f}" for k in ("generate", "experience", "update")
+                           if f"timing/{k}" in phases)
+        lines.append(f"| `{r['row']}` | {r['batch_size']}x{r['response_length']} | {r.get('rows_per_pass', 'auto')} | "
+                     f"{r['episodes_per_second']:.1f} | {r['ms_per_decode_step']:.1f} | {r['generate_share']:.0%} | "
+                     f"{r['seconds_per_update']:.2f}{f' ({split})' if split else ''} | {r['peak_gpu_mb']:,.0f} | "
+                     f"{r['graphs_compiled_while_timed']} | {r['first_update_seconds']:.1f} |")
+    lines += [f"| `{f['row']}` | {f['shape']} | failed: {f['error']} |||||||" for f in data.get("failed", [])]
+    return "\n".join(lines) + "\n"
+
+
 def summary(results: list[dict]) -> str:
     """The rows as a short table (the end of a device run's output)."""
     keys = ("episodes_per_second", "ms_per_decode_step", "generate_share", "seconds_per_update", "warmup_seconds",
@@ -352,8 +371,12 @@ def main(argv=None) -> int:
     parser.add_argument("--row-timeout", type=int, default=1200, help="seconds a row may take")
     parser.add_argument("--out", help="result file (default: benchmarks/results/rlhf-gpu.json)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a row, in the child process
+    parser.add_argument("--table", help="only write the markdown table of this results file beside it")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.table:
+        Path(args.table).with_suffix(".md").write_text(table(json.loads(Path(args.table).read_text())))
+        return 0
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     bad = [s for s in shapes if not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s)]
     if bad or not shapes:
@@ -390,10 +413,10 @@ def main(argv=None) -> int:
             else:
                 failed.append({"row": row, "shape": shape, "error": why})
             if not args.tiny:  # after every row: a run cut short keeps what it measured
-                Path(args.out).write_text(json.dumps({"benchmark": "rlhf-gpu", "machine": machine(),
-                                                      "device": torch.cuda.get_device_name(), "command": command(),
-                                                      "settings": settings, "rows": results, "failed": failed},
-                                                     indent=2) + "\n")
+                data = {"benchmark": "rlhf-gpu", "machine": machine(), "device": torch.cuda.get_device_name(),
+                        "commands": [command()], "settings": settings, "rows": results, "failed": failed}
+                Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
+                Path(args.out).with_suffix(".md").write_text(table(data))
     print(summary(results))
     return 0 if results else 1
 

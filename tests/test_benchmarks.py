@@ -59,3 +59,27 @@ def test_throughput_times_ppo_and_a_critic_free_row(trained_artifacts, tmp_path)
     assert set(rows) == {"scratch", "scratch-grpo"} and all(r["episodes_per_second"] > 0 for r in rows.values())
     # no critic: the separate critic's backbone and the value head are not trained
     assert rows["scratch-grpo"]["trainable_parameters"] < rows["scratch"]["trainable_parameters"] / 1.9
+
+
+def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_file(tmp_path):
+    """benchmarks/gpu.py --tiny: the in-house rows (a pass-size row among them) run on any machine; its table renders
+    a results file as docs/results.md shows it."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--shapes", "8x8",
+                           "--updates", "1", "--warmup", "1", "--rows", "trl-ext/static,trl-ext/loop+mb2"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("trl-ext/") and ": {" in line}
+    assert set(rows) == {"trl-ext/static", "trl-ext/loop+mb2"} and "'rows_per_pass': 2" in rows["trl-ext/loop+mb2"]
+    result = {"rows": [{"row": "trl-ext/static+mb8", "batch_size": 64, "response_length": 128, "rows_per_pass": 8,
+                        "episodes_per_second": 31.37, "ms_per_decode_step": 4.26, "generate_share": 0.267,
+                        "seconds_per_update": 2.04, "peak_gpu_mb": 13845.4, "graphs_compiled_while_timed": 0,
+                        "first_update_seconds": 12.05, "timing_phases_per_update": {
+                            "timing/generate": 0.548, "timing/experience": 0.47, "timing/update": 0.999}}],
+              "failed": [{"row": "trl-ppo", "shape": "64x128", "error": "CUDA out of memory"}]}
+    (tmp_path / "r.json").write_text(json.dumps(result))
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--table", str(tmp_path / "r.json")],
+                   check=True, cwd=ROOT, env=env)
+    table = (tmp_path / "r.md").read_text()
+    assert "| `trl-ext/static+mb8` | 64x128 | 8 | 31.4 | 4.3 | 27% | 2.04 (0.55 / 0.47 / 1.00) | 13,845 | 0 |" in table
+    assert "| `trl-ppo` | 64x128 | failed: CUDA out of memory |" in table

@@ -50,8 +50,9 @@ class PPOConfig:
                                  "batch_size counts completions and must be divisible by it")
     sampler: str = field("auto", help="rollout engine (trl_ext.ppo.samplers): 'loop': the KV-cache loop; 'generate': "
                          "model.generate (repetition_penalty); 'static': static KV cache, decode step compiled to a "
-                         "CUDA graph; 'vllm': vLLM colocated in each training process; 'auto': generate on a GPU, "
-                         "loop on CPU", choices=SAMPLERS)
+                         "CUDA graph; 'vllm': vLLM colocated in each training process; 'auto': static on a GPU; on "
+                         "CPU vllm for a policy of 100M parameters or more where installed, else loop",
+                         choices=SAMPLERS)
     vllm_mode: str = field("colocate", help="vLLM beside the trainer in each process (TRL's name; the only mode)",
                            choices=VLLM_MODES)
     vllm_gpu_memory_utilization: float = field(0.3, help="share of GPU memory vLLM may take for weights and KV cache")
