@@ -7,9 +7,16 @@ import pytest
 import torch
 from datasets import Dataset
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import PPOConfig, core, losses
-from trl_ext.ppo.samplers import SAMPLERS, Completions, LoopSampler, SamplingOptions, build_sampler, resolve_sampler
+from trl_ext.ppo.rollout.samplers import (
+    SAMPLERS,
+    Completions,
+    LoopSampler,
+    SamplingOptions,
+    build_sampler,
+    resolve_sampler,
+)
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
 def _length(completions, **kwargs):
@@ -82,7 +89,7 @@ def _qwen2(hidden: int, heads: int):
 
 
 def test_auto_keeps_the_loop_on_cpu_for_a_small_policy_or_without_vllm(monkeypatch):
-    from trl_ext.ppo import samplers, vllm_sampler
+    from trl_ext.ppo.rollout import samplers, vllm_sampler
 
     policy = _qwen2(64, 2)  # heads of 32, which vLLM's CPU attention runs
     assert resolve_sampler(AUTO, torch.device("cpu"), policy) == "loop"  # far below 100M parameters
@@ -94,7 +101,7 @@ def test_auto_keeps_the_loop_on_cpu_for_a_small_policy_or_without_vllm(monkeypat
 
 @pytest.mark.needs_vllm
 def test_auto_picks_vllm_on_cpu_where_it_was_measured_to_win(monkeypatch):
-    from trl_ext.ppo import samplers
+    from trl_ext.ppo.rollout import samplers
 
     monkeypatch.setattr(samplers, "VLLM_CPU_MIN_PARAMETERS", 0)  # a tiny policy stands in for a 135M one
     assert resolve_sampler(AUTO, torch.device("cpu"), _qwen2(64, 2)) == "vllm"
@@ -110,7 +117,8 @@ class ShiftedLogprobs(LoopSampler):
         self.shift, self.temperature, self.changes = shift, temperature, 0
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        from trl_ext.ppo.rollout import positions_from_mask, response_mask
+        from trl_ext.ppo.rollout.interface import response_mask
+        from trl_ext.ppo.rollout.loop import positions_from_mask
 
         ids = super().sample(model, query_ids, query_mask, options, generator).ids
         mask = torch.cat([query_mask, response_mask(ids, options.eos_token_id)], dim=1)
@@ -125,8 +133,8 @@ class ShiftedLogprobs(LoopSampler):
 
 @pytest.mark.parametrize("correction", [False, True])
 def test_the_trainer_logs_the_engines_gap_and_corrects_for_it(tokenizer, correction):
-    from trl_ext.doubling.models import build_policy
     from trl_ext.ppo import PPOTrainer
+    from trl_ext.tasks.doubling.models import build_policy
 
     cfg = doubling_ppo_config(batch_size=4, total_episodes=4, num_ppo_epochs=2, num_mini_batches=2)
     trainer = PPOTrainer(build_policy(tokenizer, seed=3), _length, processing_class=tokenizer,
@@ -153,10 +161,10 @@ def test_the_correction_is_refused_without_vllm():
 
 
 def test_every_engine_returns_pad_after_eos(tokenizer):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer, seed=3).eval()
-    from trl_ext.batching import pad_batch
+    from trl_ext.data.batching import pad_batch
 
     ids, mask = pad_batch([tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(4)],
                           tokenizer.pad_token_id, side="left")

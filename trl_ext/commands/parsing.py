@@ -3,7 +3,7 @@
 A command combines several dataclasses, one per concern (trainer, models, output, ...); each
 field becomes a flag and a YAML key of the same name.
 
-Values come from, in rising priority (``trl_ext.settings``): the dataclass defaults, the command's
+Values come from, in rising priority (``trl_ext.settings.layers``): the dataclass defaults, the command's
 defaults, the preset the chosen options name (``ppo --backend scratch-grpo-quick``), ``--config FILE.yaml``,
 flags; where each value came from travels with the options (``sources``). A YAML key that is not a field is
 an error naming the key; a YAML value is converted to the field's type (YAML reads ``1e-3`` as a string) or
@@ -20,8 +20,8 @@ import typing
 from pathlib import Path
 
 from trl_ext.errors import InputError
-from trl_ext.options import cli_fields
-from trl_ext.settings import COMMAND, DEFAULT, FLAG, YAML, Layer, resolve
+from trl_ext.settings.fields import cli_fields
+from trl_ext.settings.layers import COMMAND, DEFAULT, FLAG, YAML, Layer, resolve
 
 
 class ConfigError(InputError):
@@ -150,7 +150,7 @@ def parts_of(options: type) -> dict[str, type]:
 
 
 def build_options(command: Command, namespace: argparse.Namespace):
-    """The options the layers give (``trl_ext.settings``: defaults, the command's, the preset the options so far
+    """The options the layers give (``trl_ext.settings.layers``: defaults, the command's, the preset the options so far
     pick, the YAML file, the flags given), one dataclass instance per part, and ``sources``: where each came from."""
     known = command.fields()
     given = {}

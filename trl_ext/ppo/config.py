@@ -1,16 +1,17 @@
-"""Options of the in-house PPO trainer; names follow TRL's ``PPOConfig`` where the meaning is the same."""
+"""Options of the scratch trainer; names follow TRL's ``PPOConfig`` where the meaning is the same."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from trl_ext.dtypes import DTYPES
 from trl_ext.errors import InputError
-from trl_ext.options import field, require_positive
-from trl_ext.ppo import core, samplers
+from trl_ext.models.dtypes import DTYPES
+from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
+from trl_ext.ppo.rollout import samplers
+from trl_ext.settings.fields import field, require_positive
 
 LR_SCHEDULES = ("linear", "constant")
 SAMPLERS = ("auto", *samplers.SAMPLERS)
@@ -22,7 +23,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 
 @dataclass
 class PPOConfig:
-    """The in-house trainer's options, grouped by concern: the run and its optimizer, sampling, rewards, KL,
+    """The scratch trainer's options, grouped by concern: the run and its optimizer, sampling, rewards, KL,
     advantages, the policy loss, the critic, memory and precision, checkpoints."""
 
     # The run and the optimizer: how many rollouts, in what batches, at what learning rate
@@ -34,7 +35,7 @@ class PPOConfig:
                                   "doubling-task tutorial updates")
     num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
     learning_rate: float = field(3e-6, help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
-                                 "has the option; the doubling task's: trl_ext.doubling.ppo_settings)")
+                                 "has the option; the doubling task's: trl_ext.tasks.doubling.ppo_settings)")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
                                    choices=LR_SCHEDULES)
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
@@ -48,7 +49,7 @@ class PPOConfig:
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
     num_generations: int = field(1, help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
                                  "batch_size counts completions and must be divisible by it")
-    sampler: str = field("auto", help="rollout engine (trl_ext.ppo.samplers): 'loop': the KV-cache loop; 'generate': "
+    sampler: str = field("auto", help="rollout engine (trl_ext.ppo.rollout.samplers): 'loop': the KV-cache loop; 'generate': "
                          "model.generate (repetition_penalty); 'static': static KV cache, decode step compiled to a "
                          "CUDA graph; 'vllm': vLLM colocated in each training process; 'auto': generate on a GPU, "
                          "loop on CPU", choices=SAMPLERS)

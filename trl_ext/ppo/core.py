@@ -109,7 +109,7 @@ KL_ESTIMATORS = Registry("kl estimator")
 
 @KL_ESTIMATORS.register("k1")
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """``log p - log q``: unbiased, can be negative (seed 000, TRL's PPO and RLOO)."""
+    """``log p - log q``: unbiased, can be negative (what TRL's PPO and RLOO use)."""
     return logprobs - ref_logprobs
 
 

@@ -1,4 +1,4 @@
-"""The reward-function protocol shared by TRL's GRPO/RLOO, our PPO adapter and the in-house trainer.
+"""The reward-function protocol shared by TRL's GRPO/RLOO, our PPO adapter and the scratch trainer.
 
 A reward function is any callable ``fn(prompts=..., completions=..., **kwargs) -> list[float]``
 with a ``__name__`` (TRL's ``reward_funcs`` convention: called by keyword, extra keyword
