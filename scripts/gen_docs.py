@@ -28,6 +28,7 @@ import re
 import statistics
 import sys
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +123,7 @@ def _option_rows(cls, command=None, fields=None) -> list[str]:
         choices = f.metadata.get("choices")
         if choices is not None:
             help_text = help_text.rstrip()
-            help_text += ("" if not help_text or help_text.endswith(".") else ".") + (" " if help_text else "") + "Choices: " + ", ".join(f"`{c}`" for c in choices) + "."
+            help_text += ("" if not help_text or help_text.endswith(".") else ".") + (" " if help_text else "") + "Choices: " + ", ".join(f"`{c}`" for c in choices) + (", or your own as `module:name`" if isinstance(choices, Mapping) else "") + "."
         rows.append(f"| `{flag}` | {type_text} | {_cell(default_text)} | {_cell(help_text)} |")
     return rows
 

@@ -4,9 +4,12 @@ engine knows them, the log-probs it sampled those tokens with."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
+
+from trl_ext.errors import InputError
 
 
 def response_mask(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
@@ -65,6 +68,8 @@ def trimmed(completions: Completions, eos_token_id: int, pad_token_id: int):
 class Sampler:
     """The interface; ``sample`` is the one method every engine implements."""
 
+    returns_logprobs = False  # whether ``sample`` fills ``Completions.logprobs``: the importance-sampling correction
+
     def sample(self, model, query_ids: torch.Tensor, query_mask: torch.Tensor, options: SamplingOptions,
                generator: torch.Generator | None = None) -> Completions:
         raise NotImplementedError
@@ -72,3 +77,15 @@ class Sampler:
     def policy_changed(self) -> None:
         """The policy's weights moved (an optimizer step, a loaded checkpoint). Engines that call the policy
         itself have nothing to do; one with its own copy of the weights syncs before its next rollout."""
+
+
+def check_correction(config, sampler: Sampler, name: str) -> None:
+    """The importance-sampling correction needs the engine's log-probs: an engine named that returns none is
+    refused; one that 'auto' picked (it picks by machine) is a warning, and the run goes on uncorrected."""
+    if not config.vllm_importance_sampling_correction or sampler.returns_logprobs:
+        return
+    message = (f"vllm_importance_sampling_correction needs a rollout engine that returns its log-probs; "
+               f"sampler {name!r} returns none")
+    if config.sampler != "auto":
+        raise InputError(message)
+    warnings.warn(message + " ('auto' picked it on this machine): the run goes on uncorrected", stacklevel=3)

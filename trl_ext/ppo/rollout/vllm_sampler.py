@@ -216,6 +216,8 @@ class VLLMSampler(Sampler):
     the engine's dtype.
     """
 
+    returns_logprobs = True
+
     def __init__(self, config, dtype: torch.dtype | None = None):
         require_vllm()  # at construction: the CLI fails before any training starts
         if config.vllm_mode != "colocate":
