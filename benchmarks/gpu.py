@@ -1,4 +1,4 @@
-"""trl-ext's PPO (each sampler), TRL 1.12's PPOTrainer and TRL's GRPOTrainer on one GPU, in one run.
+"""The scratch trainer (each sampler), TRL 1.12's PPOTrainer and TRL's GRPOTrainer on one GPU, in one run.
 
     python benchmarks/gpu.py --trl-ppo /opt/trl112 --trl-latest /opt/trl116   # writes benchmarks/results/rlhf-gpu.json
     python benchmarks/gpu.py --tiny --trl-ppo .venv --trl-latest .venv-latest   # any machine: checks the script
@@ -8,7 +8,7 @@ and a DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs
 (no download), bf16; top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response
 tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``,
 ``trl-ext/generate-static`` (``generate`` with transformers' static cache, which compiles the forward itself),
-``trl-ext/vllm`` (the in-house trainer with each sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep``
+``trl-ext/vllm`` (the scratch trainer with each sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep``
 the same with ``vllm_enable_sleep_mode``), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
 (the newest TRL's ``GRPOTrainer``, 8 completions per prompt); ``--lora`` adds each with LoRA (r 16,
 all linear layers) and a row name ending in ``+mbN`` runs N rows a forward pass. Each row runs in a fresh process, so peak memory and compiled graphs are its own,
@@ -96,7 +96,7 @@ class Clock:
         self.gpu, self.eos_token_id = gpu, eos_token_id
         self.stamps: list[tuple] = []  # (time, generate seconds, decode steps, generated tokens, graphs) so far
         self.generate_seconds, self.steps, self.tokens = 0.0, 0, 0
-        self.phases: list[dict] = []  # the in-house trainer's timing/* stats of each update
+        self.phases: list[dict] = []  # the scratch trainer's timing/* stats of each update
 
     def now(self) -> float:
         if self.gpu:
@@ -116,7 +116,7 @@ class Clock:
 
     def count(self, responses) -> None:
         """``responses``: ``(B, R)`` sampled ids; counts the ids up to and including each row's first eos."""
-        from trl_ext.ppo.rollout import response_mask
+        from trl_ext.ppo.rollout.interface import response_mask
 
         self.steps += responses.shape[1]
         self.tokens += int(response_mask(responses, self.eos_token_id).sum())
@@ -158,7 +158,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         sampler = "generate"
     vllm_options = {}
     if sampler.startswith("vllm"):
-        from trl_ext.ppo.vllm_sampler import INSTALL_HINT, vllm_installed
+        from trl_ext.ppo.rollout.vllm_sampler import INSTALL_HINT, vllm_installed
 
         if not vllm_installed():
             raise SystemExit(f"{row}: needs vLLM in this row's environment (--vllm-env): {INSTALL_HINT}")
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny models on any device: check the script only")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="prompts per update x response tokens")
     parser.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"some of {', '.join(ROWS)}")
-    parser.add_argument("--sampler", help="the in-house trainer's rows alone, by sampler (comma-separated: "
+    parser.add_argument("--sampler", help="the scratch trainer's rows alone, by sampler (comma-separated: "
                         "'vllm' is --rows trl-ext/vllm); results to rlhf-gpu-SAMPLERS.json unless --out")
     parser.add_argument("--vllm-env", help="virtual environment or --target folder with CUDA vLLM (the vLLM rows; "
                         "default: --trl-latest)")
@@ -400,7 +400,7 @@ def main(argv=None) -> int:
         print("no GPU here: nothing measured, nothing written (use --tiny to check the script)")
         return 2
     rows += [r + "+lora" for r in rows] if args.lora else []
-    from trl_ext.commands.report import machine
+    from trl_ext.runs.machine import machine
 
     settings = {k: v for k, v in vars(args).items() if k not in ("one", "out")}
     results, failed = [], []

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from trl_ext.commands.cli import main as cli
-    from trl_ext.commands.report import device_tag, machine
+    from trl_ext.runs.machine import device_tag, machine
 
     runs = []
     out = Path(args.out)

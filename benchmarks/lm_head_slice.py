@@ -40,7 +40,7 @@ def median_seconds(call) -> float:
 
 def measure(vocab: int, kept: int, dtype: torch.dtype, grad: bool) -> dict:
     sys.path.insert(0, str(ROOT))
-    from trl_ext.ppo.rollout import last_positions
+    from trl_ext.ppo.rollout.loop import last_positions
 
     head = torch.randn(vocab, HIDDEN, dtype=dtype)
     hidden = torch.randn(ROWS, LENGTH, HIDDEN, dtype=dtype, requires_grad=grad)
@@ -55,7 +55,7 @@ def measure(vocab: int, kept: int, dtype: torch.dtype, grad: bool) -> dict:
 def main() -> int:
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
-    from trl_ext.machine import cpu_name
+    from trl_ext.runs.machine import cpu_name
 
     rows = []
     for name, vocab in VOCABS.items():

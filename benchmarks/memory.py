@@ -1,4 +1,4 @@
-"""Resident memory of the in-house PPO trainer over many updates (it must stay flat).
+"""Resident memory of the scratch trainer over many updates (it must stay flat).
 
     OMP_NUM_THREADS=1 python benchmarks/memory.py --policy runs/bench/policy --reward runs/bench/reward
 
@@ -37,12 +37,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from trl_ext.commands.ppo import DOUBLING_DEFAULTS
-    from trl_ext.commands.report import machine
-    from trl_ext.doubling.ppo_run import load_inputs, ppo_options
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
     from trl_ext.ppo.trainer import PPOTrainer
-    from trl_ext.runs import train_options
+    from trl_ext.runs.machine import machine
+    from trl_ext.runs.run import train_options
+    from trl_ext.tasks.doubling.ppo_run import load_inputs, ppo_options
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     train = PPOConfig(**DOUBLING_DEFAULTS, batch_size=args.batch_size, total_episodes=args.updates * args.batch_size)
     run = ppo_options(train, args.policy, args.reward, out="unused")

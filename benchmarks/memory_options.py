@@ -1,4 +1,4 @@
-"""Peak memory of the in-house PPO under its memory options, each in a fresh process (CPU or GPU).
+"""Peak memory of the scratch trainer under its memory options, each in a fresh process (CPU or GPU).
 
     OMP_NUM_THREADS=1 python benchmarks/memory_options.py            # writes benchmarks/results/memory-options-<device>.json
 
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             return run.returncode
         rows.append(json.loads(run.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    from trl_ext.commands.report import machine
+    from trl_ext.runs.machine import machine
 
     base = rows[0]["peak_mb"]
     for row in rows:

@@ -9,7 +9,7 @@ r"""Peak memory of the rlhf recipe with a real vocabulary: how it grows with bat
     OMP_NUM_THREADS=1 python benchmarks/memory_scaling.py --code /tmp/old --tag before --options "--num-ppo-epochs 1" \
         --out benchmarks/results/memory-scaling-sweep-cpu.json --rows 16x64/152k/bfloat16 16x64/152k/float32
 
-Each row runs ``trl-ext rlhf`` (the path of ``recipes/rlhf/ppo_rlhf.py``: LoRA, the in-house trainer,
+Each row runs ``trl-ext rlhf`` (the path of ``recipes/rlhf/ppo_rlhf.py``: LoRA, the scratch trainer,
 default memory options) in a fresh process on a Qwen2-shaped policy of tiny width (hidden 32, 2 layers)
 with a real vocabulary (Qwen's 151,936 or a 32,000 one) and a DeBERTa-v2-shaped reward model (vocabulary
 128,100), both saved in the row's dtype; random weights, so responses run to full length. A row is
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory-scaling-cpu.json"))
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from trl_ext.commands.report import machine
+    from trl_ext.runs.machine import machine
 
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {"benchmark": "memory-scaling"}

@@ -1,13 +1,13 @@
-"""PPO and group baselines on the real model (issue 31 item 2): held-out score before and after, on CPU or a GPU.
+"""PPO and group baselines on the real model: held-out score before and after, on CPU or a GPU.
 
     OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick     # smoke run: 1 seed, 2 updates, 16 held-out prompts
     OMP_NUM_THREADS=1 python benchmarks/real_model.py             # full: seeds 0 and 1, 20 updates, 200 held-out
 
-Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.real_model.checkpoint.fetch_smollm2``) with LoRA r=16
-(alpha 32, all linear layers) on ``trl_ext.real_model.task``'s training stream, rewarded by ``JustTheNumber``,
+Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.tasks.real_model.checkpoint.fetch_smollm2``) with LoRA r=16
+(alpha 32, all linear layers) on ``trl_ext.tasks.real_model.task``'s training stream, rewarded by ``JustTheNumber``,
 with SETTINGS: 16 rollouts an update, 2 epochs over each, lr 1.5e-4 (constant), temperature 0.7, responses up to
 32 tokens, the value head (PPO rows) starting at zero, the KL weight fixed at PPOConfig's 0.05 in the PPO rows and
-none in the GRPO rows (TRL's GRPO at its default beta=0 has no KL term); trl-ext's PPO row does not whiten its
+none in the GRPO rows (TRL's GRPO at its default beta=0 has no KL term); the scratch row does not whiten its
 advantages (TRL's PPO always does) and trl-ext's GRPO row does not divide them by the group's std (TRL's GRPO does
 by default). ``--set FIELD=JSON`` changes a setting for
 every row. On a machine with CUDA every row trains and evaluates there. Rows:
@@ -18,7 +18,7 @@ every row. On a machine with CUDA every row trains and evaluates there. Rows:
 * ``trl-grpo``     the newest TRL's GRPOTrainer through trl-ext's ``grpo`` runner, 4 generations (``.venv-latest``).
 
 Each row is a subprocess with one torch thread (``--jobs`` side by side). Per row: the held-out score before and
-after training (greedy and sampled at T=0.7, ``trl_ext.real_model.evaluate``), the reward and KL per update and
+after training (greedy and sampled at T=0.7, ``trl_ext.tasks.real_model.evaluate``), the reward and KL per update and
 against seconds, the trainer's ``timing/*`` stats per update (trl-ext's rows; TRL's trainers report none), seconds
 per update, and peak memory (``resource.getrusage`` maxrss). Writes benchmarks/results/real-model-cpu.json
 (quick: real-model-cpu-quick.json), a .md beside it and a curves .png. Only measured rows are written.
@@ -64,7 +64,7 @@ def prompt_dataset(tokenizer, n: int, seed: int):
 
     from datasets import Dataset
 
-    from trl_ext.real_model.task import train_stream
+    from trl_ext.tasks.real_model.task import train_stream
 
     rows = list(itertools.islice(train_stream(seed), n))
     ids = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True) for r in rows]
@@ -75,14 +75,14 @@ def prompt_dataset(tokenizer, n: int, seed: int):
 
 def sampled_score(model, tokenizer, rows, seed: int, examples: int = 3) -> dict:
     """The held-out score sampled as the rollouts are (SETTINGS' temperature and length), seeded by ``seed + 1``."""
-    from trl_ext.real_model.evaluate import score_rows
+    from trl_ext.tasks.real_model.evaluate import score_rows
 
     return score_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"],
                       max_new_tokens=SETTINGS["response_length"], seed=seed + 1, examples=examples)
 
 
 def held_out(model, tokenizer, rows, seed: int) -> dict:
-    from trl_ext.real_model.evaluate import score_rows
+    from trl_ext.tasks.real_model.evaluate import score_rows
 
     model.eval()
     greedy = score_rows(model, tokenizer, rows, max_new_tokens=SETTINGS["response_length"], examples=3)
@@ -118,9 +118,9 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ext.ppo.config import PPOConfig
-    from trl_ext.real_model.checkpoint import fetch_smollm2
-    from trl_ext.real_model.task import JustTheNumber, heldout_rows
-    from trl_ext.runners import RUNNERS, RunInputs
+    from trl_ext.runs.runners import RUNNERS, RunInputs
+    from trl_ext.tasks.real_model.checkpoint import fetch_smollm2
+    from trl_ext.tasks.real_model.task import JustTheNumber, heldout_rows
 
     torch.set_num_threads(1)
     _, runner_name, estimator, generations, _ = ROWS[name]
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
     sys.path.insert(0, str(ROOT))
-    from trl_ext.machine import cpu_name
+    from trl_ext.runs.machine import cpu_name
 
     if args.row:
         run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.eval_every)
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
             "command": "OMP_NUM_THREADS=1 python benchmarks/real_model.py " + " ".join(argv or sys.argv[1:]),
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "python": platform.python_version()},
-            "model": "SmolLM2-135M-Instruct bf16 (trl_ext.real_model.checkpoint.fetch_smollm2)",
+            "model": "SmolLM2-135M-Instruct bf16 (trl_ext.tasks.real_model.checkpoint.fetch_smollm2)",
             "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": args.jobs},
             "row_settings": row_settings(rows),
             "updates": updates, "seeds": seeds, "held_out_prompts": heldout,

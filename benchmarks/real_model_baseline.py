@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/real_model_baseline.py      # about 10 minutes on 2 busy CPU cores
 
 SmolLM2-135M-Instruct (``scripts/fetch_smollm2.py``'s checkpoint, fetched if needed) answers the 200 held-out
-prompts of ``trl_ext.real_model.task`` ("What is forty-seven written in digits? Answer with just the number.",
+prompts of ``trl_ext.tasks.real_model.task`` ("What is forty-seven written in digits? Answer with just the number.",
 after one arithmetic example turn) through its chat template: greedy once, then sampled ``--samples`` times per
 prompt at each ``--temperatures`` (whole distribution: no top-k/top-p), ``--max-new-tokens`` each, one torch
 thread. Graded by ``JustTheNumber`` (1 the number alone, 0.5 first line, 0.25 stated among words, 0 else).
@@ -38,10 +38,10 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ext.machine import cpu_name, device_tag, machine
-    from trl_ext.real_model.checkpoint import FetchError, fetch_smollm2, read_marker
-    from trl_ext.real_model.evaluate import score_rows
-    from trl_ext.real_model.task import INSTRUCTION, QUESTION, JustTheNumber, heldout_rows
+    from trl_ext.runs.machine import cpu_name, device_tag, machine
+    from trl_ext.tasks.real_model.checkpoint import FetchError, fetch_smollm2, read_marker
+    from trl_ext.tasks.real_model.evaluate import score_rows
+    from trl_ext.tasks.real_model.task import INSTRUCTION, QUESTION, JustTheNumber, heldout_rows
 
     torch.set_num_threads(1)
     try:

@@ -9,7 +9,7 @@ run's wall time that scoring through it takes.
    ``--requests`` requests of ``--rows`` completions each, back to back. Latency percentiles, requests/s,
    failed requests. The same again with a rule reward (``doubling_exact``), whose scoring costs nearly
    nothing: what the standard library's server itself costs.
-2. PPO: the in-house trainer at the ``ppo`` command's defaults (batch 64, 4 epochs, separate critic) for
+2. PPO: the scratch trainer at the ``ppo`` command's defaults (batch 64, 4 epochs, separate critic) for
    ``--updates`` updates after ``--warmup``, rewarded by the classifier in-process, then through the
    server; the trainer's own ``timing/reward`` against the wall time of the updates.
 
@@ -45,8 +45,8 @@ def rows_of(n: int, seed: int) -> tuple[list[str], list[str], list[int]]:
     """Doubling prompts with their expected answers, every fourth one wrong (scores of both signs)."""
     import random
 
-    from trl_ext.doubling.task import expected_answer, parse_prompt, ppo_prompt_dataset
-    from trl_ext.doubling.tokenizer import build_tokenizer
+    from trl_ext.tasks.doubling.task import expected_answer, parse_prompt, ppo_prompt_dataset
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
     data = ppo_prompt_dataset(build_tokenizer(), n, seed)
     rng = random.Random(seed)
@@ -108,11 +108,11 @@ def ppo_share(policy_dir: str, reward_dir: str, url: str | None, updates: int, w
     from dataclasses import replace
 
     from trl_ext.commands.ppo import DOUBLING_DEFAULTS
-    from trl_ext.doubling.ppo_run import load_inputs, ppo_options
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
     from trl_ext.ppo.trainer import PPOTrainer
-    from trl_ext.runs import train_options
+    from trl_ext.runs.run import train_options
+    from trl_ext.tasks.doubling.ppo_run import load_inputs, ppo_options
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     run = ppo_options(PPOConfig(**DOUBLING_DEFAULTS), policy_dir, None if url else reward_dir, out="unused",
                       reward_url=url)
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/remote-reward-<device>.json)")
     args = parser.parse_args(argv)
 
-    from trl_ext.commands.report import device_tag, machine
+    from trl_ext.runs.machine import device_tag, machine
 
     if args.build:
         from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     import tempfile
 
     rule = Path(tempfile.mkdtemp()) / "rule_reward.py"
-    rule.write_text("from trl_ext.doubling.rewards import ExactMatch\n\nexact = ExactMatch()\n")
+    rule.write_text("from trl_ext.tasks.doubling.rewards import ExactMatch\n\nexact = ExactMatch()\n")
     for name, serve_args in (("classifier", ["--reward", args.reward]), ("rule", ["--reward-fn", f"{rule}:exact"])):
         proc, url = serve(serve_args)
         try:

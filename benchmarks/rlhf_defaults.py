@@ -1,4 +1,4 @@
-"""Does ``trl-ext rlhf`` learn on a real chat model with its defaults, without collapsing? (issue 31, item 5)
+"""Does ``trl-ext rlhf`` learn on a real chat model with its defaults, without collapsing?
 
     OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py [--updates 40] [--rows ...] [--jobs 2]
     OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py --collect WORK_DIR --rows ...   # runs already finished there
@@ -7,7 +7,7 @@ Each row runs the recipe as a user would: ``python -m trl_ext rlhf --policy Smol
 recipe's LoRA) with nothing set but the run's size (8 prompts an update, 48-token answers, ``--updates`` updates)
 and, for the contrast rows, the settings named in ROWS. Rewards of different kinds:
 
-* ``number``: ``trl_ext.real_model.task:just_the_number`` on the task's training stream: sparse, in [0, 1],
+* ``number``: ``trl_ext.tasks.real_model.task:just_the_number`` on the task's training stream: sparse, in [0, 1],
   verifiable;
 * ``positivity``: ``recipes/rlhf/positivity.py:positivity`` on ``recipes/rlhf/explain_prompts.jsonl`` (open
   questions): dense, unbounded, a tone reward whose degenerate optimum is a salad of positive words;
@@ -34,14 +34,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "rlhf"
-REWARDS = {"number": "trl_ext.real_model.task:just_the_number",
+REWARDS = {"number": "trl_ext.tasks.real_model.task:just_the_number",
            "positivity": "recipes/rlhf/positivity.py:positivity",
            "concise": "recipes/rlhf/concise.py:concise"}  # relative: the runs start in the checkout
 # name -> (reward, YAML options over the recipe's defaults: what the contrast rows change)
 ROWS = {
     "number-defaults": ("number", {}),
     "positivity-defaults": ("positivity", {}),
-    # The recipe before issue 31 (lr 1e-5, a fixed KL weight) and that recipe at lr 2e-4 (the issue's runs).
+    # The earlier recipe (lr 1e-5, a fixed KL weight) and that recipe at lr 2e-4: what the defaults are measured against.
     "number-before": ("number", {"learning_rate": 1e-5, "kl_target": None, "num_ppo_epochs": 4,
                                  "value_head_init": "linear"}),
     "positivity-before-lr2e-4": ("positivity", {"learning_rate": 2e-4, "kl_target": None, "num_ppo_epochs": 4,
@@ -60,7 +60,7 @@ RUN_SIZE = dict(batch_size=8, response_length=48)
 def write_prompts(reward: str, n: int, folder: Path) -> Path:
     if reward != "number":
         return RECIPE / "explain_prompts.jsonl"
-    from trl_ext.real_model.task import train_stream
+    from trl_ext.tasks.real_model.task import train_stream
 
     path = folder / "number_prompts.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in itertools.islice(train_stream(0), n)))
@@ -101,8 +101,8 @@ def main(argv=None) -> int:
                         "(a run's folder is named after its row) instead of running them")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from trl_ext.machine import cpu_name
-    from trl_ext.real_model.checkpoint import fetch_smollm2
+    from trl_ext.runs.machine import cpu_name
+    from trl_ext.tasks.real_model.checkpoint import fetch_smollm2
 
     names = [n for n in args.rows.split(",") if n]
     if unknown := [n for n in names if n not in ROWS]:

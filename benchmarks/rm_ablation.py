@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     out = Path(args.out)
-    from trl_ext.commands.report import device_tag, machine
+    from trl_ext.runs.machine import device_tag, machine
 
     policy = out / "policy"
     _run_all([[_cli(), "pretrain", "--out", str(policy)]] if not (policy / "metrics.json").exists() else [])

@@ -128,7 +128,7 @@ def _result(out: Path, row: str, policy: int, seed: int, tag: str) -> dict | Non
 
 def _write(results: list[dict], args, extra: list[str]) -> None:
     sys.path.insert(0, str(ROOT))
-    from trl_ext.machine import device_tag, machine
+    from trl_ext.runs.machine import device_tag, machine
 
     info = machine()
     stem = ROOT / "benchmarks" / "results" / f"robustness-{device_tag(info)}{'-' + args.tag if args.tag else ''}"

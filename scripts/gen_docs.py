@@ -6,7 +6,7 @@
 docs/commands.md is generated whole, from the commands' option dataclasses: every ``trl-ext`` subcommand
 (``trl_ext.commands.cli.commands``), its parts (one option dataclass per concern, as
 ``trl_ext.commands.parsing.Command`` combines them), each field's flag, type, default and help
-(``trl_ext.options.field(help=...)``) and choices, and the defaults a command sets over a dataclass's own.
+(``trl_ext.settings.fields.field(help=...)``) and choices, and the defaults a command sets over a dataclass's own.
 
 docs/results.md is written by hand, except its generated blocks, each between
 ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``: tables from
@@ -28,6 +28,7 @@ import re
 import statistics
 import sys
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def _shared_heading(cls) -> str:
 
 def _option_rows(cls, command=None, fields=None) -> list[str]:
     """A table of a part's options: flag, type, default (the command's where it sets one), help and choices."""
-    from trl_ext.options import cli_fields
+    from trl_ext.settings.fields import cli_fields
 
     hints = {name: tp for name, (_, _, tp) in fields.items()} if fields else None
     rows = ["| option | type | default | what it does |", "|---|---|---|---|"]
@@ -122,7 +123,7 @@ def _option_rows(cls, command=None, fields=None) -> list[str]:
         choices = f.metadata.get("choices")
         if choices is not None:
             help_text = help_text.rstrip()
-            help_text += ("" if not help_text or help_text.endswith(".") else ".") + (" " if help_text else "") + "Choices: " + ", ".join(f"`{c}`" for c in choices) + "."
+            help_text += ("" if not help_text or help_text.endswith(".") else ".") + (" " if help_text else "") + "Choices: " + ", ".join(f"`{c}`" for c in choices) + (", or your own as `module:name`" if isinstance(choices, Mapping) else "") + "."
         rows.append(f"| `{flag}` | {type_text} | {_cell(default_text)} | {_cell(help_text)} |")
     return rows
 
@@ -229,7 +230,7 @@ RESULT_COMMANDS = {
                            "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`: TRL's rows at commits 7922095 "
                            "(`--seeds 0,1` for all four rows) and 6d38256 (`--rows scratch-ppo,trl-ppo --seeds 2,3`; "
                            "their code has not changed since) and `--rows trl-grpo --seeds 2` and `--seeds 3`; "
-                           "trl-ext's PPO rows at commit feedc1c, `--rows scratch-ppo --eval-every 4` with `--seeds 0 --jobs 1`, "
+                           "the scratch rows at commit feedc1c, `--rows scratch-ppo --eval-every 4` with `--seeds 0 --jobs 1`, "
                            "`--seeds 1,2` and `--seeds 3 --jobs 1`; trl-ext's GRPO rows at commit c489beb, `--rows "
                            "scratch-grpo --seeds 0,1,2,3 --set 'scale_rewards=\"none\"'` (the row's own setting since); "
                            "two rows ran at a time on the 2 cores",
@@ -473,7 +474,7 @@ def block_memory() -> tuple[str, list[str]]:
     samples, s = data["samples"], data["settings"]
     return "\n".join([
         _source_line(name), "",
-        f"{s['updates']:,} in-house updates at batch {s['batch_size']}: resident memory {samples[0]['rss_mb']} MB at "
+        f"{s['updates']:,} scratch updates at batch {s['batch_size']}: resident memory {samples[0]['rss_mb']} MB at "
         f"update {samples[0]['update']}, {samples[-1]['rss_mb']} MB at update {samples[-1]['update']} "
         f"(growth after warm-up: {data['growth_mb_after_warmup']} MB)."]), [name]
 
@@ -596,13 +597,13 @@ def block_real_model() -> tuple[str, list[str]]:
             ours_mean, theirs_mean = (sum(p[i]["after"] for p in pairs) / len(pairs) for i in (0, 1))
             checks.append(f"| mean of {len(pairs)} seeds: {ours_name} held-out >= {theirs_name}'s | {ours_mean:.3f} vs "
                           f"{theirs_mean:.3f} | {_f(ours_mean >= theirs_mean)} |")
-    lines += ["", "| target (issue 31) | measured | met |", "|---|---|---|", *checks, "",
+    lines += ["", "| target | measured | met |", "|---|---|---|", *checks, "",
               "![reward per update and against seconds, every row and seed](../benchmarks/results/real-model-cpu.png)"]
     return "\n".join(lines), [name]
 
 
 def block_real_model_whitening() -> tuple[str, list[str]]:
-    """Seed 0 of trl-ext's PPO row with and without whitened advantages: held-out along the run, PPO's step sizes."""
+    """Seed 0 of the scratch row with and without whitened advantages: held-out along the run, PPO's step sizes."""
     name, main = "real-model-cpu-whitened-seed0.json", "real-model-cpu.json"
     whitened = _load(name)["rows"][0]
     plain = next(r for r in _load(main)["rows"] if r["trainer"] == "scratch-ppo" and r["seed"] == whitened["seed"])

@@ -10,7 +10,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from trl_ext.doubling.tokenizer import build_tokenizer
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
     return build_tokenizer()
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.errors import InputError
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.core import adaptive_kl_coef
-from trl_ext.runners import check_runnable
+from trl_ext.runs.runners import check_runnable
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
 def test_adaptive_kl_coef_by_hand():
@@ -34,14 +34,14 @@ def test_bad_kl_target_is_refused_by_name():
 
 @pytest.mark.parametrize("runner", ["trl", "grpo", "rloo"])
 def test_backends_with_a_fixed_kl_weight_refuse_kl_target(runner):
-    with pytest.raises(InputError, match=f"--kl-target adapts trl-ext's own trainer's KL weight; backend '{runner}'"):
+    with pytest.raises(InputError, match=f"--kl-target adapts the scratch trainer's KL weight; backend '{runner}'"):
         check_runnable(runner, PPOConfig(kl_target=1.0))
 
 
 def _trainer(tokenizer, out, **options):
     from datasets import Dataset
 
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     data = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 32})
     args = doubling_ppo_config(**{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 2, "learning_rate": 1e-3,

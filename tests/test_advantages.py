@@ -38,7 +38,7 @@ def test_registry_decorator_duplicate_and_unknown_names():
 
 def test_registered_estimator_is_a_config_choice():
     assert PPOConfig(advantage_estimator="test_outcome").advantage_estimator == "test_outcome"
-    with pytest.raises(ValueError, match="advantage_estimator must be one of gae, grpo, rloo, reinforce_pp"):
+    with pytest.raises(ValueError, match="unknown advantage_estimator .nope.: known are gae, grpo, rloo, reinforce_pp"):
         PPOConfig(advantage_estimator="nope")
 
 
@@ -126,7 +126,7 @@ def test_loss_aggregations_and_sequence_clip_by_hand():
 def test_policy_loss_adds_beta_times_k3():
     logp = torch.tensor([[-1.0, -2.0, -1.0, 0.0], [-1.0, -1.0, 0.0, 0.0]], requires_grad=True)
     ref, adv = logp.detach() - 0.3, torch.ones(2, 4)
-    cfg = SimpleNamespace(policy_loss="clip", cliprange=0.2, beta=0.0, loss_type="grpo", response_length=4,
+    cfg = SimpleNamespace(policy_loss="clip", policy_loss_kwargs=None, cliprange=0.2, beta=0.0, loss_type="grpo", response_length=4,
                           kl_loss_estimator="k3", use_bias_correction_kl=True)
     plain, _ = losses.policy_loss(logp, logp.detach(), ref, adv, MASK, cfg)
     with_kl, stats = losses.policy_loss(logp, logp.detach(), ref, adv, MASK, SimpleNamespace(**{**vars(cfg), "beta": 0.1}))

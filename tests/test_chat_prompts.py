@@ -54,7 +54,7 @@ def write_jsonl(path: Path, rows: list) -> Path:
 # ------------------------------------------------------------------ what the policy receives
 
 def test_conversations_reach_the_policy_as_the_chat_template_renders_them(tokenizers):
-    from trl_ext.prompt_files import prepare_prompts
+    from trl_ext.data.prompt_files import prepare_prompts
 
     tok = tokenizers["chat"]
     prepared = prepare_prompts(RECIPE / "prompts.jsonl", tok, max_length=4096)
@@ -72,7 +72,7 @@ def test_conversations_reach_the_policy_as_the_chat_template_renders_them(tokeni
 
 @pytest.mark.parametrize("name", ["chat", "plain"])
 def test_standard_rows_are_the_raw_text_under_never_and_on_a_tokenizer_without_template(tokenizers, name, tmp_path):
-    from trl_ext.prompt_files import prepare_prompts
+    from trl_ext.data.prompt_files import prepare_prompts
 
     tok = tokenizers[name]
     standard = write_jsonl(tmp_path / "p.jsonl", [{"prompt": t, "answer": str(i)} for i, t in enumerate(texts())])
@@ -90,7 +90,7 @@ def test_standard_rows_are_the_raw_text_under_never_and_on_a_tokenizer_without_t
                                                    ("chat", "never", False), ("plain", "auto", False),
                                                    ("plain", "never", False)])
 def test_chat_template_modes_on_plain_prompts(tokenizers, name, mode, templated):
-    from trl_ext.prompt_files import prepare_prompts
+    from trl_ext.data.prompt_files import prepare_prompts
 
     tok = tokenizers[name]
     prepared = prepare_prompts(RECIPE / "prompts_plain.txt", tok, chat_template=mode)
@@ -107,8 +107,8 @@ def test_chat_template_modes_on_plain_prompts(tokenizers, name, mode, templated)
 
 
 def test_modes_that_cannot_work_are_refused_in_one_line(tokenizers):
+    from trl_ext.data.prompt_files import prepare_prompts
     from trl_ext.errors import InputError
-    from trl_ext.prompt_files import prepare_prompts
 
     cases = [("plain", RECIPE / "prompts.jsonl", "auto",
               f"{RECIPE / 'prompts.jsonl'}:1: a conversation, but the tokenizer"),
@@ -122,8 +122,8 @@ def test_modes_that_cannot_work_are_refused_in_one_line(tokenizers):
 
 
 def test_truncation_cuts_on_the_left_in_one_place_for_both_formats(tokenizers):
-    from trl_ext.ppo.data import Truncation, truncate_prompts
-    from trl_ext.prompt_files import prepare_prompts
+    from trl_ext.data.prompt_dataset import Truncation, truncate_prompts
+    from trl_ext.data.prompt_files import prepare_prompts
 
     tok = tokenizers["chat"]
     full = [chat_ids(tok, c) for c in conversations()]
@@ -159,8 +159,8 @@ MALFORMED = [
 
 @pytest.mark.parametrize("text, line, message", MALFORMED, ids=[str(i) for i in range(len(MALFORMED))])
 def test_malformed_rows_are_one_line_naming_file_and_line(tmp_path, text, line, message):
+    from trl_ext.data.prompt_files import read_prompt_file
     from trl_ext.errors import InputError
-    from trl_ext.prompt_files import read_prompt_file
 
     path = tmp_path / "prompts.jsonl"
     path.write_text(text)
@@ -191,7 +191,7 @@ def test_rlhf_refuses_bad_prompts_before_anything_runs(models, tmp_path, capsys)
 
 def test_trl_backend_adapter_hands_the_conversation_and_an_assistant_message(tokenizers, tmp_path, monkeypatch):
     """The adapter that plays TRL PPO's reward model: no TRL PPO needed to check what it hands on."""
-    from trl_ext.prompt_files import prepare_prompts
+    from trl_ext.data.prompt_files import prepare_prompts
     from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     tok = tokenizers["chat"]
@@ -328,8 +328,8 @@ def test_stage_files_in_another_format_than_the_prompts_get_a_note(models, tmp_p
 def test_conversational_stage_rows_are_checked_like_prompts():
     from datasets import Dataset
 
-    from trl_ext.reward_modeling import PreferenceError, check_preferences
-    from trl_ext.sft import SFTDataError, check_sft_rows
+    from trl_ext.stages.reward_model import PreferenceError, check_preferences
+    from trl_ext.stages.sft import SFTDataError, check_sft_rows
 
     user, answer = [{"role": "user", "content": "hi"}], [{"role": "assistant", "content": "hello"}]
     assert check_sft_rows(Dataset.from_list([{"prompt": user, "completion": answer}]))
@@ -366,7 +366,7 @@ def test_reward_model_on_conversations_with_a_chat_template_scores_as_it_trained
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from trl_ext.reward_modeling import score_pairs, tokenize_preferences, train_reward_model
+    from trl_ext.stages.reward_model import score_pairs, tokenize_preferences, train_reward_model
 
     rows = [json.loads(line) for line in (RECIPE / "preferences_chat.jsonl").read_text().splitlines()]
     data = Dataset.from_list([{"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]}
@@ -393,7 +393,7 @@ def test_sft_takes_trl_language_modeling_rows(models, tmp_path, row):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ext.sft import supervised_finetune
+    from trl_ext.stages.sft import supervised_finetune
 
     policy = models["chat"]
     _, history = supervised_finetune(AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32),

@@ -1,4 +1,4 @@
-"""Checkpoints, resume after SIGKILL, and trackers of the in-house trainer (CPU, one thread)."""
+"""Checkpoints, resume after SIGKILL, and trackers of the scratch trainer (CPU, one thread)."""
 
 import json
 import os
@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.ppo.checkpoint import CheckpointError
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -58,7 +58,7 @@ def test_sigkill_then_resume_ends_with_the_same_weights(trained_artifacts, tmp_p
 def _trainer(tokenizer, out, **options):
     from datasets import Dataset
 
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     data = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 16})
     args = doubling_ppo_config(**{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 1, "output_dir": str(out), **options})

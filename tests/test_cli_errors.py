@@ -1,4 +1,4 @@
-"""The CLI's error boundary: trl-ext's own errors and OSError are one line and exit 2; a bug keeps its traceback."""
+"""The CLI's error boundary: trl-ext's errors and OSError are one line and exit 2; a bug keeps its traceback."""
 
 import pytest
 
@@ -61,7 +61,7 @@ def test_a_library_input_error_is_one_line(monkeypatch, capsys):
     """peft's target-module mismatch, translated where the adapter is built, lists the modules that would fit."""
     from peft import LoraConfig
 
-    from trl_ext.model_loading import peft_model
+    from trl_ext.models.loading import peft_model
 
     _one_command(monkeypatch, lambda opts: peft_model(_two_layers(), LoraConfig(target_modules=["q_proj"])))
     assert cli.main(["boom"]) == 2
@@ -73,7 +73,7 @@ def test_other_library_errors_keep_their_traceback(monkeypatch):
     import peft
     from peft import LoraConfig
 
-    from trl_ext.model_loading import peft_model
+    from trl_ext.models.loading import peft_model
 
     def broken(model, config, *args, **kwargs):
         raise ValueError("something inside peft went wrong")

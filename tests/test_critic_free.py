@@ -1,16 +1,16 @@
-"""Critic-free training in the in-house trainer: groups of completions per prompt, no value head."""
+"""Critic-free training in the scratch trainer: groups of completions per prompt, no value head."""
 
 import math
 
 import torch
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo.trainer import PPOTrainer
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
 def test_grpo_trains_groups_without_a_critic(tokenizer):
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     seen = []
 

@@ -27,8 +27,8 @@ def _moved(before, module):
 
 @pytest.mark.parametrize("separate_critic", [False, True])
 def test_warmup_trains_the_value_function_alone_then_the_policy(tokenizer, separate_critic):
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     trainer = PPOTrainer(build_policy(tokenizer), _length, args=_config(critic_warmup_steps=2,
                                                                         separate_critic=separate_critic),
@@ -48,8 +48,8 @@ def test_warmup_trains_the_value_function_alone_then_the_policy(tokenizer, separ
 def test_warmup_builds_no_policy_graph(tokenizer, separate_critic):
     """During warm-up the policy's part of each update pass runs without gradients: no graph of its log-probs
     or entropy is built only to be dropped, and no policy parameter gets a gradient; the update after it does."""
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     trainer = PPOTrainer(build_policy(tokenizer), _length,
                          args=_config(critic_warmup_steps=1, total_episodes=8, separate_critic=separate_critic,
@@ -80,7 +80,7 @@ def test_warmup_builds_no_policy_graph(tokenizer, separate_critic):
 def test_critic_starts_as_the_reward_model(tokenizer, tmp_path):
     from transformers import GPT2ForSequenceClassification
 
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer)
     reward_model = GPT2ForSequenceClassification(policy.config.__class__(**{**policy.config.to_dict(),
@@ -99,7 +99,7 @@ def test_critic_starts_as_the_reward_model(tokenizer, tmp_path):
 
 
 def test_critic_options_bad_input_names_the_option(tokenizer, tmp_path):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     with pytest.raises(ValueError, match="critic_warmup_steps and critic_init need a critic"):
         _config(critic_warmup_steps=1, advantage_estimator="grpo", num_generations=2)

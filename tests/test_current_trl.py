@@ -12,10 +12,10 @@ import torch
 from datasets import Dataset
 from tiny_models import tiny_deberta_reward, tiny_qwen2
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.errors import InputError
 from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer
 from trl_ext.rewards import ClassifierReward, RewardError
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.trl_compat import trl_ppo_available
 
 pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
@@ -130,8 +130,8 @@ def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_
 
 
 def test_bad_inputs_are_named(models):
-    from trl_ext.model_dirs import ArtifactError
-    from trl_ext.ppo.data import DatasetError
+    from trl_ext.data.prompt_dataset import DatasetError
+    from trl_ext.models.directory import ArtifactError
 
     args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=4)
     with pytest.raises(DatasetError, match=r"row 0 is a conversation, but the tokenizer .*qwen2_plain.* has no chat"):
@@ -194,16 +194,16 @@ def test_packaging_admits_current_trl_and_keeps_trl_ppo_behind_an_extra():
 
 
 def test_library_imports_neither_trl_ppo_nor_the_task_nor_the_command_line():
-    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat, trl_ext.baselines; "
+    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat, trl_ext.runs.group_trainers; "
             "assert 'trl.experimental.ppo' not in sys.modules, 'trl.experimental.ppo'; "
-            "loaded = [m for m in sys.modules if m.startswith(('trl_ext.doubling', 'trl_ext.commands'))]; "
+            "loaded = [m for m in sys.modules if m.startswith(('trl_ext.tasks.doubling', 'trl_ext.commands'))]; "
             "assert not loaded, loaded")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
 
 def test_trl_rewards_own_functions_work_unchanged(models):
-    """`trl.rewards`' functions take GRPO's calling convention; the in-house trainer speaks it."""
+    """`trl.rewards`' functions take GRPO's calling convention; the scratch trainer speaks it."""
     from trl.rewards import get_soft_overlong_punishment, think_format_reward
 
     overlong = get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)  # reads completion_ids
@@ -223,7 +223,7 @@ def test_trl_configs_built_with_checkpointing_off_say_nothing(config, tmp_path):
 
     import trl
 
-    from trl_ext.activation_checkpointing import checkpointing_training_argument
+    from trl_ext.models.activation_checkpointing import checkpointing_training_argument
 
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)

@@ -12,10 +12,10 @@ STEPS, BATCH = 6, 7  # an odd batch: the ranks get 3 and 4 rows
 
 
 def _train(rank: int, world_size: int, out: str) -> None:
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.supervised import supervised_loop
-    from trl_ext.doubling.task import pretrain_dataset
-    from trl_ext.doubling.tokenizer import build_tokenizer
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.supervised import supervised_loop
+    from trl_ext.tasks.doubling.task import pretrain_dataset
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
     torch.set_num_threads(1)
     tokenizer = build_tokenizer()
@@ -75,8 +75,8 @@ def test_rank_outside_the_group_is_refused():
     import pytest
     from datasets import Dataset
 
-    from trl_ext.doubling.supervised import supervised_loop
     from trl_ext.errors import InputError
+    from trl_ext.tasks.doubling.supervised import supervised_loop
 
     with pytest.raises(InputError, match="rank 2 of world_size 2"):
         supervised_loop(None, [None] * 8, 0, batch_size=4, lr=1e-3, warmup_steps=1, use_labels=False, seed=0,

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from trl_ext.commands import demo, ppo
-from trl_ext.doubling.ppo_settings import DOUBLING_COMMAND_PPO, DOUBLING_PPO, doubling_ppo_config
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.tasks.doubling.ppo_settings import DOUBLING_COMMAND_PPO, DOUBLING_PPO, doubling_ppo_config
 
 # our name -> TRL's, where TRL's PPOConfig has the option under another name
 RENAMED = {"batch_size": "per_device_train_batch_size"}
@@ -66,7 +66,7 @@ DOUBLING_RUN = ("--policy", "p", "--reward", "r", "--out", "o")
 
 
 def test_a_flag_holds_over_the_backend_preset_and_every_source_is_recorded(tmp_path):
-    from trl_ext.doubling.presets import PRESETS
+    from trl_ext.tasks.doubling.presets import PRESETS
 
     (tmp_path / "run.yaml").write_text("num_ppo_epochs: 3\nbeta: 0.1\n")
     opts = _options("ppo", *DOUBLING_RUN, "--backend", "scratch-grpo-quick", "--learning-rate", "1e-4",
@@ -86,7 +86,7 @@ def test_a_flag_holds_over_the_backend_preset_and_every_source_is_recorded(tmp_p
 def test_the_estimator_picks_its_doubling_preset(estimator):
     """``ppo --advantage-estimator grpo`` (or rloo) trains with that estimator's preset, not PPO's values
     (docs/decisions.md, "Defaults that fit the estimator")."""
-    from trl_ext.doubling.presets import ESTIMATOR_PRESETS, PRESETS
+    from trl_ext.tasks.doubling.presets import ESTIMATOR_PRESETS, PRESETS
 
     opts = _options("ppo", *DOUBLING_RUN, "--advantage-estimator", estimator, "--num-generations", "4",
                     "--total-episodes", "6400")
@@ -102,8 +102,8 @@ def test_the_estimator_picks_its_doubling_preset(estimator):
 def test_compare_rows_take_their_preset_under_what_the_user_gave():
     from pathlib import Path
 
-    from trl_ext.doubling.pipeline import PPORun, row_options
-    from trl_ext.doubling.presets import PRESETS
+    from trl_ext.tasks.doubling.pipeline import PPORun, row_options
+    from trl_ext.tasks.doubling.presets import PRESETS
 
     opts = _options("compare", "--out", "c", "--backends", "scratch,scratch-rloo-quick,rloo", "--learning-rate",
                     "5e-4")

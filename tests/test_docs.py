@@ -23,7 +23,7 @@ EXAMPLES = {
     ("README.md", "peft_config=LoraConfig("): "test_readme_chat_example_runs",
     ("docs/trl-compatibility.md", "def brevity("): "test_trl_compatibility_example_runs",
     ("docs/rewards.md", "def too_long("): "test_rewards_example_runs",
-    ("docs/algorithms.md", '@ADVANTAGE_ESTIMATORS.register("median_baseline")'): "test_algorithms_example_runs",
+    ("docs/algorithms.md", 'OURS = "recipes/extensions/"'): "test_algorithms_example_runs",
 }
 
 
@@ -147,11 +147,12 @@ def test_rewards_example_runs(capsys):
 
 
 def test_algorithms_example_runs():
-    """In a fresh interpreter: the example registers names for good, and registries never replace a name."""
-    done = subprocess.run([sys.executable, "-c", example("docs/algorithms.md", "median_baseline")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    """The four "add your own" files (recipes/extensions/), named from one PPOConfig, trained for two updates; in a
+    fresh interpreter, as a user's script would run."""
+    done = subprocess.run([sys.executable, "-c", example("docs/algorithms.md", 'OURS = "recipes/extensions/"')],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "2 updates; value loss: False"
+    assert done.stdout.strip().splitlines()[-1] == "2 updates; critic: False; corrected: True"
 
 
 # ---------------------------------------------------------------------------------------------- commands

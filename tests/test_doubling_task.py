@@ -1,7 +1,7 @@
 import pytest
 
-from trl_ext.doubling import task as d
 from trl_ext.errors import InputError
+from trl_ext.tasks.doubling import task as d
 
 
 def test_vocab_is_the_seeds_42_characters_in_order(tokenizer):

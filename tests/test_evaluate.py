@@ -1,6 +1,6 @@
 import pytest
 
-from trl_ext.doubling.evaluate import score_completions
+from trl_ext.tasks.doubling.evaluate import score_completions
 
 
 def test_score_completions_on_hand_written_answers():
@@ -26,7 +26,7 @@ def test_score_completions_rejects_ragged_input():
 def test_run_recorder_counts_training_time_only():
     import time
 
-    from trl_ext.run_log import RunRecorder
+    from trl_ext.runs.recorder import RunRecorder
 
     recorder = RunRecorder(backend="x")
     time.sleep(0.3)  # building the trainer

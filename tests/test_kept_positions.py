@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.rollout import last_positions, sample_responses
-from trl_ext.ppo.static_sampler import StaticSampler
+from trl_ext.ppo.rollout.loop import last_positions, sample_responses
+from trl_ext.ppo.rollout.static_sampler import StaticSampler
 from trl_ext.ppo.trainer import PPOTrainer
 
 
@@ -19,7 +19,7 @@ def test_last_positions_are_the_last_count_of_the_length():
 
 
 def test_indices_give_the_logits_an_int_gives(tokenizer):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer, seed=0).eval()
     ids = torch.randint(0, len(tokenizer), (3, 9))
@@ -53,8 +53,8 @@ def _recording(module, seen: list):
 
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_every_pass_of_an_update_and_every_prefill_hands_indices(tokenizer, epochs):
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     cfg = PPOConfig(batch_size=4, response_length=6, num_ppo_epochs=epochs, kl_coef=0.1)
     trainer = PPOTrainer(build_policy(tokenizer, seed=0), args=cfg, processing_class=tokenizer)

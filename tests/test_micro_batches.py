@@ -86,7 +86,7 @@ def test_automatic_rows_bound_the_logits_of_one_pass():
 
 
 def _update(tokenizer, policy, options, forwards=None):
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     cfg = PPOConfig(batch_size=len(RESPONSES), num_mini_batches=2, num_ppo_epochs=2, learning_rate=1e-3,
                     response_length=7, **options)
@@ -113,7 +113,7 @@ def _update(tokenizer, policy, options, forwards=None):
     {"advantage_estimator": "rloo", "num_generations": 2, "policy_loss": "sequence_clip", "loss_type": "dr_grpo"},
 ], ids=["ppo-bnpo", "grpo-sequence-mean-beta-entropy", "rloo-sequence-clip-dr-grpo"])
 def test_micro_batches_equal_one_pass(tokenizer, options):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer, seed=1)
     forwards = []

@@ -1,4 +1,4 @@
-"""Bad input on the real-model path (issue 33): each case one ``trl-ext: error:`` line and exit 2, nothing
+"""Bad input on the real-model path: each case one ``trl-ext: error:`` line and exit 2, nothing
 written, and the same folder checks for ``ppo``, ``rlhf``, ``train-reward-model`` and the library's trainer.
 
 The models are saved as hub checkpoints are: bf16, real vocabulary sizes (SmolLM2's Llama, DeBERTa-v3's),
@@ -13,8 +13,8 @@ import torch
 from tiny_models import DEBERTA_V2_VOCAB, char_tokenizer, tiny_deberta_reward
 
 from trl_ext.commands.cli import main
-from trl_ext.model_dirs import ArtifactError
-from trl_ext.model_loading import check_model_dir
+from trl_ext.models.directory import ArtifactError
+from trl_ext.models.loading import check_model_dir
 
 SMOLLM2_VOCAB = 49152
 LLAMA_LINEAR = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -104,16 +104,16 @@ def assert_refused(code, err, out_dir, *fragments):
     assert not out_dir.exists()  # a refused run leaves no output folder
 
 
-# ---- the issue's table, through `trl-ext rlhf` -----------------------------------------------------------------
+# ---- the bad-input table, through `trl-ext rlhf` -----------------------------------------------------------------
 
 def test_gguf_folder_as_policy_says_how_to_convert(folders, tmp_path, capfd):
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", policy=folders["gguf"]))
     gguf_file = folders["gguf"] / "SmolLM2-135M-Instruct-Q8_0.gguf"
     assert_refused(code, err, tmp_path / "o", f"policy directory {str(folders['gguf'])!r} holds a GGUF file",
-                   f"`python -m trl_ext.gguf {gguf_file} --out DIR`", "bf16 safetensors")
+                   f"`python -m trl_ext.models.gguf {gguf_file} --out DIR`", "bf16 safetensors")
     # the .gguf file itself given as the folder: the same advice
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", policy=gguf_file))
-    assert_refused(code, err, tmp_path / "o", "is a GGUF file, not a model directory", "python -m trl_ext.gguf")
+    assert_refused(code, err, tmp_path / "o", "is a GGUF file, not a model directory", "python -m trl_ext.models.gguf")
 
 
 def test_lora_targets_that_match_nothing_list_the_linear_modules(folders, tmp_path, capfd):
@@ -164,8 +164,8 @@ def test_truncated_prompts_are_said_once_and_the_run_goes_on(folders, tmp_path, 
 
 
 def test_truncation_notice():
-    from trl_ext.model_loading import truncation_notice
-    from trl_ext.ppo.data import truncate_prompts
+    from trl_ext.data.prompt_dataset import truncate_prompts
+    from trl_ext.models.loading import truncation_notice
 
     _, cut = truncate_prompts([[1] * 5, [1] * 2, [1] * 9], 3)
     assert truncation_notice(cut, 3) == ("[prompts] 2 of 3 prompts are longer than max_prompt_length 3 and were cut "
@@ -191,7 +191,7 @@ def _train_reward_model(folders, path, out):
 ENTRY_POINTS = {"ppo": (_ppo, "policy"), "rlhf": (_rlhf, "policy"),
                 "train-reward-model": (_train_reward_model, "reward model base"), "PPOTrainer": (None, "policy")}
 BAD_FOLDERS = {"missing": "does not exist", "file": "is a file, not a model directory",
-               "no_config": "holds no config.json", "gguf": "python -m trl_ext.gguf",
+               "no_config": "holds no config.json", "gguf": "python -m trl_ext.models.gguf",
                "no_weights": "holds no *.safetensors weights", "broken_tokenizer": "its tokenizer cannot be loaded"}
 
 
@@ -245,7 +245,7 @@ def test_every_entry_point_refuses_a_causal_lm_as_reward_model(folders, tmp_path
 # ---- the loader itself ----------------------------------------------------------------------------------------
 
 def test_loader_applies_the_pad_eos_rule_and_reads_bf16(folders):
-    from trl_ext.model_loading import load_policy, load_sequence_classifier
+    from trl_ext.models.loading import load_policy, load_sequence_classifier
 
     policy, tok = load_policy(folders["llama"])
     assert tok.pad_token == tok.eos_token == "<|im_end|>" and tok.padding_side == "left"  # pad = eos when missing
@@ -314,8 +314,8 @@ def test_sft_lora_mismatch_is_one_line(folders, tmp_path):
     from datasets import Dataset
     from peft import LoraConfig
 
-    from trl_ext.model_loading import load_policy
-    from trl_ext.sft import supervised_finetune
+    from trl_ext.models.loading import load_policy
+    from trl_ext.stages.sft import supervised_finetune
 
     model, tok = load_policy(folders["llama"], role="SFT base")
     rows = Dataset.from_dict({"prompt": ["1+1="] * 4, "completion": ["2"] * 4})

@@ -33,7 +33,7 @@ CASES = {**{k: {**ONE_STEP, **v} for k, v in CRITIC_FREE.items()}, **WITH_CRITIC
 def _run(tokenizer, policy, options, updates=1):
     """``updates`` calls of ``step`` on fixed rollouts: the stats of each, the gradients of each optimizer step,
     the weights after, the forward passes of policy and reference counted."""
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     # lr 1e-5: Adam's first steps are ~lr wherever a gradient is ~0, so rounding there moves a weight by up to lr
     cfg = PPOConfig(batch_size=len(RESPONSES), learning_rate=1e-5, response_length=7, **options)
@@ -67,7 +67,7 @@ def _run(tokenizer, policy, options, updates=1):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenizer, monkeypatch, case):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     options = CASES[case]
     epochs = options["num_ppo_epochs"]
@@ -108,7 +108,7 @@ def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenize
     ({"critic_warmup_steps": 1}, 1 + 4),  # the critic's warm-up steps run the critic alone: no fused pass
 ], ids=["ppo", "ppo-one-step", "grpo-2-epochs", "rloo-2-minibatches", "grpo-micro-batches", "critic-warm-up"])
 def test_policy_passes_an_update(tokenizer, options, update_passes):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     *_, passes = _run(tokenizer, build_policy(tokenizer, seed=1), options)
     assert passes["policy"] == update_passes

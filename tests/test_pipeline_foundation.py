@@ -7,9 +7,9 @@ import torch
 
 
 def test_pretraining_loss_falls(tokenizer):
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.supervised import supervised_loop
-    from trl_ext.doubling.task import pretrain_dataset
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.supervised import supervised_loop
+    from trl_ext.tasks.doubling.task import pretrain_dataset
 
     model = build_policy(tokenizer)
     assert sum(p.numel() for p in model.parameters()) == 210_944
@@ -22,8 +22,8 @@ def test_pretraining_loss_falls(tokenizer):
 def test_malformed_dataset_rows_are_named(tokenizer):
     from datasets import Dataset
 
-    from trl_ext.doubling.models import build_classifier
-    from trl_ext.doubling.supervised import supervised_loop
+    from trl_ext.tasks.doubling.models import build_classifier
+    from trl_ext.tasks.doubling.supervised import supervised_loop
 
     model = build_classifier(tokenizer)
     rows = Dataset.from_dict({"input_ids": [[1, 2], [], [1]], "label": [0, 1, 2]})
@@ -48,9 +48,9 @@ def test_the_classifier_reward_gives_a_mixed_answer_no_credit(trained_artifacts)
     a mixed answer no more credit than a wrong set gets."""
     import random
 
-    from trl_ext.doubling.artifacts import load_classifier
-    from trl_ext.doubling.rewards import doubling_classifier_reward
-    from trl_ext.doubling.task import PREFIXES, expected_answer, mixed_answer
+    from trl_ext.tasks.doubling.artifacts import load_classifier
+    from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
+    from trl_ext.tasks.doubling.task import PREFIXES, expected_answer, mixed_answer
 
     reward = doubling_classifier_reward(*load_classifier(trained_artifacts["reward"]))
     rng = random.Random(0)
@@ -63,7 +63,7 @@ def test_the_classifier_reward_gives_a_mixed_answer_no_credit(trained_artifacts)
 
 
 def test_artifacts_reload(trained_artifacts):
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling.artifacts import load_classifier, load_policy
 
     model, tok = load_policy(trained_artifacts["policy"])
     assert tok.padding_side == "left" and model.config.vocab_size == 42

@@ -10,7 +10,7 @@ def live_policy_loss(logprobs, old_logprobs, advantages, mask, cliprange):
 
     from trl_ext.ppo import losses
 
-    cfg = SimpleNamespace(policy_loss="clip", loss_type="bnpo", beta=0.0, cliprange=cliprange,
+    cfg = SimpleNamespace(policy_loss="clip", policy_loss_kwargs=None, loss_type="bnpo", beta=0.0, cliprange=cliprange,
                           response_length=logprobs.shape[1])
     return losses.policy_loss(logprobs, old_logprobs, old_logprobs, advantages, mask, cfg)
 

@@ -3,16 +3,16 @@ import math
 import pytest
 import torch
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.trainer import PPOError, PPOTrainer
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
 @pytest.fixture()
 def pieces(trained_artifacts):
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
-    from trl_ext.doubling.rewards import doubling_classifier_reward
+    from trl_ext.tasks.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
 
     policy, tok = load_policy(trained_artifacts["policy"])
     clf, clf_tok = load_classifier(trained_artifacts["reward"])
@@ -29,7 +29,7 @@ def _params(module):
 
 
 def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = pieces
     cfg = doubling_config(batch_size=16, num_mini_batches=2, total_episodes=32, num_ppo_epochs=2)
@@ -87,8 +87,8 @@ def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
 
 
 def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch):
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo import core
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = pieces
     real = core.clipped_value_loss
@@ -130,8 +130,8 @@ def test_bad_setup_errors(pieces):
 def test_learning_raises_requested_charset_rate(pieces):
     """A small budget (60 updates of 64, at the demo's short-run rate) must clearly lift the requested-charset rate
     (an Intel Xeon: 0.34 -> 0.58 at 40 updates, just under the bar; at 60: 0.34 -> 1.00)."""
-    from trl_ext.doubling.evaluate import evaluate_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
@@ -144,8 +144,8 @@ def test_learning_raises_requested_charset_rate(pieces):
 
 
 def test_bad_reward_output_inside_training_is_named(pieces):
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.rewards import RewardError
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok, _ = pieces
 
@@ -160,12 +160,12 @@ def test_bad_reward_output_inside_training_is_named(pieces):
 
 @pytest.mark.needs_trl_ppo
 def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
-    """The reward the in-house trainer computes for its rollouts is the number TRL's get_reward
+    """The reward the scratch trainer computes for its rollouts is the number TRL's get_reward
     gets through as_ppo_reward_model for the same token ids."""
     from trl.experimental.utils import get_reward
 
-    from trl_ext.batching import pad_batch
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.data.batching import pad_batch
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
     from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     policy, tok, reward = pieces
@@ -187,7 +187,7 @@ def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
 
 
 def test_in_house_trainer_does_not_need_trl_ppo():
-    """TRL >= 1.13 has no trl.experimental.ppo: the in-house trainer must not import it."""
+    """TRL >= 1.13 has no trl.experimental.ppo: the scratch trainer must not import it."""
     import subprocess
     import sys
 
@@ -255,8 +255,8 @@ def test_reward_model_moves_to_the_trainer_device_and_value_head_is_read_back(pi
 
 def test_a_registered_advantage_estimator_drives_the_trainer(tokenizer):
     """The extension point: a function registered in ADVANTAGE_ESTIMATORS is a config choice the trainer calls."""
-    from trl_ext.doubling.models import build_policy
     from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+    from trl_ext.tasks.doubling.models import build_policy
 
     calls = []
 

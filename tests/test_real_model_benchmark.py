@@ -24,7 +24,7 @@ def bench(monkeypatch):
 def test_held_out_during_a_run_keeps_the_random_state_and_train_mode(bench, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ext.real_model.task import heldout_rows
+    from trl_ext.tasks.real_model.task import heldout_rows
 
     folder = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
     policy, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)

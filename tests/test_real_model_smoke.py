@@ -13,14 +13,14 @@ import torch
 def test_rlhf_runs_two_updates_on_the_real_chat_model(tmp_path):
     from safetensors.torch import load_file
 
-    from trl_ext.real_model.checkpoint import fetch_smollm2
-    from trl_ext.real_model.task import train_stream
+    from trl_ext.tasks.real_model.checkpoint import fetch_smollm2
+    from trl_ext.tasks.real_model.task import train_stream
 
     policy = fetch_smollm2()
     prompts = tmp_path / "prompts.jsonl"
     stream = train_stream(seed=0)
     prompts.write_text("".join(json.dumps(next(stream)) + "\n" for _ in range(8)))
-    (tmp_path / "reward.py").write_text("from trl_ext.real_model.task import JustTheNumber\n"
+    (tmp_path / "reward.py").write_text("from trl_ext.tasks.real_model.task import JustTheNumber\n"
                                         "just_the_number = JustTheNumber()\n")
     out = tmp_path / "run"
     run = subprocess.run([sys.executable, "-m", "trl_ext", "rlhf", "--policy", str(policy), "--prompts", str(prompts),

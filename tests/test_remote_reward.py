@@ -18,10 +18,10 @@ import pytest
 import requests
 import torch
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
-from trl_ext.doubling.rewards import ExactMatch
 from trl_ext.rewards import RemoteReward, RemoteRewardError, RewardError
 from trl_ext.rewards.server import RewardServer
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.tasks.doubling.rewards import ExactMatch
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -152,9 +152,9 @@ PPO_OPTIONS = dict(batch_size=16, num_mini_batches=2, total_episodes=48, num_ppo
 
 
 def _train(artifacts, reward, callback=None):
-    from trl_ext.doubling.artifacts import load_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.tasks.doubling.artifacts import load_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok = load_policy(artifacts["policy"])
     cfg = doubling_ppo_config(skip_special_tokens=False, separate_critic=True, **PPO_OPTIONS)
@@ -166,7 +166,7 @@ def _train(artifacts, reward, callback=None):
 
 
 def _classifier(artifacts):
-    from trl_ext.doubling.rewards import load_doubling_reward
+    from trl_ext.tasks.doubling.rewards import load_doubling_reward
 
     return load_doubling_reward(str(artifacts["reward"]))
 
@@ -262,7 +262,7 @@ def _one_error_line(run, text: str):
 def test_command_line_errors_are_one_line(trained_artifacts, tmp_path):
     with RewardServer(ExactMatch()) as taken:
         port = taken.server_address[1]
-        _one_error_line(_cli("serve-reward", "--reward-fn", "trl_ext.doubling.rewards:ExactMatch", "--port", str(port)),
+        _one_error_line(_cli("serve-reward", "--reward-fn", "trl_ext.tasks.doubling.rewards:ExactMatch", "--port", str(port)),
                         f"port {port} on 127.0.0.1 is in use")
     _one_error_line(_cli("serve-reward", "--reward", str(tmp_path / "nothing")), "nothing")
     _one_error_line(_cli("serve-reward", "--reward-fn", "no_such_module:f"), "cannot import 'no_such_module'")
@@ -293,7 +293,7 @@ def test_ppo_against_a_server_answering_nan_writes_no_model(trained_artifacts, t
 def test_remote_reward_through_trl_ppo_reward_model_adapter(trained_artifacts, tokenizer):
     from test_rewards import _reward_through_trl
 
-    from trl_ext.doubling.task import Sample, prompt_dataset
+    from trl_ext.tasks.doubling.task import Sample, prompt_dataset
 
     dataset = prompt_dataset(tokenizer, [Sample(3320, 0, True)] * 3 + [Sample(3164, 2, True)])
     local = _classifier(trained_artifacts)
@@ -306,8 +306,8 @@ def test_remote_reward_through_trl_ppo_reward_model_adapter(trained_artifacts, t
 def test_remote_reward_as_a_grpo_reward_func(trained_artifacts, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ext.doubling.artifacts import load_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.artifacts import load_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok = load_policy(trained_artifacts["policy"])
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,

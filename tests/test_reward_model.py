@@ -24,7 +24,7 @@ def _cli(*args):
 def doubling_rm(tmp_path_factory, trained_artifacts):
     """From the pretrained policy (as InstructGPT starts its reward model from the SFT model), 800 steps,
     plain Bradley-Terry (the centring term slows the pairwise accuracy at this budget: 0.93 with it)."""
-    from trl_ext.doubling.stages import RewardModelConfig, run_train_reward_model
+    from trl_ext.tasks.doubling.stages import RewardModelConfig, run_train_reward_model
 
     out = tmp_path_factory.mktemp("rm") / "rm"
     config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=800, eval_n=400,
@@ -33,8 +33,8 @@ def doubling_rm(tmp_path_factory, trained_artifacts):
 
 
 def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
-    from trl_ext.doubling.preferences import preference_dataset
-    from trl_ext.doubling.task import parse_answer, parse_prompt
+    from trl_ext.tasks.doubling.preferences import preference_dataset
+    from trl_ext.tasks.doubling.task import parse_answer, parse_prompt
 
     data = preference_dataset(2000, seed=0)
     assert data[:5] == preference_dataset(5, seed=0)[:5]
@@ -78,7 +78,7 @@ def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts
     """TRL's center_rewards_coefficient (our default 0.01) pulls every score towards zero; the spread of the
     right answers' scores across prompts is what PPO's critic would otherwise have to learn. Measured
     (600 steps): std 0.54 centred against 3.35 plain, pairwise accuracy 0.93 against 0.97."""
-    from trl_ext.doubling.stages import RewardModelConfig, run_train_reward_model
+    from trl_ext.tasks.doubling.stages import RewardModelConfig, run_train_reward_model
 
     centred = run_train_reward_model(RewardModelConfig(out=str(tmp_path / "rm"), base=str(trained_artifacts["policy"]),
                                                        steps=600, eval_n=400))
@@ -90,7 +90,7 @@ def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts
 
 
 def test_reward_model_options_are_checked(tmp_path):
-    from trl_ext.doubling.stages import RewardModelConfig
+    from trl_ext.tasks.doubling.stages import RewardModelConfig
 
     with pytest.raises(ValueError, match="center_rewards_coefficient must be >= 0"):
         RewardModelConfig(out=str(tmp_path), center_rewards_coefficient=-0.1)
@@ -99,7 +99,7 @@ def test_reward_model_options_are_checked(tmp_path):
 def test_bad_preference_data_is_named(tmp_path):
     from datasets import Dataset
 
-    from trl_ext.reward_modeling import PreferenceError, check_preferences
+    from trl_ext.stages.reward_model import PreferenceError, check_preferences
 
     with pytest.raises(PreferenceError, match="row 1: 'rejected' is missing or empty"):
         check_preferences(Dataset.from_dict({"chosen": ["a", "b"], "rejected": ["c", ""]}))
@@ -111,7 +111,7 @@ def test_bad_preference_data_is_named(tmp_path):
     mixed.write_text(json.dumps({"chosen": "a", "rejected": "b"}) + "\n" +
                      json.dumps({"chosen": [{"role": "assistant", "content": "a"}],
                                  "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
-    from trl_ext.doubling.stages import load_preferences
+    from trl_ext.tasks.doubling.stages import load_preferences
 
     with pytest.raises(ValueError, match="mixed.jsonl:2: mixes text and conversations"):
         load_preferences(mixed)

@@ -4,8 +4,8 @@ import pickle
 import pytest
 import torch
 
-from trl_ext.doubling.rewards import CharsetCompliance, ExactMatch, ValueCorrect, doubling_classifier_reward
 from trl_ext.rewards import ClassifierReward, Clipped, RewardError, WeightedSum, call_reward
+from trl_ext.tasks.doubling.rewards import CharsetCompliance, ExactMatch, ValueCorrect, doubling_classifier_reward
 
 pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
 
@@ -71,7 +71,7 @@ def test_clipped_passes_none_through():
 
 
 def test_rewards_pickle_round_trip(trained_artifacts):
-    from trl_ext.doubling.artifacts import load_classifier
+    from trl_ext.tasks.doubling.artifacts import load_classifier
 
     model, tok = load_classifier(trained_artifacts["reward"])
     for fn in [ValueCorrect(), WeightedSum([ExactMatch(), CharsetCompliance()]), doubling_classifier_reward(model, tok)]:
@@ -81,7 +81,7 @@ def test_rewards_pickle_round_trip(trained_artifacts):
 
 
 def test_classifier_reward_rewards_the_requested_set(trained_artifacts):
-    from trl_ext.doubling.artifacts import load_classifier
+    from trl_ext.tasks.doubling.artifacts import load_classifier
 
     model, tok = load_classifier(trained_artifacts["reward"])
     reward = doubling_classifier_reward(model, tok)
@@ -99,7 +99,7 @@ def test_classifier_reward_rewards_the_requested_set(trained_artifacts):
 def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
     from trl.experimental.utils import get_reward
 
-    from trl_ext.batching import pad_batch
+    from trl_ext.data.batching import pad_batch
     from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     queries, _ = pad_batch(dataset["input_ids"], tokenizer.pad_token_id, side="left")
@@ -116,8 +116,8 @@ def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
 
 @pytest.mark.needs_trl_ppo
 def test_same_reward_through_trl_get_reward(trained_artifacts, tokenizer):
-    from trl_ext.doubling.artifacts import load_classifier
-    from trl_ext.doubling.task import Sample, prompt_dataset
+    from trl_ext.tasks.doubling.artifacts import load_classifier
+    from trl_ext.tasks.doubling.task import Sample, prompt_dataset
 
     model, tok = load_classifier(trained_artifacts["reward"])
     samples = [Sample(3320, 0, True)] * 5 + [Sample(3164, 2, True), Sample(10, 1, True)]
@@ -130,7 +130,7 @@ def test_same_reward_through_trl_get_reward(trained_artifacts, tokenizer):
 
 
 def test_ppo_adapter_rejects_unknown_prompt(tokenizer):
-    from trl_ext.doubling.task import Sample, prompt_dataset
+    from trl_ext.tasks.doubling.task import Sample, prompt_dataset
     from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     module = as_ppo_reward_model(ExactMatch(), tokenizer, prompt_dataset(tokenizer, [Sample(3320, 0, True)]))
@@ -181,8 +181,8 @@ def test_pair_mode_with_tiny_random_classifiers(kind):
 def test_grpo_step_with_classifier_reward(trained_artifacts, tmp_path):
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok = load_policy(trained_artifacts["policy"])
     clf, clf_tok = load_classifier(trained_artifacts["reward"])
@@ -218,7 +218,7 @@ def test_bad_reward_outputs_are_named(returned, message):
 
 
 def test_bad_reward_inputs(trained_artifacts):
-    from trl_ext.doubling.artifacts import load_classifier
+    from trl_ext.tasks.doubling.artifacts import load_classifier
 
     model, tok = load_classifier(trained_artifacts["reward"])
     with pytest.raises(RewardError, match="column 'label'"):

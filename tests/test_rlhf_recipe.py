@@ -143,7 +143,7 @@ def test_rlhf_pipeline_bad_inputs_are_named(tiny_models, tmp_path, capsys):
 
 @pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
 def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, backend):
-    # The recipe's LoRA defaults on both backends; the adaptive KL weight only on trl-ext's own trainer (TRL's PPO
+    # The recipe's LoRA defaults on both backends; the adaptive KL weight only on the scratch trainer (TRL's PPO
     # keeps a fixed one), recorded with its source; a flag still wins over the preset.
     from trl_ext.commands.cli import main
     from trl_ext.commands.rlhf import RLHF_DEFAULTS, RLHF_SCRATCH_PRESET

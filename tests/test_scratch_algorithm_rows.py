@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
-from trl_ext.doubling.presets import BACKENDS, GROUP_SIZE, row_config
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.tasks.doubling.presets import BACKENDS, GROUP_SIZE, row_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH_ROWS = sorted(name for name in BACKENDS if name.startswith("scratch-"))
@@ -58,10 +58,10 @@ def test_the_quick_rows_keep_one_step_a_batch_at_lr_7e4(kind):
 
 
 def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
-    from trl_ext.doubling.artifacts import load_policy, save_artifact
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
-    from trl_ext.runners import RUNNERS, RunInputs
+    from trl_ext.runs.runners import RUNNERS, RunInputs
+    from trl_ext.tasks.doubling.artifacts import load_policy, save_artifact
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     save_artifact(build_policy(tokenizer), tokenizer, tmp_path / "policy")  # their reference loads from its path
     policy, _ = load_policy(tmp_path / "policy")
@@ -119,11 +119,11 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
     the requested-charset rate (measured on the suite's policy, seeds 0 and 1: 0.35 -> 0.94-1.00; at 40 updates
     GRPO's had not started: 0.385). The bar is one character set learnt: a run may settle on two of the three
     (0.67), and how often is benchmarks/robustness.py's to say, not this test's."""
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
-    from trl_ext.doubling.evaluate import evaluate_policy
-    from trl_ext.doubling.rewards import doubling_classifier_reward
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.tasks.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok = load_policy(trained_artifacts["policy"])
     classifier, classifier_tok = load_classifier(trained_artifacts["reward"])
@@ -149,11 +149,11 @@ def test_the_estimators_doubling_defaults_learn_the_requested_charset(estimator,
 
     from trl_ext.commands.cli import commands
     from trl_ext.commands.parsing import add_command_arguments, build_options
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
-    from trl_ext.doubling.evaluate import evaluate_policy
-    from trl_ext.doubling.rewards import doubling_classifier_reward
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.tasks.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     parser = argparse.ArgumentParser()
     add_command_arguments(parser, commands()["ppo"])
@@ -177,9 +177,9 @@ def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_pat
 
     from trl_ext.commands.cli import commands
     from trl_ext.commands.parsing import add_command_arguments, build_options
-    from trl_ext.doubling import presets
-    from trl_ext.doubling.pipeline import PPORun, _finished, row_options
-    from trl_ext.doubling.ppo_run import run_record
+    from trl_ext.tasks.doubling import presets
+    from trl_ext.tasks.doubling.pipeline import PPORun, _finished, row_options
+    from trl_ext.tasks.doubling.ppo_run import run_record
 
     def record():  # the row's record as `compare --backends scratch-rloo-quick` makes it
         parser = argparse.ArgumentParser()

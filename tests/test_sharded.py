@@ -1,4 +1,4 @@
-"""Sharded models, mixed precision, sampling options and the PEFT reference of the in-house trainer, on CPU."""
+"""Sharded models, mixed precision, sampling options and the PEFT reference of the scratch trainer, on CPU."""
 
 import math
 import warnings
@@ -8,9 +8,9 @@ import torch
 from datasets import Dataset
 from launch import run_two_ranks
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import PPOConfig, PPOTrainer
-from trl_ext.ppo.rollout import filter_logits, sample_responses
+from trl_ext.ppo.rollout.loop import filter_logits, sample_responses
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
 def test_fsdp2_two_ranks_rollout_and_update_on_a_sharded_bf16_checkpoint():
@@ -53,7 +53,7 @@ def fresh_accelerate_state():
 def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_state):
     from accelerate import Accelerator
 
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
     trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer, accelerator=accelerator,
@@ -68,7 +68,7 @@ def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_s
 
 
 def test_gradient_checkpointing_updates(tokenizer):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     with warnings.catch_warnings():  # switched on under the name the installed transformers takes (5.24 renamed it)
         warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
@@ -115,7 +115,7 @@ def test_filter_logits_keeps_top_k_and_the_top_p_nucleus():
 
 @pytest.mark.parametrize("sampler", ["loop", "generate"])
 def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer, seed=3)
     trainer = PPOTrainer(policy, _length, processing_class=tokenizer,

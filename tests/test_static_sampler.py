@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
-from trl_ext.ppo.rollout import sample_responses
-from trl_ext.ppo.static_sampler import StaticSampler, bucket, pick_tokens
+from trl_ext.ppo.rollout.loop import sample_responses
+from trl_ext.ppo.rollout.static_sampler import StaticSampler, bucket, pick_tokens
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 VOCAB = 96
 
@@ -180,8 +180,8 @@ def test_pick_tokens_draws_as_multinomial_does():
 def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer):
     from datasets import Dataset
 
-    from trl_ext.doubling.models import build_policy
     from trl_ext.ppo import PPOTrainer
+    from trl_ext.tasks.doubling.models import build_policy
 
     prompts = Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(8)]})
     histories = {}

@@ -1,4 +1,4 @@
-"""The parts the in-house trainer orchestrates, each on its own: reward scoring, the update's metrics across
+"""The parts the scratch trainer orchestrates, each on its own: reward scoring, the update's metrics across
 ranks, prompt batches, the phase clock, and what the builder makes. (The learner's micro-batch weighting and
 the one-forward path: tests/test_micro_batches.py and tests/test_one_forward_update.py.)"""
 
@@ -110,9 +110,9 @@ def test_phase_clock_laps_add_up():
 
 
 def test_builder_copies_a_reference_only_where_a_kl_term_reads_it(tokenizer):
-    from trl_ext.doubling.models import build_policy
     from trl_ext.ppo import PPOConfig
     from trl_ext.ppo.builder import build_models
+    from trl_ext.tasks.doubling.models import build_policy
 
     model, reference = build_models(build_policy(tokenizer), PPOConfig(kl_coef=0.0))
     assert reference is None and model.value_head is not None

@@ -6,13 +6,13 @@ import sys
 import pytest
 import torch
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
 @pytest.fixture()
 def pieces(trained_artifacts):
-    from trl_ext.doubling.artifacts import load_classifier, load_policy
-    from trl_ext.doubling.rewards import doubling_classifier_reward
+    from trl_ext.tasks.doubling.artifacts import load_classifier, load_policy
+    from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
 
     policy, tok = load_policy(trained_artifacts["policy"])
     clf, clf_tok = load_classifier(trained_artifacts["reward"])
@@ -22,7 +22,7 @@ def pieces(trained_artifacts):
 @pytest.mark.needs_trl_ppo
 @pytest.mark.parametrize("separate_critic", [False, True])
 def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
     from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
     policy, tok, reward = pieces
@@ -40,7 +40,7 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
     assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
     assert not torch.equal(head_before, value_model.with_value_head.v_head.summary.weight)
     out = save_trl_policy(trainer, tok, tmp_path / "policy")
-    from trl_ext.doubling.artifacts import load_policy
+    from trl_ext.tasks.doubling.artifacts import load_policy
 
     again, _ = load_policy(out)
     assert torch.equal(again.lm_head.weight, policy.lm_head.weight)
@@ -50,8 +50,8 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
 @pytest.mark.needs_trl_ppo
 def test_trl_backend_learns_requested_charset(pieces, tmp_path):
     """30 TRL updates of 64 must clearly lift the requested-charset rate (the reward is wired right)."""
-    from trl_ext.doubling.evaluate import evaluate_policy
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
     from trl_ext.trl_compat.backend import build_trl_trainer
 
     policy, tok, reward = pieces
@@ -101,13 +101,13 @@ def test_ppo_cli_bad_input(trained_artifacts, tmp_path):
 
     two = AutoModelForSequenceClassification.from_pretrained(reward, num_labels=2, ignore_mismatched_sizes=True)
     two.save_pretrained(tmp_path / "two")
-    from trl_ext.doubling.tokenizer import build_tokenizer
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
     build_tokenizer().save_pretrained(tmp_path / "two")
     run = _cli("ppo", "--policy", policy, "--reward", str(tmp_path / "two"), "--out", str(tmp_path / "d"))
     assert run.returncode == 2 and "has 2 labels" in run.stderr
     # a policy whose vocabulary does not match the tokenizer
-    from trl_ext.doubling.artifacts import load_policy
+    from trl_ext.tasks.doubling.artifacts import load_policy
 
     model, tok = load_policy(policy)
     model.resize_token_embeddings(30)
@@ -155,7 +155,7 @@ def test_trl_ppo_config_turns_checkpointing_off_without_a_deprecation_warning(tm
 def test_the_settings_trl_ppo_cannot_express_are_named():
     """A comparison with TRL's PPO states where the rows differ: the options TRL's PPO fixes, when ours are set
     otherwise, and nothing at TRL's values (the import needs no TRL)."""
-    from trl_ext.doubling.ppo_settings import doubling_ppo_config
+    from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
     from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
 
     assert settings_trl_ppo_cannot_express(doubling_ppo_config(score_position="after_last_token")) == {}

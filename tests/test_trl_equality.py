@@ -16,8 +16,8 @@ import pytest
 import torch
 from weight_gaps import assert_same_adam_steps
 
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import core, losses
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 pytestmark = pytest.mark.needs_trl_ppo
 
@@ -28,7 +28,7 @@ RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567
 
 
 def _rollouts(tokenizer, n):
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     data = ppo_prompt_dataset(tokenizer, n, seed=3)
     responses = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in RESPONSES[:n]]
@@ -143,7 +143,7 @@ def _max_difference(ours: dict, theirs: dict) -> float:
 
 
 def _logits(policy, tokenizer, data, responses):
-    from trl_ext.batching import pad_batch
+    from trl_ext.data.batching import pad_batch
 
     ids, mask = pad_batch([q + r for q, r in zip(data["input_ids"], responses)], tokenizer.pad_token_id,
                           side="right")
@@ -153,7 +153,7 @@ def _logits(policy, tokenizer, data, responses):
 
 def _run_both(tokenizer, tmp_path, monkeypatch, separate_critic=False, score_position="after_last_token",
               whiten_rewards=False, num_mini_batches=4):
-    from trl_ext.doubling.models import build_policy
+    from trl_ext.tasks.doubling.models import build_policy
 
     n = len(RESPONSES)
     cfg = doubling_ppo_config(batch_size=n, num_mini_batches=num_mini_batches, num_ppo_epochs=2, total_episodes=n, learning_rate=1e-4,

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from trl_ext.baselines import group_trainer_arguments
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.ppo import core, losses
+from trl_ext.runs.group_trainers import group_trainer_arguments
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 pytestmark = pytest.mark.trl_api  # exercises TRL's API: run on every TRL line (scripts/test.sh)
 
@@ -26,7 +26,7 @@ GROUPS = [["12E", "二四E", "E", "陆陆肆零E"], ["246E", "4", "8E", "六E"]]
 def _prompts(tokenizer):
     """Two prompts of the same token length (TRL's forward passes no position ids, ours counts from the
     first real token: with equal lengths there is no left padding and the two agree)."""
-    from trl_ext.doubling.task import ppo_prompt_dataset
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     data = ppo_prompt_dataset(tokenizer, 64, seed=3)
     by_length = {}
@@ -112,8 +112,8 @@ CASES = {"grpo-beta": ("grpo", dict(GRPO, beta=0.04, loss_type="grpo")),
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypatch):
-    from trl_ext.doubling.models import build_policy
     from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.tasks.doubling.models import build_policy
 
     kind, options = CASES[case]
     path = tmp_path / "policy"

@@ -38,7 +38,7 @@ def _first_update_kl(checkpoint, runner_name, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ext.ppo.config import PPOConfig
-    from trl_ext.runners import RUNNERS, RunInputs
+    from trl_ext.runs.runners import RUNNERS, RunInputs
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint, padding_side="right")  # the user's, as given
     policy = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16)

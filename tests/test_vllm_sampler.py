@@ -1,4 +1,4 @@
-"""The vLLM rollout engine (``trl_ext/ppo/vllm_sampler.py``) on vLLM's CPU build.
+"""The vLLM rollout engine (``trl_ext/ppo/rollout/vllm_sampler.py``) on vLLM's CPU build.
 
 Tests marked ``needs_vllm`` run in ``.venv-vllm`` (``bash scripts/setup.sh vllm``), where they must pass: there is
 no skip. ``scripts/test.sh`` deselects them in the other two environments. The unmarked tests (the missing-vLLM
@@ -21,10 +21,10 @@ import pytest
 import torch
 from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, char_tokenizer, tiny_deberta_reward
 
-from trl_ext.batching import pad_batch
+from trl_ext.data.batching import pad_batch
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.rollout import filter_logits, positions_from_mask, response_mask
-from trl_ext.ppo.sampling import SamplingOptions
+from trl_ext.ppo.rollout.interface import SamplingOptions, response_mask
+from trl_ext.ppo.rollout.loop import filter_logits, positions_from_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # float32: vLLM's log-probs of its samples against the policy's own forward
@@ -104,7 +104,7 @@ def _lora(model):
 
 
 def test_lora_weights_sent_are_the_merged_ones_and_the_trained_module_is_unchanged():
-    from trl_ext.ppo.vllm_sampler import policy_weights
+    from trl_ext.ppo.rollout.vllm_sampler import policy_weights
 
     tok = _tokenizer()
     peft_model = _lora(_gpt2(tok))
@@ -125,7 +125,7 @@ def test_missing_vllm_is_one_cli_error_naming_the_install(tmp_path, monkeypatch,
     from tiny_models import tiny_qwen2
 
     from trl_ext.commands.cli import main
-    from trl_ext.ppo import vllm_sampler
+    from trl_ext.ppo.rollout import vllm_sampler
 
     monkeypatch.setattr(vllm_sampler, "vllm_installed", lambda: False)
     policy = tiny_qwen2(tmp_path / "qwen2")
@@ -147,7 +147,7 @@ def test_missing_vllm_is_one_cli_error_naming_the_install(tmp_path, monkeypatch,
 
 def test_sleep_mode_on_cpu_is_refused(monkeypatch):
     from trl_ext.errors import InputError
-    from trl_ext.ppo import vllm_sampler
+    from trl_ext.ppo.rollout import vllm_sampler
 
     if torch.cuda.is_available():
         pytest.skip("sleep mode is a GPU option: refused only on CPU")
@@ -158,9 +158,9 @@ def test_sleep_mode_on_cpu_is_refused(monkeypatch):
 
 def test_heads_vllm_cpu_cannot_run_are_named_before_the_engine_starts(monkeypatch, tokenizer):
     """The doubling task's own policy (4 heads of 16) on CPU: one clear error, not vLLM's at the first generate."""
-    from trl_ext.doubling.models import build_policy
     from trl_ext.errors import InputError
-    from trl_ext.ppo import vllm_sampler
+    from trl_ext.ppo.rollout import vllm_sampler
+    from trl_ext.tasks.doubling.models import build_policy
 
     if torch.cuda.is_available():
         pytest.skip("the head sizes are those of vLLM's CPU attention")
@@ -189,11 +189,9 @@ def policy(tok):
 @pytest.fixture(scope="module")
 def engine():
     """One engine for the GPT-2 shape of this module (starting one costs 10-30 s); tests hand it their modules."""
-    from trl_ext.ppo.vllm_sampler import VLLMSampler
+    from trl_ext.ppo.rollout.vllm_sampler import VLLMSampler
 
-    sampler = VLLMSampler(PPOConfig(sampler="vllm", temperature=TEMPERATURE))
-    yield sampler
-    sampler.close()
+    return VLLMSampler(PPOConfig(sampler="vllm", temperature=TEMPERATURE))
 
 
 @needs_vllm
@@ -241,14 +239,14 @@ def test_after_an_update_the_next_rollout_comes_from_the_new_weights(engine, pol
                              processing_class=tok)
         assert type(trainer.sampler).__name__ == "VLLMSampler"
         trainer.sampler = engine  # this module's engine: one start for the whole file
-        engine.sync_enabled = True
         before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
-        stop_syncing = (lambda update, stats: setattr(engine, "sync_enabled", False)) \
+        # skipping: from the first update on, the engine's sync does nothing (its weights stay the first ones)
+        stop_syncing = (lambda update, stats: setattr(engine, "sync", lambda model: None)) \
             if skip_sync_after_first_update else None
         try:
             history = trainer.train(stop_syncing)
         finally:
-            engine.sync_enabled = True
+            vars(engine).pop("sync", None)
         moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.policy.named_parameters())
         return [h["sampling/sampling_logp_difference/max"] for h in history], moved
 
@@ -308,12 +306,12 @@ def doubling_on_vllm(tmp_path_factory):
     from transformers import GPT2LMHeadModel
 
     from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_train_reward
-    from trl_ext.doubling.artifacts import load_classifier
-    from trl_ext.doubling.models import build_policy
-    from trl_ext.doubling.rewards import doubling_classifier_reward
-    from trl_ext.doubling.supervised import supervised_loop
-    from trl_ext.doubling.task import pretrain_dataset
-    from trl_ext.doubling.tokenizer import build_tokenizer
+    from trl_ext.tasks.doubling.artifacts import load_classifier
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
+    from trl_ext.tasks.doubling.supervised import supervised_loop
+    from trl_ext.tasks.doubling.task import pretrain_dataset
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
     root = tmp_path_factory.mktemp("doubling-vllm")
     tokenizer = build_tokenizer()
@@ -340,10 +338,10 @@ def test_doubling_task_learns_with_vllm_rollouts(doubling_on_vllm):
     sync holds the float32 gap <= 1e-5 in every update. Whether a run learns all three sets or settles on two depends
     on the seed and the CPU's rounding (an AMD EPYC ended at 0.685 greedy exact where an Intel Xeon reached 1.000):
     benchmarks/robustness.py measures how often, this test that learning happens."""
-    from trl_ext.doubling.evaluate import evaluate_policy
-    from trl_ext.doubling.ppo_settings import doubling_ppo_config
-    from trl_ext.doubling.task import ppo_prompt_dataset
     from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.tasks.doubling.evaluate import evaluate_policy
+    from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = doubling_on_vllm
     cfg = doubling_ppo_config(sampler="vllm", skip_special_tokens=False, separate_critic=True, batch_size=64,

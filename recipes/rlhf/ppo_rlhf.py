@@ -5,7 +5,7 @@ With a Qwen2.5-0.5B-Instruct checkout and OpenAssistant's DeBERTa-v3 reward mode
         --policy /models/Qwen2.5-0.5B-Instruct --reward /models/reward-model-deberta-v3-base \\
         --prompts recipes/rlhf/prompts.jsonl --out runs/rlhf --save-steps 20 --report-to tensorboard
 
-The in-house trainer is the default (any TRL); TRL 1.12's PPOTrainer: --backend trl (the trl-ppo
+The scratch trainer is the default (any TRL); TRL 1.12's PPOTrainer: --backend trl (the trl-ppo
 extra). Several GPUs: multi_gpu.yaml; sharded: deepspeed_zero2.yaml / deepspeed_zero3.yaml / fsdp.yaml
 (the rollout gathers sharded parameters once); bf16 comes from the config files' mixed_precision.
 Your own reward function instead of, or besides, the reward model: --reward-fn my_rewards.py:fn.

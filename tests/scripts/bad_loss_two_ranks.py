@@ -6,10 +6,10 @@ import sys
 import torch
 from datasets import Dataset
 
-from trl_ext.doubling.models import build_policy
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
-from trl_ext.doubling.tokenizer import build_tokenizer
 from trl_ext.ppo import PPOError, PPOTrainer, core
+from trl_ext.tasks.doubling.models import build_policy
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
 
 def main(out_dir: str) -> int:

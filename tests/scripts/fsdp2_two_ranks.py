@@ -1,4 +1,4 @@
-"""Launched with 2 processes (torchrun) by tests/test_sharded.py and tests/test_static_sampler.py: the in-house
+"""Launched with 2 processes (torchrun) by tests/test_sharded.py and tests/test_static_sampler.py: the scratch
 rollout and update (two_ranks.py) on a tiny GPT-2 really sharded with PyTorch's FSDP2 over gloo (accelerate
 turns FSDP on only with GPUs, so this subclass shards in the trainer's one wrapping hook)."""
 

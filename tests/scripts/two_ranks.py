@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 from datasets import Dataset
 
-from trl_ext.doubling.models import build_policy
-from trl_ext.doubling.ppo_settings import doubling_ppo_config
-from trl_ext.doubling.tokenizer import build_tokenizer
 from trl_ext.ppo import PPOTrainer
+from trl_ext.tasks.doubling.models import build_policy
+from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
+from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
 
 def build_trainer(trainer_class: type[PPOTrainer]) -> PPOTrainer:

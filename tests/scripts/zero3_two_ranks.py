@@ -1,4 +1,4 @@
-"""Launched with 2 processes (torchrun, DS_ACCELERATOR=cpu) by tests/test_sharded.py: the in-house rollout
+"""Launched with 2 processes (torchrun, DS_ACCELERATOR=cpu) by tests/test_sharded.py: the scratch trainer's rollout
 and update (two_ranks.py) on a tiny GPT-2 partitioned by DeepSpeed ZeRO-3 over gloo. accelerate does not run
 DeepSpeed on CPU (its state sees one process per rank), so this subclass drives DeepSpeed directly in the
 trainer's wrapping hook, and steps through the engine as accelerate does on GPUs."""

@@ -1,4 +1,4 @@
-"""``trl-ext demo`` and ``trl-ext compare``: the whole doubling pipeline (``trl_ext.doubling.pipeline``), both PPO
+"""``trl-ext demo`` and ``trl-ext compare``: the whole doubling pipeline (``trl_ext.tasks.doubling.pipeline``), both PPO
 backends side by side, once or over seeds."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
 from trl_ext.commands.ppo import DOUBLING_DEFAULTS
 from trl_ext.commands.quiet import quiet
-from trl_ext.doubling.pipeline import DemoOptions, Layout, run_pipeline
-from trl_ext.options import field, require_positive
+from trl_ext.settings.fields import field, require_positive
+from trl_ext.tasks.doubling.pipeline import DemoOptions, Layout, run_pipeline
 
 
 @dataclass

@@ -3,7 +3,7 @@
 A command combines several dataclasses, one per concern (trainer, models, output, ...); each
 field becomes a flag and a YAML key of the same name.
 
-Values come from, in rising priority (``trl_ext.settings``): the dataclass defaults, the command's
+Values come from, in rising priority (``trl_ext.settings.layers``): the dataclass defaults, the command's
 defaults, the preset the chosen options name (``ppo --backend scratch-grpo-quick``), ``--config FILE.yaml``,
 flags; where each value came from travels with the options (``sources``). A YAML key that is not a field is
 an error naming the key; a YAML value is converted to the field's type (YAML reads ``1e-3`` as a string) or
@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 from trl_ext.errors import InputError
-from trl_ext.options import cli_fields
-from trl_ext.settings import COMMAND, DEFAULT, FLAG, YAML, Layer, resolve
+from trl_ext.settings.fields import cli_fields
+from trl_ext.settings.layers import COMMAND, DEFAULT, FLAG, YAML, Layer, resolve
 
 
 class ConfigError(InputError):
@@ -45,6 +47,16 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean, got {text!r}")
 
 
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"name\": 0.28}}', got {text!r}")
+    return value
+
+
 def convert_value(key: str, value, tp):
     """A YAML value as the field's type ``tp`` (str, int, float, bool); ConfigError naming ``key`` otherwise."""
     if value is None:
@@ -64,6 +76,8 @@ def convert_value(key: str, value, tp):
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
+        if tp is dict:
+            return value if isinstance(value, dict) else _json_object(value)
     except (ValueError, TypeError, argparse.ArgumentTypeError):
         raise ConfigError(f"option {key!r}: {value!r} is not a valid {tp.__name__}") from None
     return value
@@ -135,11 +149,14 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> 
         flag = "--" + name.replace("_", "-")
         default = command.default(name, f)
         help_text = f.metadata.get("help", "") + ("" if command.required(name, f) else f" (default: {default})")
+        choices = f.metadata.get("choices")
         if tp is bool:
             parser.add_argument(flag, dest=name, type=_bool, nargs="?", const=True, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, dest=name, type=tp, default=None, choices=f.metadata.get("choices"),
-                                help=help_text)
+        elif tp is dict:
+            parser.add_argument(flag, dest=name, type=_json_object, default=None, help=help_text)
+        else:  # a registry's names are open (module:name): its option's dataclass checks them
+            parser.add_argument(flag, dest=name, type=tp, default=None, help=help_text,
+                                choices=None if isinstance(choices, Mapping) else choices)
 
 
 def parts_of(options: type) -> dict[str, type]:
@@ -150,7 +167,7 @@ def parts_of(options: type) -> dict[str, type]:
 
 
 def build_options(command: Command, namespace: argparse.Namespace):
-    """The options the layers give (``trl_ext.settings``: defaults, the command's, the preset the options so far
+    """The options the layers give (``trl_ext.settings.layers``: defaults, the command's, the preset the options so far
     pick, the YAML file, the flags given), one dataclass instance per part, and ``sources``: where each came from."""
     known = command.fields()
     given = {}

@@ -1,11 +1,11 @@
-"""``trl-ext ppo``: PPO on the doubling task with any backend (``trl_ext.doubling.ppo_run``)."""
+"""``trl-ext ppo``: PPO on the doubling task with any backend (``trl_ext.tasks.doubling.ppo_run``)."""
 
 from __future__ import annotations
 
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
-from trl_ext.doubling.ppo_run import PPORunOptions, run_ppo
-from trl_ext.doubling.ppo_settings import DOUBLING_COMMAND_PPO
-from trl_ext.doubling.presets import preset_for
+from trl_ext.tasks.doubling.ppo_run import PPORunOptions, run_ppo
+from trl_ext.tasks.doubling.ppo_settings import DOUBLING_COMMAND_PPO
+from trl_ext.tasks.doubling.presets import preset_for
 
 # The command's trainer options start from the doubling task's tuned values, not PPOConfig's LLM defaults.
 DOUBLING_DEFAULTS = DOUBLING_COMMAND_PPO

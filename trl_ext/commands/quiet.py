@@ -1,6 +1,6 @@
 """What the command line hides: notices a user of trl-ext can do nothing about, and progress bars
 of library internals (saving and loading weights). The library silences nothing but the banner TRL 1.12's PPO
-prints every update (``trl_ext.runners.stdout_without``).
+prints every update (``trl_ext.runs.runners.stdout_without``).
 
 ``quiet()`` runs in the CLI's process and again in every worker process the pipeline spawns: a
 spawned process starts with fresh warning filters and loggers.

@@ -1,4 +1,4 @@
-"""Real-LLM RLHF (the LLM-PPO and RLHF tutorials, seeds 001-004): optional SFT on prompt/completion data,
+"""Real-LLM RLHF: optional SFT on prompt/completion data,
 optional reward model from preference pairs, then PPO with LoRA on a causal LM policy, rewarded by a scalar reward model such
 as a DeBERTa reward model scored on (prompt, response) pairs, either backend.
 
@@ -14,12 +14,12 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
+from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
 from trl_ext.errors import InputError
-from trl_ext.options import field, options_dict, require_positive
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
-from trl_ext.runs import ModelOptions, OutputOptions, train_options
-from trl_ext.settings import preset_layer
+from trl_ext.runs.run import ModelOptions, OutputOptions, train_options
+from trl_ext.settings.fields import field, options_dict, require_positive
+from trl_ext.settings.layers import preset_layer
 
 
 @dataclass
@@ -82,14 +82,14 @@ class LoRAOptions:
 RLHF_BACKENDS = ("scratch", "trl")
 
 
-# trl-ext's own trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
+# the scratch trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
 # keeps a fixed weight: the trl backend runs without it). 6 is the target TRL's PPO had before 0.12.
 RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
 
 
 @dataclass
 class RLHFBackend:
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPO, any TRL; it starts from the preset rlhf-scratch: "
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPOTrainer, any TRL; it starts from the preset rlhf-scratch: "
                          + ", ".join(f"{k} {v:g}" for k, v in RLHF_SCRATCH_PRESET.items())
                          + ") or 'trl' (TRL's PPOTrainer, TRL <= 1.12; a fixed KL weight)",
                          choices=RLHF_BACKENDS)
@@ -111,7 +111,7 @@ def _preset(values: dict):
 
 def _is_conversational(path: str) -> bool | None:
     """Whether a stage's data file holds conversations (None: no file to look at; the stage says why)."""
-    from trl_ext.data_files import read_jsonl
+    from trl_ext.data.jsonl import read_jsonl
 
     if not Path(path).is_file():
         return None
@@ -122,7 +122,7 @@ def _is_conversational(path: str) -> bool | None:
 def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str) -> tuple[PromptFile, list[str]]:
     """The prompt file, checked against the policy's tokenizer before any stage trains, and the lines saying
     how it will be used (the tokens are made later, with the tokenizer PPO runs with)."""
-    from trl_ext.model_dirs import load_tokenizer, read_model_config
+    from trl_ext.models.directory import load_tokenizer, read_model_config
 
     prompts = read_prompt_file(data.prompts)
     read_model_config(policy, "policy")
@@ -146,7 +146,7 @@ def check_inputs(opts: RLHFOptions) -> None:
     """Every model folder and data file a run reads, checked before --out is created, so that a refused run
     writes nothing: the one loader's folder checks (tokenizers included), the LoRA targets against the policy's
     modules (its config built on the meta device), the SFT and preference rows."""
-    from trl_ext.model_loading import check_lora_targets, check_model_dir
+    from trl_ext.models.loading import check_lora_targets, check_model_dir
 
     models, stages = opts.models, opts.stages
     check_model_dir(models.policy, "policy")
@@ -154,19 +154,19 @@ def check_inputs(opts: RLHFOptions) -> None:
     if models.reward:
         check_model_dir(models.reward, "reward model", labels=1, why=SCALAR_REWARD)
     if stages.sft_data:
-        from trl_ext.data_files import as_dataset, read_jsonl
-        from trl_ext.sft import check_sft_rows
+        from trl_ext.data.jsonl import as_dataset, read_jsonl
+        from trl_ext.stages.sft import check_sft_rows
 
         check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data")))
     if stages.preferences:
-        from trl_ext.doubling.stages import preference_split
+        from trl_ext.tasks.doubling.stages import preference_split
 
         check_model_dir(stages.reward_base or models.policy, "reward model base")  # the SFT model has --policy's kind
         preference_split(stages.preferences, stages.reward_eval_n)
 
 
 def load_models(models: RLHFModels, dtype: str = "auto"):
-    from trl_ext.model_loading import load_policy
+    from trl_ext.models.loading import load_policy
     from trl_ext.rewards.loading import load_reward_dir, reward_of
 
     policy, tokenizer = load_policy(models.policy, dtype)
@@ -220,7 +220,7 @@ def sft_stage(opts: RLHFOptions, out: Path, say) -> str:
     stages = opts.stages
     if not stages.sft_data:
         return opts.models.policy
-    from trl_ext.data_files import as_dataset, read_jsonl
+    from trl_ext.data.jsonl import as_dataset, read_jsonl
 
     if not Path(stages.sft_data).is_file():
         raise FileNotFoundError(f"SFT data file {stages.sft_data!r} does not exist")
@@ -233,8 +233,8 @@ def sft_stage(opts: RLHFOptions, out: Path, say) -> str:
         say(f"[sft] reusing {folder}")
         return str(folder)
     rows = read_jsonl(stages.sft_data, "SFT data")  # supervised_finetune checks every row
-    from trl_ext.model_loading import load_policy
-    from trl_ext.sft import supervised_finetune
+    from trl_ext.models.loading import load_policy
+    from trl_ext.stages.sft import supervised_finetune
 
     say(f"[sft] fine-tuning {opts.models.policy} on {stages.sft_data} ...")
     base, tokenizer = load_policy(opts.models.policy, role="SFT base")
@@ -255,14 +255,14 @@ def reward_model_stage(opts: RLHFOptions, policy: str, out: Path, say) -> str | 
     stages = opts.stages
     if not stages.preferences:
         return opts.models.reward
-    from trl_ext.doubling.stages import RewardModelConfig, run_train_reward_model
+    from trl_ext.tasks.doubling.stages import RewardModelConfig, run_train_reward_model
 
     folder = out / "reward_model"
     stage_cfg = RewardModelConfig(out=str(folder), base=stages.reward_base or policy, data=stages.preferences,
                                   steps=stages.reward_steps, batch_size=stages.stage_batch_size,
                                   lr=stages.reward_learning_rate, warmup_steps=0, seed=opts.train.seed,
                                   eval_n=stages.reward_eval_n)
-    from trl_ext.model_dirs import read_model_config
+    from trl_ext.models.directory import read_model_config
 
     read_model_config(stage_cfg.base, "reward model base")
     if not Path(stages.preferences).is_file():
@@ -280,11 +280,11 @@ def reward_model_stage(opts: RLHFOptions, policy: str, out: Path, say) -> str | 
 
 
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
-    """The stages, then PPO (``trl_ext.runs.run_training``); returns the summary (also ``summary.json``)."""
-    from trl_ext.model_loading import truncation_notice
-    from trl_ext.prompt_files import prepare_prompts
-    from trl_ext.runners import RunInputs
-    from trl_ext.runs import RunSpec, run_training
+    """The stages, then PPO (``trl_ext.runs.run.run_training``); returns the summary (also ``summary.json``)."""
+    from trl_ext.data.prompt_files import prepare_prompts
+    from trl_ext.models.loading import truncation_notice
+    from trl_ext.runs.run import RunSpec, run_training
+    from trl_ext.runs.runners import RunInputs
 
     backend, models = opts.run.backend, opts.models
     if not (models.has_reward or opts.stages.preferences):
@@ -348,7 +348,7 @@ class RLHFOptions:
     stages: RLHFStages
     output: OutputOptions
     run: RLHFBackend
-    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings)
+    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)
 
 
 def rlhf_command(opts: RLHFOptions) -> CommandResult:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from trl_ext.commands.parsing import Command, CommandResult
 from trl_ext.errors import InputError
-from trl_ext.options import field
+from trl_ext.settings.fields import field
 
 
 def _names(text: str | None) -> list[str]:
@@ -44,9 +44,9 @@ class ServeOptions:
 
 def build_reward(opts: ServeOptions):
     """The served object: the one reward, or the weighted sum of several (GRPO's rule for None)."""
-    from trl_ext.doubling.rewards import load_doubling_reward
     from trl_ext.rewards.base import import_reward_function, place_reward
     from trl_ext.rewards.loading import summed
+    from trl_ext.tasks.doubling.rewards import load_doubling_reward
 
     rewards = [load_doubling_reward(path) for path in _names(opts.reward)]
     rewards += [import_reward_function(spec) for spec in _names(opts.reward_fn)]

@@ -1,12 +1,12 @@
 """``trl-ext pretrain``, ``train-reward``, ``train-reward-model`` and ``eval``: each a stage of
-``trl_ext.doubling.stages`` with its options."""
+``trl_ext.tasks.doubling.stages`` with its options."""
 
 from __future__ import annotations
 
 import json
 
 from trl_ext.commands.parsing import Command, CommandResult
-from trl_ext.doubling.stages import (
+from trl_ext.tasks.doubling.stages import (
     EvalConfig,
     PretrainConfig,
     RewardConfig,

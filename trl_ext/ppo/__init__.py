@@ -1,4 +1,4 @@
-"""trl-ext's own PPO: pure math in ``core``, the loop in ``trainer``."""
+"""The scratch trainer: pure math in ``core``, the loop in ``trainer``."""
 
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig

@@ -100,7 +100,7 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
     value_mask = core.mask_one_past_last(mask) if config.score_position == "after_last_token" else mask
     if values is not None:
         values = values * value_mask
-    rewards, non_score = core.KL_SHAPINGS[config.kl_mode](scores, kl, value_mask,
+    rewards, non_score = core.KL_SHAPINGS[config.kl_mode].fn(scores, kl, value_mask,
                                                       config.kl_coef if kl_coef is None else kl_coef)
     if config.whiten_rewards:
         rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask

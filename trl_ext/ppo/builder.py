@@ -1,4 +1,4 @@
-"""What the in-house trainer trains: the policy and its tokenizer, the frozen reference, the actor-critic
+"""What the scratch trainer trains: the policy and its tokenizer, the frozen reference, the actor-critic
 (value head, or a separate critic) with float32 master weights, the optimizer and the learning-rate schedule.
 """
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trl_ext.activation_checkpointing import enable_activation_checkpointing
 from trl_ext.errors import InputError
+from trl_ext.models.activation_checkpointing import enable_activation_checkpointing
 from trl_ext.ppo import precision
 from trl_ext.ppo.advantages import needs_values
 from trl_ext.ppo.model import ActorCritic, load_value_head
@@ -26,7 +26,7 @@ def disable_dropout(module: nn.Module) -> None:
 def load_causal_lm(model, processing_class, dtype: str = "auto"):
     """``model`` as a module (loaded when it is a path, in ``dtype``, through the commands' one loader) and its
     tokenizer, with pad = eos when it has none (as GRPO)."""
-    from trl_ext.model_loading import load_policy, pad_with_eos
+    from trl_ext.models.loading import load_policy, pad_with_eos
 
     if isinstance(model, (str, Path)):
         return load_policy(model, dtype, tokenizer=processing_class, error=InputError)
@@ -36,7 +36,7 @@ def load_causal_lm(model, processing_class, dtype: str = "auto"):
             raise InputError("pass processing_class: the model was not loaded from a path, so its tokenizer is unknown")
         from transformers import AutoTokenizer
 
-        from trl_ext.model_dirs import load_tokenizer
+        from trl_ext.models.directory import load_tokenizer
 
         processing_class = load_tokenizer(path, "policy") if Path(path).is_dir() else AutoTokenizer.from_pretrained(path)
     return model, pad_with_eos(processing_class, "policy", f"of {path!r}" if path else "given", InputError)
@@ -46,7 +46,7 @@ def critic_source(path: str | None):
     """The scalar reward model whose backbone and score head start the critic (``critic_init``), or None."""
     if path is None:
         return None
-    from trl_ext.model_loading import load_sequence_classifier
+    from trl_ext.models.loading import load_sequence_classifier
 
     return load_sequence_classifier(path, "critic_init", labels=1,
                                     why="the critic starts from a scalar reward model (num_labels=1)")[0]
@@ -66,7 +66,7 @@ def build_models(policy, config, peft_config=None, ref_model=None, saved_at: str
     ``uniform_dtype``: every trained weight float32 (FSDP/DeepSpeed flatten parameters into one dtype).
     ``device``: where the reference runs (the actor-critic is placed by the launch's ``prepare``)."""
     if peft_config is not None:
-        from trl_ext.model_loading import peft_model  # a target-module mismatch: one line naming the modules
+        from trl_ext.models.loading import peft_model  # a target-module mismatch: one line naming the modules
 
         policy = peft_model(policy, peft_config)
     reference = None

@@ -1,4 +1,4 @@
-"""Checkpoints of the in-house PPO trainer: all a killed run needs to go on as if it never stopped.
+"""Checkpoints of the scratch trainer: all a killed run needs to go on as if it never stopped.
 
 A checkpoint is ``OUTPUT_DIR/checkpoint-<update>/`` holding the trainable weights (the whole policy,
 or only its LoRA adapter, plus the value head and a separate critic), the optimizer and scheduler
@@ -164,7 +164,7 @@ def load(path: Path, *, model, optimizer, scheduler, generator, rank: int) -> di
 
 
 def rotate(output_dir: str | Path, keep: int) -> list[Path]:
-    """Delete the oldest complete checkpoints beyond ``keep`` (only trl-ext's own ``checkpoint-N``)."""
+    """Delete the oldest complete checkpoints beyond ``keep`` (only trl-ext's ``checkpoint-N``)."""
     complete = checkpoints(output_dir)
     doomed = complete[:-keep] if keep > 0 else []
     for path in doomed:

@@ -1,19 +1,20 @@
-"""Options of the in-house PPO trainer; names follow TRL's ``PPOConfig`` where the meaning is the same."""
+"""Options of the scratch trainer; names follow TRL's ``PPOConfig`` where the meaning is the same."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from trl_ext.dtypes import DTYPES
 from trl_ext.errors import InputError
-from trl_ext.options import field, require_positive
-from trl_ext.ppo import core, samplers
+from trl_ext.models.dtypes import DTYPES
+from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
-from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
+from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, check_policy_loss_settings
 from trl_ext.ppo.model import VALUE_HEAD_INITS
+from trl_ext.ppo.registry import Registry
+from trl_ext.ppo.rollout import samplers
+from trl_ext.settings.fields import field, require_positive
 
 LR_SCHEDULES = ("linear", "constant")
-SAMPLERS = ("auto", *samplers.SAMPLERS)
 VLLM_MODES = ("colocate",)
 IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 SCORE_POSITIONS = ("last_token", "after_last_token")
@@ -22,7 +23,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 
 @dataclass
 class PPOConfig:
-    """The in-house trainer's options, grouped by concern: the run and its optimizer, sampling, rewards, KL,
+    """The scratch trainer's options, grouped by concern: the run and its optimizer, sampling, rewards, KL,
     advantages, the policy loss, the critic, memory and precision, checkpoints."""
 
     # The run and the optimizer: how many rollouts, in what batches, at what learning rate
@@ -34,7 +35,7 @@ class PPOConfig:
                                   "doubling-task tutorial updates")
     num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
     learning_rate: float = field(3e-6, help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
-                                 "has the option; the doubling task's: trl_ext.doubling.ppo_settings)")
+                                 "has the option; the doubling task's: trl_ext.tasks.doubling.ppo_settings)")
     lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
                                    choices=LR_SCHEDULES)
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
@@ -48,11 +49,11 @@ class PPOConfig:
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
     num_generations: int = field(1, help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
                                  "batch_size counts completions and must be divisible by it")
-    sampler: str = field("auto", help="rollout engine (trl_ext.ppo.samplers): 'loop': the KV-cache loop; 'generate': "
-                         "model.generate (repetition_penalty); 'static': static KV cache, decode step compiled to a "
-                         "CUDA graph; 'vllm': vLLM colocated in each training process; 'auto': static on a GPU; on "
-                         "CPU vllm for a policy of 100M parameters or more where installed, else loop",
-                         choices=SAMPLERS)
+    sampler: str = field("auto", help="rollout engine, by its name in trl_ext.ppo.rollout.samplers.SAMPLERS or "
+                         "your own as module:name: 'loop': the KV-cache loop; 'generate': model.generate "
+                         "(repetition_penalty); 'static': static KV cache, decode step compiled to a CUDA graph; "
+                         "'vllm': vLLM colocated in each training process; 'auto': the one measured fastest here "
+                         "(static on a GPU; vLLM on CPU for large policies where installed; else loop)")
     vllm_mode: str = field("colocate", help="vLLM beside the trainer in each process (TRL's name; the only mode)",
                            choices=VLLM_MODES)
     vllm_gpu_memory_utilization: float = field(0.3, help="share of GPU memory vLLM may take for weights and KV cache")
@@ -61,8 +62,10 @@ class PPOConfig:
     vllm_tensor_parallel_size: int = field(1, help="GPUs one vLLM engine spans")
     vllm_max_model_length: int | None = field(None, help="vLLM's context length (default: the model's)")
     vllm_importance_sampling_correction: bool = field(False, help="weight the policy loss by the ratio of the "
-                                                      "trainer's to vLLM's log-probs of the sampled tokens, "
-                                                      "capped (TRL's correction; for bf16 runs, where they differ)")
+                                                      "trainer's to the engine's log-probs of the sampled tokens, "
+                                                      "capped (TRL's vLLM correction), with any engine that "
+                                                      "returns its log-probs (vllm's); for bf16 runs, where they "
+                                                      "differ")
     vllm_importance_sampling_mode: str = field("token_truncate", help="per token or per sequence; clip the ratio "
                                                "into [min, max] (truncate) or zero it outside (mask)",
                                                choices=IMPORTANCE_SAMPLING_MODES)
@@ -91,8 +94,8 @@ class PPOConfig:
     kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
     kl_mode: str = field("token", help="'token': -kl_coef*kl per token (TRL's PPO, the doubling-task tutorial); "
                          "'sequence': score - kl_coef*sum(kl) on the last token (TRL's RLOO, the hand-written "
-                         "RLHF notebook)",
-                         choices=core.KL_SHAPINGS)  # the live dict: a key added there is a choice
+                         "RLHF notebook); or your own as module:name",
+                         choices=core.KL_SHAPINGS)
     beta: float = field(0.0, help="weight of the KL to the reference as a loss term (GRPO's beta), besides "
                         "kl_coef's KL in the reward")
     kl_loss_estimator: str = field("k3", help="per-token KL estimate of the beta loss term (GRPO: k3)",
@@ -103,7 +106,8 @@ class PPOConfig:
     # Advantages: the estimator and its normalisation
     advantage_estimator: str = field("gae", help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
                                      "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
-                                     "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS", choices=ADVANTAGE_ESTIMATORS)
+                                     "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS, or your own as module:name",
+                                     choices=ADVANTAGE_ESTIMATORS)
     scale_rewards: str = field("group", help="grpo: divide by the group's std, the batch's, or not at all "
                                "(TRL's scale_rewards)", choices=SCALE_REWARDS)
     whiten_advantages: bool | None = field(None, help="whiten advantages over the batch (default: the "
@@ -114,7 +118,11 @@ class PPOConfig:
 
     # The policy loss
     policy_loss: str = field("clip", help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
-                             "ratio per sequence (TRL's RLOO)", choices=POLICY_LOSSES)
+                             "ratio per sequence (TRL's RLOO); or your own as module:name",
+                             choices=POLICY_LOSSES)
+    policy_loss_kwargs: dict | None = field(None, help="the policy loss's own settings, checked against its "
+                                            "signature (JSON on the command line, e.g. '{\"cliprange_high\": "
+                                            "0.28}')")
     loss_type: str = field("bnpo", help="how token losses are averaged (TRL's names): 'bnpo' over all tokens "
                            "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
                            "response_length", choices=LOSS_AGGREGATIONS)
@@ -177,16 +185,20 @@ class PPOConfig:
         if self.vllm_tensor_parallel_size < 1 or not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise InputError(f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
                              f"{self.vllm_tensor_parallel_size}, {self.vllm_gpu_memory_utilization}")
-        if self.vllm_importance_sampling_correction and self.sampler != "vllm":
-            raise InputError("vllm_importance_sampling_correction needs sampler='vllm' (the other engines sample "
-                             "with the trainer's own weights)")
         if self.repetition_penalty != 1.0 and self.sampler != "generate":
             raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones
         for f in fields(self):  # every set of choices is written once, in its field
-            choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                raise InputError(f"{f.name} must be one of {', '.join(choices)}; got {getattr(self, f.name)!r}")
+            choices, value = f.metadata.get("choices"), getattr(self, f.name)
+            if isinstance(choices, Registry):
+                choices[value]  # the live registry: a registered name, or user code that imports and registers
+            elif choices and value not in choices:
+                raise InputError(f"{f.name} must be one of {', '.join(choices)}; got {value!r}")
+        if self.sampler != "auto":
+            samplers.SAMPLERS[self.sampler]
+        if self.policy_loss_kwargs is not None and not isinstance(self.policy_loss_kwargs, dict):
+            raise InputError(f"policy_loss_kwargs must be a mapping, got {self.policy_loss_kwargs!r}")
+        check_policy_loss_settings(self.policy_loss, self.policy_loss_kwargs)
         critic = ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_values  # a known name by now
         if (self.critic_warmup_steps or self.critic_init) and not critic:
             raise InputError(f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "

@@ -126,7 +126,7 @@ KL_ESTIMATORS = Registry("kl estimator")
 
 @KL_ESTIMATORS.register("k1")
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """``log p - log q``: unbiased, can be negative (seed 000, TRL's PPO and RLOO)."""
+    """``log p - log q``: unbiased, can be negative (what TRL's PPO and RLOO use)."""
     return logprobs - ref_logprobs
 
 
@@ -163,9 +163,15 @@ def mask_one_past_last(mask: torch.Tensor) -> torch.Tensor:
     return (positions <= lengths).to(mask.dtype)
 
 
+# Reward shapings, by the config's ``kl_mode``: ``fn(scores (B,), kl (B, T), mask (B, T), kl_coef) -> (rewards,
+# non_score_rewards)``, both ``(B, T)`` and zero off ``mask`` (where rewards land).
+KL_SHAPINGS = Registry("kl_mode")
+
+
+@KL_SHAPINGS.register("token")
 def token_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
                      kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 000 / classic TRL shaping: ``-kl_coef * kl`` on every token, the score added on the last one.
+    """TRL's PPO shaping: ``-kl_coef * kl`` on every token, the score added on the last one.
 
     Returns ``(rewards, non_score_rewards)``, both ``(B, T)`` and zero on padding.
     """
@@ -189,9 +195,10 @@ def adaptive_kl_coef(kl_coef: float, observed_kl: float, target: float, horizon:
     return kl_coef * (1.0 + error * min(1.0, episodes / horizon))
 
 
+@KL_SHAPINGS.register("sequence")
 def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
                         kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 004 shaping: one reward ``score - kl_coef * sum(kl)`` on the last token, zero elsewhere."""
+    """TRL's RLOO shaping: one reward ``score - kl_coef * sum(kl)`` on the last token, zero elsewhere."""
     mask = mask.to(kl.dtype)
     penalty = -kl_coef * (kl * mask).sum(-1)
     rewards = torch.zeros_like(kl)
@@ -298,11 +305,6 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
         running = rewards[:, t] + gamma * running
         returns[:, t] = running
     return returns
-
-
-# Reward shapings: the trainer looks one up by the config's ``kl_mode`` (the command line offers exactly
-# these keys). Add a plain function with the same signature to try another one.
-KL_SHAPINGS = {"token": token_kl_rewards, "sequence": sequence_kl_rewards}
 
 
 def importance_sampling_weights(logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, mask: torch.Tensor,

@@ -12,7 +12,7 @@ import torch
 from trl_ext.ppo import core
 from trl_ext.ppo.advantages import Advantages, compute_advantages
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
-from trl_ext.ppo.rollout import positions_from_mask
+from trl_ext.ppo.rollout.loop import positions_from_mask
 
 
 def _rows(record, index: torch.Tensor):

@@ -11,7 +11,7 @@ import torch
 
 from trl_ext.ppo import core
 from trl_ext.ppo.config import LOGITS_BUDGET, rows_per_pass
-from trl_ext.ppo.rollout import last_positions
+from trl_ext.ppo.rollout.loop import last_positions
 from trl_ext.ppo.sharding import gathered_for_rollout
 
 # On a GPU a pass takes about the same time whatever its rows (docs/results.md, "On one GPU"), so there the

@@ -1,7 +1,7 @@
 """The policy loss of one minibatch: a registered per-token loss, an optional KL term, an aggregation.
 
-``POLICY_LOSSES``: ``fn(logprobs, old_logprobs, advantages, mask, cliprange) -> (per_token_loss, stats)``,
-all ``(B, T)``. ``LOSS_AGGREGATIONS`` (the config's ``loss_type``, TRL's names):
+``POLICY_LOSSES``: ``fn(logprobs, old_logprobs, advantages, mask, cliprange, **settings) -> (per_token_loss,
+stats)``, all ``(B, T)``; ``settings`` are the loss's own keywords, given by the config's ``policy_loss_kwargs``. ``LOSS_AGGREGATIONS`` (the config's ``loss_type``, TRL's names):
 ``fn(per_token_loss, mask, max_length) -> scalar``, with ``normaliser``: what its mean divides by,
 'tokens' or 'rows' (the update's micro-batches weigh their losses by their share of it). Policy losses
 say the same of their stats with ``stats_over``. Register a function to add one.
@@ -9,8 +9,11 @@ say the same of their stats with ``stats_over``. Register a function to add one.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
+from trl_ext.errors import InputError
 from trl_ext.ppo import core
 from trl_ext.ppo.registry import Registry
 
@@ -73,7 +76,7 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
     ``config.beta`` times the KL to the reference (GRPO's loss term, estimator ``config.kl_loss_estimator``,
     maybe ratio-weighted), aggregated by ``config.loss_type``."""
     per_token, stats = POLICY_LOSSES[config.policy_loss].fn(logprobs, old_logprobs, advantages, mask,
-                                                             config.cliprange)
+                                                             config.cliprange, **(config.policy_loss_kwargs or {}))
     if importance_weights is not None:  # as TRL's GRPO: on the surrogate, not on the KL term
         per_token = per_token * importance_weights
     if config.beta > 0:
@@ -86,6 +89,26 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
             stats["kl_loss"] = core.masked_mean(weighted, mask)
     loss = LOSS_AGGREGATIONS[config.loss_type].fn(per_token, mask, config.response_length)
     return loss, stats
+
+
+POLICY_LOSS_ARGUMENTS = ("logprobs", "old_logprobs", "advantages", "mask", "cliprange")
+
+
+def check_policy_loss_settings(name: str, settings: dict | None) -> None:
+    """``settings`` (``policy_loss_kwargs``) against the signature of the loss registered as ``name``: each a
+    keyword it takes beyond ``POLICY_LOSS_ARGUMENTS``, and every such keyword without a default given."""
+    fn = POLICY_LOSSES[name].fn
+    settings = settings or {}
+    parameters = list(inspect.signature(fn).parameters.values())[len(POLICY_LOSS_ARGUMENTS):]
+    own = {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    unknown = sorted(set(settings) - set(own)) if not takes_any else []
+    if unknown:
+        raise InputError(f"policy_loss_kwargs {unknown}: policy loss {name!r} takes "
+                         f"{', '.join(own) or 'no settings of its own'}")
+    missing = [n for n, p in own.items() if p.default is p.empty and n not in settings]
+    if missing:
+        raise InputError(f"policy loss {name!r} needs policy_loss_kwargs {missing}")
 
 
 def policy_loss_shares(config, part_mask: torch.Tensor, whole_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

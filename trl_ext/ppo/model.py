@@ -1,7 +1,7 @@
 """Actor-critic for language models: a causal LM plus a linear value head.
 
-Shared (default, seed 000's ``PPO_Model``): the value head reads the policy's own last hidden
-state, so one forward pass gives logits and values. Separate (seed 003): the value head sits on
+Shared (default): the value head reads the policy's own last hidden
+state, so one forward pass gives logits and values. Separate: the value head sits on
 a copy of the policy's backbone, a critic that shares nothing with the actor.
 """
 

@@ -1,4 +1,4 @@
-"""The dtype policy of the in-house trainer: which tensors live in which floating-point type.
+"""The dtype policy of the scratch trainer: which tensors live in which floating-point type.
 
 * The checkpoint's dtype (or ``--dtype``) is the *compute* dtype of the frozen parts: the reference
   policy, the reward model and a LoRA base keep it (they are never stepped, so bf16 costs nothing).
@@ -20,8 +20,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from trl_ext.dtypes import torch_dtype
 from trl_ext.errors import InputError
+from trl_ext.models.dtypes import torch_dtype
 
 
 def cast_model(model: nn.Module, name: str) -> nn.Module:

@@ -1,8 +1,13 @@
-"""Named functions of one kind (advantage estimators, KL estimators, policy losses), filled by decorators.
+"""Named functions of one kind (samplers, advantage estimators, policy losses, KL estimators and shapings), filled by
+decorators.
 
 verl's ``register_adv_est`` is the model: a user adds an algorithm by decorating a function, and the
 config offers the name at once (its ``choices`` are the live registry). Names are never replaced: a
 second registration of a name is an error, so no test has to restore a registry it changed.
+
+A name may also be user code, ``"module:name"`` or ``"file.py:name"`` (as ``--reward-fn`` names a reward): looking
+it up imports the module. A function the module registered is found under its registered name as well; one it did
+not register is registered under the ``module:name`` itself, with the registry's default properties.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from trl_ext.errors import InputError
+from trl_ext.settings.user_code import import_object, is_user_code
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Registry(Mapping):
         self.kind = kind
         self._defaults = default_properties
         self._entries: dict[str, Entry] = {}
+        self._user_code: dict[str, Entry] = {}  # "module:name" -> the entry it names, registered there or here
 
     def register(self, name: str, **properties) -> Callable[[Callable], Callable]:
         unknown = set(properties) - set(self._defaults)
@@ -49,10 +56,21 @@ class Registry(Mapping):
         return add
 
     def __getitem__(self, name: str) -> Entry:
-        try:
+        if name in self._entries:
             return self._entries[name]
-        except KeyError:
-            raise InputError(f"unknown {self.kind} {name!r}: known are {', '.join(self._entries)}") from None
+        if isinstance(name, str) and is_user_code(name):
+            return self._from_user_code(name)
+        raise InputError(f"unknown {self.kind} {name!r}: known are {', '.join(self._entries)}, or your own as "
+                         "'module:name' or 'file.py:name'")
+
+    def _from_user_code(self, spec: str) -> Entry:
+        if spec not in self._user_code:
+            fn = import_object(spec, self.kind)
+            if not callable(fn):
+                raise InputError(f"{self.kind} {spec!r} is not callable")
+            registered = [entry for entry in self._entries.values() if entry.fn is fn]
+            self._user_code[spec] = registered[0] if registered else Entry(fn, dict(self._defaults))
+        return self._user_code[spec]
 
     def __contains__(self, name) -> bool:  # Mapping's would call __getitem__, which raises ValueError
         return name in self._entries

@@ -1,4 +1,4 @@
-"""The in-house PPO trainer: the loop of the doubling tutorial's ``PPOTrainer.step``, batched, on accelerate.
+"""The scratch trainer: the loop of the doubling tutorial's ``PPOTrainer.step``, batched, on accelerate.
 
 One update, as the tutorials number it, each step a call into a part with one job:
   1. generate responses for a batch of prompts (``samplers``: the loop, ``generate``, static cache, vLLM)
@@ -6,7 +6,7 @@ One update, as the tutorials number it, each step a call into a part with one jo
   3. log-probs of the policy (and values) and of the frozen reference (``forward``), then
   4. KL-shaped rewards and 5. advantages and returns, whitened (``advantages``): one record (``experience``)
   6. ``num_ppo_epochs`` x ``num_mini_batches`` clipped policy + value updates (``learner``)
-Every formula is in ``trl_ext.ppo.core``. It does not import ``trl.experimental.ppo``: it is trl-ext's PPO for
+Every formula is in ``trl_ext.ppo.core``. It does not import ``trl.experimental.ppo``: it is the scratch trainer for
 users on TRL >= 1.13 too, and it is built like TRL's ``GRPOTrainer`` (``model``, ``reward_funcs``, ``args``,
 ``train_dataset``, ``processing_class``, ``peft_config``).
 """
@@ -20,22 +20,21 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trl_ext.batching import pad_batch
+from trl_ext.data.batching import pad_batch
+from trl_ext.data.prompt_dataset import prepare_prompt_dataset
 from trl_ext.errors import InputError, TrainingError
-from trl_ext.metrics import numeric_metrics
 from trl_ext.ppo import builder, checkpoint, core, precision
 from trl_ext.ppo.config import PPOConfig, num_updates, trackers
-from trl_ext.ppo.data import prepare_prompt_dataset
 from trl_ext.ppo.experience import Experience, make_experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 from trl_ext.ppo.learner import Learner
 from trl_ext.ppo.model import ActorCritic
 from trl_ext.ppo.prompt_batches import prompt_batches
-from trl_ext.ppo.rollout import completion_token_ids, response_mask
-from trl_ext.ppo.samplers import Completions, SamplingOptions, build_sampler, resolve_sampler, trimmed
+from trl_ext.ppo.rollout.interface import check_correction, completion_token_ids, response_mask
+from trl_ext.ppo.rollout.samplers import Completions, SamplingOptions, build_sampler, resolve_sampler, trimmed
 from trl_ext.ppo.sharding import gathered_for_rollout
 from trl_ext.ppo.timing import PhaseClock
-from trl_ext.ppo.update_metrics import update_metrics
+from trl_ext.ppo.update_metrics import numeric_metrics, update_metrics
 from trl_ext.rewards.base import place_reward
 from trl_ext.rewards.scoring import RewardScorer, as_completions, resolve_reward_funcs
 
@@ -45,7 +44,7 @@ class PPOError(TrainingError):
 
 
 class PPOTrainer:
-    """From-scratch PPO, constructed like TRL's ``GRPOTrainer``.
+    """The scratch trainer, constructed like TRL's ``GRPOTrainer``.
 
     ``model``: a causal LM or the path of one. ``reward_funcs``: a callable, a path to a sequence
     classifier, or a list of them, summed with ``args.reward_weights`` (``None`` rewards are left
@@ -84,6 +83,7 @@ class PPOTrainer:
             place_reward(fn, acc.device)
         self.sampler_name = resolve_sampler(config, acc.device, self.policy)
         self.sampler = build_sampler(self.sampler_name, config)
+        check_correction(config, self.sampler, self.sampler_name)
         self.generator = torch.Generator(device=acc.device).manual_seed(config.seed + 100003 * acc.process_index)
         self.passes = ForwardPasses(self.model, self.policy, self.ref_policy, acc, config, vocab_size)
         # The hooks are looked up at each call: a subclass (or a test) may replace them.

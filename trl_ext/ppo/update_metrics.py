@@ -48,3 +48,9 @@ def sampling_metrics(exp: Experience, accelerator) -> dict:
     gathered = accelerator.gather(torch.stack([stats[n][0].float() for n in names])[None])
     reduce = {"mean": torch.mean, "max": torch.amax, "min": torch.amin}
     return {n: reduce[stats[n][1]](gathered[:, i]).item() for i, n in enumerate(names)}
+
+
+def numeric_metrics(stats: dict) -> dict:
+    """The numbers of one update's stats (our trainer's or a TRL trainer's logs). Text, such as the
+    (prompt, completion) samples our trainer adds, is left out; so are booleans."""
+    return {k: v for k, v in stats.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

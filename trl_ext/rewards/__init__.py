@@ -1,6 +1,6 @@
-"""Drop-in reward adapters: one reward object for TRL GRPO/RLOO, the in-house PPO and (through
+"""Drop-in reward adapters: one reward object for TRL GRPO/RLOO, the scratch trainer and (through
 ``trl_ext.trl_compat.reward_model``) TRL 1.12's PPOTrainer. The doubling task's own rewards live
-in ``trl_ext.doubling.rewards``."""
+in ``trl_ext.tasks.doubling.rewards``."""
 
 from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, combine_rewards, validate_rewards
 from trl_ext.rewards.classifier import ClassifierReward

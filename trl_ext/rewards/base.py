@@ -1,4 +1,4 @@
-"""The reward-function protocol shared by TRL's GRPO/RLOO, our PPO adapter and the in-house trainer.
+"""The reward-function protocol shared by TRL's GRPO/RLOO, our PPO adapter and the scratch trainer.
 
 A reward function is any callable ``fn(prompts=..., completions=..., **kwargs) -> list[float]``
 with a ``__name__`` (TRL's ``reward_funcs`` convention: called by keyword, extra keyword
@@ -107,27 +107,12 @@ class RewardFunction:
 
 def import_reward_function(spec: str) -> Callable:
     """``"package.module:function"`` or ``"path/to/file.py:function"`` -> that callable (``--reward-fn``)."""
-    import importlib
-    import importlib.util
-    from pathlib import Path
+    from trl_ext.settings.user_code import import_object
 
-    source, _, attribute = spec.rpartition(":")
-    if not source or not attribute:
-        raise RewardError(f"reward function {spec!r}: expected 'module:callable' or 'file.py:callable'")
-    if source.endswith(".py"):
-        if not Path(source).is_file():
-            raise RewardError(f"reward function {spec!r}: file {source!r} does not exist")
-        loader_spec = importlib.util.spec_from_file_location(Path(source).stem, source)
-        module = importlib.util.module_from_spec(loader_spec)
-        loader_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(source)
-        except ImportError as err:
-            raise RewardError(f"reward function {spec!r}: cannot import {source!r} ({err})") from None
-    fn = getattr(module, attribute, None)
+    fn = import_object(spec, "reward function", RewardError)
     if not callable(fn):
-        raise RewardError(f"reward function {spec!r}: {source!r} has no callable {attribute!r}")
+        raise RewardError(f"reward function {spec!r}: {spec.rpartition(':')[0]!r} has no callable "
+                          f"{spec.rpartition(':')[2]!r}")
     return fn
 
 

@@ -27,7 +27,7 @@ class ClassifierReward(RewardFunction):
 
     * scalar mode (``num_labels == 1``): the single logit, the usual RLHF reward model;
     * label-conditional mode: the logit of the class named by ``label_column`` (a dataset
-      column) or by ``label_fn(prompt)``, as seed 000 rewards the requested character set; or, with
+      column) or by ``label_fn(prompt)``, as the doubling task rewards the requested character set; or, with
       ``label_score="probability"``, that class's softmax probability. A cross-entropy classifier's logits are
       fixed only up to a shift per input, so one class's logit on inputs of two other classes can differ by
       several units: the probability puts every other class near 0.
@@ -65,7 +65,7 @@ class ClassifierReward(RewardFunction):
     def from_pretrained(cls, path: str | Path, dtype: str = "auto", **kwargs) -> ClassifierReward:
         """A scalar reward model from a ``save_pretrained`` directory (what a path in ``reward_funcs`` means),
         in ``dtype`` ('auto': the checkpoint's; the reward model is frozen, bf16 scores as well)."""
-        from trl_ext.model_loading import load_sequence_classifier
+        from trl_ext.models.loading import load_sequence_classifier
 
         conditional = "label_column" in kwargs or "label_fn" in kwargs
         model, tokenizer = load_sequence_classifier(

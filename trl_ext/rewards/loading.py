@@ -16,7 +16,7 @@ def load_reward_dir(path: str, *, dtype: str = "auto", labels=1, why: str | None
     """The reward a model directory gives: a scalar reward model (num_labels=1) scores as it is; a classifier of more
     labels through ``labelled(model, tokenizer)``, which picks the class whose logit is the reward. ``labels`` and
     ``why``: the label counts the folder check accepts, and what it says of any other."""
-    from trl_ext.model_loading import load_sequence_classifier
+    from trl_ext.models.loading import load_sequence_classifier
 
     model, tokenizer = load_sequence_classifier(path, "reward model", dtype, labels=labels, why=why)
     if model.config.num_labels == 1:

@@ -1,5 +1,5 @@
 """``RemoteReward(url)``: a reward function that scores through ``trl-ext serve-reward`` (or any server
-that speaks ``trl_ext.rewards.protocol``), usable wherever a reward function is: the in-house PPO,
+that speaks ``trl_ext.rewards.protocol``), usable wherever a reward function is: the scratch trainer,
 TRL's GRPO/RLOO ``reward_funcs``, TRL 1.12's PPO through ``trl_compat.reward_model``.
 
 Retries: a lost connection, a timeout or a 5xx answer is tried again, with the wait doubling from

@@ -3,7 +3,7 @@
 TRL's PPO reads both the reward model and the value model through ``base_model_prefix``
 and ``score``. The reward is a reward function behind ``as_ppo_reward_model``; the value model
 is TRL's ``AutoModelForCausalLMWithValueHead`` presented the same way: its backbone is the
-policy's own transformer (shared, seed 000's ``PPO_Model``) or a copy of it (separate, seed 003).
+policy's own transformer (shared) or a copy of it (separate), as our ``ActorCritic`` has it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trl_ext.activation_checkpointing import checkpointing_training_argument
 from trl_ext.errors import InputError
+from trl_ext.models.activation_checkpointing import checkpointing_training_argument
 from trl_ext.ppo.model import base_backbone
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
@@ -167,7 +167,7 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     # Quiet by default: our recorder prints a short line now and then instead of every log dict.
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    # Same prompts in the same order as the in-house trainer: TRL would reshuffle with its own RNG.
+    # Same prompts in the same order as the scratch trainer: TRL would reshuffle with its own RNG.
     trainer.dataloader = trainer.accelerator.prepare(DataLoader(
         ids_only, batch_size=cfg.batch_size, shuffle=False, collate_fn=trainer.data_collator, drop_last=True))
     return trainer

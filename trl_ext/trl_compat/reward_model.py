@@ -11,7 +11,7 @@ each prompt itself: every sequence must start with one of the prompts it was giv
 training dataset), and that prompt's other dataset columns are passed to the reward function
 too, as GRPO would pass them. When the dataset's ``prompt`` column holds conversations, the reward
 function gets that conversation and the completion as one assistant message (special tokens dropped),
-as GRPO and the in-house trainer hand them.
+as GRPO and the scratch trainer hand them.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class _RewardBackbone(nn.Module):
         for ids, mask in zip(input_ids.tolist(), attention_mask.bool().tolist()):
             real = [t for t, keep in zip(ids, mask) if keep]  # TRL replaced pads by 0: trust the mask
             length, row = self.index.find(real)
-            if self.index.conversations is not None:  # what the in-house trainer hands: message, no special tokens
+            if self.index.conversations is not None:  # what the scratch trainer hands: message, no special tokens
                 prompts.append(self.index.conversations[row])
                 completions.append([{"role": "assistant",
                                      "content": self.tokenizer.decode(real[length:], skip_special_tokens=True)}])

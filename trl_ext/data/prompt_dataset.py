@@ -1,0 +1,87 @@
+"""Prompt datasets in TRL's standard formats, tokenized for the scratch trainer.
+
+Accepted: a ``prompt`` column of text, or of conversations (lists of ``{"role", "content"}``
+messages; the chat template is applied with ``add_generation_prompt=True``, as TRL's GRPO does),
+or an already tokenized ``input_ids`` column. Other columns go to the reward functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trl_ext.errors import InputError
+from trl_ext.rewards.classifier import is_conversation
+
+
+class DatasetError(InputError):
+    """A prompt dataset row the trainer cannot use; the message names the row."""
+
+
+def _tokenizer_name(tokenizer) -> str:
+    return getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
+
+
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
+    """Token ids of one prompt (text or conversation); errors name the row (an index, or a 'file:line')."""
+    where = f"row {row}" if isinstance(row, int) else row
+    if is_conversation(prompt):
+        if not has_chat_template(tokenizer):
+            raise DatasetError(f"{where} is a conversation, but the tokenizer {_tokenizer_name(tokenizer)!r} has "
+                               "no chat template: set tokenizer.chat_template or give text prompts")
+        for message in prompt:
+            if not isinstance(message.get("content"), str):
+                raise DatasetError(f"{where}: message {message!r} has no text 'content'")
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
+        ids = ids["input_ids"]
+    elif isinstance(prompt, str):
+        ids = tokenizer(text=prompt)["input_ids"]
+    else:
+        raise DatasetError(f"{where}: 'prompt' must be text or a list of {{'role', 'content'}} messages, "
+                           f"got {type(prompt).__name__} {prompt!r:.80}")
+    if not ids:
+        raise DatasetError(f"{where}: the prompt {prompt!r:.80} tokenizes to nothing")
+    return list(ids)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What ``truncate_prompts`` cut: ``cut`` of ``total`` prompts lost tokens, at most ``most`` from one."""
+
+    cut: int
+    total: int
+    most: int
+
+
+def truncate_prompts(ids: list[list[int]], max_length: int | None) -> tuple[list[list[int]], Truncation]:
+    """Keep the last ``max_length`` tokens of every prompt (on the left, as TRL's GRPO cuts prompts: the
+    generation prompt a chat template ends with survives); the one place prompts are cut."""
+    if max_length is None:
+        return [list(i) for i in ids], Truncation(0, len(ids), 0)
+    if max_length <= 0:
+        raise DatasetError(f"max_prompt_length must be positive, got {max_length}")
+    over = [len(i) - max_length for i in ids if len(i) > max_length]
+    return [list(i[-max_length:]) for i in ids], Truncation(len(over), len(ids), max(over, default=0))
+
+
+def prepare_prompt_dataset(dataset, tokenizer):
+    """Add ``input_ids`` to a ``prompt`` dataset (kept as is when present); check every row."""
+    columns = dataset.column_names
+    if "input_ids" in columns:
+        empty = next((i for i, ids in enumerate(dataset["input_ids"]) if len(ids) == 0), None)
+        if empty is not None:
+            raise DatasetError(f"row {empty}: 'input_ids' is empty")
+        return dataset
+    if "prompt" not in columns:
+        raise DatasetError(f"train_dataset needs a 'prompt' column (text or conversation) or 'input_ids'; "
+                           f"it has {columns}")
+    prompts = dataset["prompt"]
+    first_is_conversation = len(prompts) > 0 and is_conversation(prompts[0])
+    mixed = next((i for i, p in enumerate(prompts) if is_conversation(p) != first_is_conversation), None)
+    if mixed is not None:
+        raise DatasetError(f"row {mixed}: prompts mix text and conversations (row 0 is "
+                           f"{'a conversation' if first_is_conversation else 'text'}); use one format")
+    return dataset.add_column("input_ids", [prompt_ids(p, tokenizer, i) for i, p in enumerate(prompts)])

@@ -1,0 +1,2 @@
+"""Models on disk and in memory: a model folder's checks (``directory``), the one loader by role (``loading``),
+dtypes, activation checkpointing, and GGUF files converted to Hugging Face checkpoints (``gguf``)."""

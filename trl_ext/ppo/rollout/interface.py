@@ -1,0 +1,91 @@
+"""The rollout interface every engine implements (``trl_ext.ppo.rollout.samplers`` registers the engines): prompts in
+as token ids, ``Completions`` out: ``(B, R)`` response ids with pad after each row's first eos and, where the
+engine knows them, the log-probs it sampled those tokens with."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from trl_ext.errors import InputError
+
+
+def response_mask(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """1 on every token up to and including the first eos; 0 after it (the seed's answer_length)."""
+    is_eos = (responses == eos_token_id).long()
+    after_eos = (is_eos.cumsum(-1) - is_eos) > 0
+    return (~after_eos).long()
+
+
+def completion_token_ids(responses: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each row's response tokens up to and including eos, as lists (GRPO's ``completion_ids``)."""
+    lengths = mask.long().sum(1).tolist()
+    return [row[:n] for row, n in zip(responses.tolist(), lengths)]
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How one rollout samples: the trainer's settings, the same for every engine."""
+
+    max_new_tokens: int
+    eos_token_id: int
+    pad_token_id: int
+    temperature: float = 1.0  # 0: greedy
+    top_k: int = 0  # 0: all tokens
+    top_p: float = 1.0  # 1.0: all tokens
+    repetition_penalty: float = 1.0  # only the 'generate' engine has one
+
+    @classmethod
+    def of(cls, config, tokenizer, temperature: float | None = None) -> SamplingOptions:
+        """A trainer config's sampling settings (``temperature`` overrides its own: greedy evaluation)."""
+        return cls(max_new_tokens=config.response_length, eos_token_id=tokenizer.eos_token_id,
+                   pad_token_id=tokenizer.pad_token_id, top_k=config.top_k, top_p=config.top_p,
+                   temperature=config.temperature if temperature is None else temperature,
+                   repetition_penalty=config.repetition_penalty)
+
+
+@dataclass
+class Completions:
+    """What an engine returns for a batch of prompts."""
+
+    ids: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
+    logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``ids``; None when it does not know them
+
+
+def trimmed(completions: Completions, eos_token_id: int, pad_token_id: int):
+    """``(responses, mask, sampling log-probs or None)``, each ``(B, W)``: columns past the longest response are
+    padding in every row and dropped (the later passes cost less); pad and log-prob 0 after each eos."""
+    mask = response_mask(completions.ids, eos_token_id)
+    width = int(mask.sum(1).max())
+    mask = mask[:, :width]
+    responses = completions.ids[:, :width].masked_fill(mask == 0, pad_token_id)
+    logprobs = None if completions.logprobs is None else completions.logprobs[:, :width] * mask
+    return responses, mask, logprobs
+
+
+class Sampler:
+    """The interface; ``sample`` is the one method every engine implements."""
+
+    returns_logprobs = False  # whether ``sample`` fills ``Completions.logprobs``: the importance-sampling correction
+
+    def sample(self, model, query_ids: torch.Tensor, query_mask: torch.Tensor, options: SamplingOptions,
+               generator: torch.Generator | None = None) -> Completions:
+        raise NotImplementedError
+
+    def policy_changed(self) -> None:
+        """The policy's weights moved (an optimizer step, a loaded checkpoint). Engines that call the policy
+        itself have nothing to do; one with its own copy of the weights syncs before its next rollout."""
+
+
+def check_correction(config, sampler: Sampler, name: str) -> None:
+    """The importance-sampling correction needs the engine's log-probs: an engine named that returns none is
+    refused; one that 'auto' picked (it picks by machine) is a warning, and the run goes on uncorrected."""
+    if not config.vllm_importance_sampling_correction or sampler.returns_logprobs:
+        return
+    message = (f"vllm_importance_sampling_correction needs a rollout engine that returns its log-probs; "
+               f"sampler {name!r} returns none")
+    if config.sampler != "auto":
+        raise InputError(message)
+    warnings.warn(message + " ('auto' picked it on this machine): the run goes on uncorrected", stacklevel=3)

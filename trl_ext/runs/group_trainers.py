@@ -1,0 +1,67 @@
+"""TRL's GRPO and RLOO on the doubling task, driven by the very same reward-function object.
+
+They are extra rows of ``trl-ext compare``: policy-gradient baselines without a critic, with
+the same policy, prompts, reward and episode budget as the two PPO backends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trl_ext.models.activation_checkpointing import checkpointing_training_argument
+from trl_ext.errors import InputError
+from trl_ext.ppo.precision import launch_training_arguments
+from trl_ext.rewards.base import place_reward
+
+GROUP_TRAINERS = ("grpo", "rloo")
+
+
+def group_prompt_count(cfg, num_generations: int = 8) -> int:
+    """Prompts GRPO/RLOO need for ``cfg.total_episodes`` completions, ``num_generations`` per prompt."""
+    return max(1, cfg.total_episodes // cfg.batch_size) * cfg.batch_size // num_generations + 1
+
+
+def group_trainer_arguments(kind: str, cfg) -> dict:
+    """The options of TRL's ``GRPOConfig``/``RLOOConfig`` that carry our ``cfg``: the ones the update-equality test
+    (tests/test_trl_group_equality.py) configures TRL with. Our epochs over a batch are their iterations over a
+    generation, each one optimizer step; GRPO's ``beta`` (a KL in the loss), ``scale_rewards`` and ``loss_type``
+    are ours; RLOO's ``beta`` is a KL in the reward, our ``kl_coef``, and its advantages are not whitened."""
+    common = dict(num_iterations=cfg.num_ppo_epochs, learning_rate=cfg.learning_rate,
+                  lr_scheduler_type=cfg.lr_scheduler_type, max_grad_norm=cfg.max_grad_norm, epsilon=cfg.cliprange,
+                  temperature=cfg.temperature, max_completion_length=cfg.response_length)
+    if kind == "grpo":
+        return dict(common, beta=cfg.beta, scale_rewards=cfg.scale_rewards, loss_type=cfg.loss_type)
+    return dict(common, beta=cfg.kl_coef, normalize_advantages=False)
+
+
+def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path,
+                        num_generations: int = 8):
+    """A ready GRPO or RLOO trainer for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt
+    dataset of at least ``group_prompt_count(cfg)`` rows), configured as our trainer with ``cfg``
+    (``group_trainer_arguments``). A decaying rate steps per optimizer step in theirs, per batch in ours.
+    """
+    from transformers import PrinterCallback, ProgressCallback
+
+    if kind not in GROUP_TRAINERS:
+        raise InputError(f"kind must be one of {GROUP_TRAINERS}, got {kind!r}")
+    if cfg.batch_size % num_generations:
+        raise InputError(f"batch_size {cfg.batch_size} is not divisible by num_generations {num_generations}")
+    if kind == "grpo":
+        from trl import GRPOConfig as Config
+        from trl import GRPOTrainer as Trainer
+    else:
+        from trl import RLOOConfig as Config
+        from trl import RLOOTrainer as Trainer
+    steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs
+    args = Config(
+        output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,
+        max_steps=steps, **group_trainer_arguments(kind, cfg), seed=cfg.seed, **launch_training_arguments(),
+        report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
+        **checkpointing_training_argument(False), disable_dropout=True,  # disable_dropout: as both PPO backends do
+    )
+    trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args, train_dataset=prompts,
+                      processing_class=tokenizer)
+    place_reward(reward_fn, trainer.accelerator.device)
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer

@@ -1,0 +1,2 @@
+"""The stages before PPO, on TRL's trainers: supervised fine-tuning (``sft``) and a reward model from preference
+pairs (``reward_model``)."""

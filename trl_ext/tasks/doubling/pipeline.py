@@ -1,0 +1,308 @@
+"""The whole doubling pipeline of ``trl-ext demo`` and ``trl-ext compare``: the supervised stages, then PPO runs
+(backend x reward x seed) side by side, then their table, report and curves.
+
+Each stage writes into its own folder of ``--out`` and finishes by writing its marker file
+(``metrics.json`` or ``summary.json``); a later run reuses every finished stage whose options
+did not change, so an interrupted demo resumes where it stopped. Nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+from trl_ext.errors import InputError
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.runs.recorder import read_history
+from trl_ext.runs.run import OutputOptions, prepare_out_dir
+from trl_ext.settings.fields import field, options_dict, require_positive
+from trl_ext.tasks.doubling.ppo_run import PPORunOptions, WatchOptions, ppo_options, run_ppo, run_record
+from trl_ext.tasks.doubling.presets import BACKEND_NAMES, BACKENDS, row_config
+from trl_ext.tasks.doubling.report import aggregate_rows, summary_row, text_table, write_report
+from trl_ext.tasks.doubling.stages import (
+    PretrainConfig,
+    RewardConfig,
+    RewardModelConfig,
+    run_pretrain,
+    run_train_reward,
+    run_train_reward_model,
+)
+from trl_ext.tasks.doubling.workers import cores, pretrain_on, worker_pool
+
+DEMO_FILES = ("policy", "reward", "reward_model", "results.json", "report.md", "curves.png")
+# What PPO is rewarded with: the charset classifier, or the scalar reward model trained on the doubling
+# preference pairs, which also sees wrong values (the classifier sees only the character set).
+REWARDS = ("classifier", "reward_model")
+REWARD_SUFFIX = {"classifier": "", "reward_model": "_rm"}
+
+
+def _names(text: str) -> list[str]:
+    return [b.strip() for b in text.split(",") if b.strip()]
+
+
+@dataclass
+class PipelineOptions:
+    """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
+
+    backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKEND_NAMES)}. A critic-free row "
+                          "runs its backend's preset (trl_ext/tasks/doubling/presets.py) over this command's defaults; the "
+                          "options you give (YAML, flags) apply to every row, over its preset")
+    rewards: str = field("classifier", help="comma-separated, from classifier (the charset classifier's logit) and "
+                         "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)")
+    pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
+    reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
+    reward_model_steps: int = field(RewardModelConfig.steps, help="reward model training steps (--rewards "
+                                    "reward_model)")
+    reward_model_temperature: float = field(1.2, help="rollout temperature of the +rm runs (the classifier runs use "
+                                            "--temperature): a reward model can only punish the wrong values PPO "
+                                            "samples, and at 1.0 they are rare")
+    jobs: int = field(2, help="PPO runs at once, each in its own process (the demo command's OMP_NUM_THREADS=1 "
+                      "gives each one torch thread), and the processes pretraining runs data parallel on (their "
+                      "dropout masks differ from one process's, so the policy does too); 1: all in this process")
+    fresh: bool = field(False, help="rebuild every stage even where finished results exist")
+    reward_url: str | None = field(None, help="score every PPO run through this reward server (`trl-ext "
+                                   "serve-reward`'s address) instead of the classifier trained here")
+
+    def __post_init__(self):
+        unknown = [b for b in self.backend_list if b not in BACKEND_NAMES]
+        if not self.backend_list or unknown:
+            raise InputError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKEND_NAMES)}")
+        unknown = [r for r in self.reward_list if r not in REWARDS]
+        if not self.reward_list or unknown:
+            raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
+        require_positive(self, "jobs", "reward_model_temperature")
+        if self.reward_url and self.reward_list != ["classifier"]:
+            raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
+
+    @property
+    def backend_list(self) -> list[str]:
+        return _names(self.backends)
+
+    @property
+    def reward_list(self) -> list[str]:
+        return _names(self.rewards)
+
+
+def _finished(path: Path, marker: str, config: dict) -> dict | None:
+    """The stage's saved result if it finished with these options, else None."""
+    file = path / marker
+    if not file.exists():
+        return None
+    result = json.loads(file.read_text())
+    return result if result.get("config") == config else None
+
+
+def _supervised_stage(name: str, stage_cfg, run, fresh: bool, say) -> dict:
+    """One supervised stage: its saved result if it finished with these options, else trained now."""
+    done = None if fresh else _finished(Path(stage_cfg.out), "metrics.json", asdict(stage_cfg))
+    if done is not None:
+        say(f"[{name}] reusing {stage_cfg.out}")
+        return done
+    say(f"[{name}] training ...")
+    return run(stage_cfg)
+
+
+def _supervised_stages(pipeline: PipelineOptions, out: Path, say, workers) -> dict:
+    """The classifier here while the workers import what PPO needs; then the policy's pretraining, data parallel
+    over the workers (one torch thread each) when there are any, here when not."""
+    fresh, results = pipeline.fresh, {}
+    if "classifier" in pipeline.reward_list and not pipeline.reward_url:
+        results["reward"] = _supervised_stage("reward", RewardConfig(out=str(out / "reward"), seed=0,
+                                                                     steps=pipeline.reward_steps),
+                                              run_train_reward, fresh, say)
+    pretrain = run_pretrain if workers is None else partial(pretrain_on, workers, cores(pipeline.jobs))
+    results["policy"] = _supervised_stage("policy", PretrainConfig(out=str(out / "policy"), seed=0,
+                                                                   steps=pipeline.pretrain_steps), pretrain, fresh, say)
+    if "reward_model" in pipeline.reward_list:
+        # Initialised from the pretrained policy, as InstructGPT initialises its reward model from the
+        # SFT model: the policy already computes doublings, so the reward model learns to check them.
+        results["reward_model"] = _supervised_stage(
+            "reward_model", RewardModelConfig(out=str(out / "reward_model"), base=str(out / "policy"), seed=0,
+                                              steps=pipeline.reward_model_steps), run_train_reward_model, fresh, say)
+    return results
+
+
+@dataclass(frozen=True)
+class PPORun:
+    """One PPO run of the pipeline: a backend, a reward, a seed, and the folder it writes."""
+
+    backend: str
+    reward: str
+    seed: int
+    folder: str
+
+    @property
+    def label(self) -> str:
+        return self.backend + ("" if self.reward == "classifier" else "+rm")
+
+
+def row_options(opts: DemoOptions, out: Path, run: PPORun) -> PPORunOptions:
+    """A row's ``ppo`` options: the command's, with the row's seed, reward and folder, and its backend's preset
+    over the command's defaults and under what the user gave (``presets.row_config``)."""
+    reward_dir = out / ("reward" if run.reward == "classifier" else "reward_model")
+    train, sources = row_config(replace(opts.train, seed=run.seed), opts.sources, run.backend)
+    if run.reward == "reward_model":
+        train = replace(train, temperature=opts.pipeline.reward_model_temperature)
+    url = opts.pipeline.reward_url
+    return ppo_options(train, policy=str(out / "policy"), reward=None if url else str(reward_dir),
+                       out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True,
+                       reward_url=url, sources=sources)
+
+
+def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
+    run_opts = row_options(opts, out, run)
+    done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", run_record(run_opts))
+    if done is not None:
+        say(f"[{run.label}] reusing {out / run.folder}")
+        return done
+    say(f"[{run.label}] PPO seed {run.seed}: {run_opts.train.total_episodes} episodes ...")
+    summary = run_ppo(run_opts, print_fn=say)
+    say(summary["summary"])
+    return summary
+
+
+def _print_flushed(*args):
+    print(*args, flush=True)
+
+
+def _ppo_stages(opts: DemoOptions, out: Path, runs: list[PPORun], say, workers) -> list[dict]:
+    """Every run's summary, in order; on the workers, as many at once as there are, when there are any."""
+    if workers is None:
+        return [_ppo_stage(opts, out, run, say) for run in runs]
+    pending = [workers.apply_async(_ppo_stage, (opts, out, run, _print_flushed)) for run in runs]
+    return [p.get() for p in pending]
+
+
+def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list, say) -> bool:
+    """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
+    from trl_ext.runs.runners import RUNNERS
+    from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
+
+    if not RUNNERS[BACKENDS[backend].runner].needs_trl_ppo or trl_ppo_available():
+        return False
+    reason = trl_ppo_unavailable_reason()
+    if label not in results["backends"]:
+        say(f"[{label}] not run: {reason}")
+        results["backends"][label] = {"not_run": reason}
+        rows.append({"backend": label, "not_run": reason})
+    return True
+
+
+def _stage_notes(stages: dict) -> list[str]:
+    pre = stages["policy"]
+    notes = [f"Pretrained policy: value_acc {pre['value_acc']:.3f}, sampled charset spread {pre['charset_spread']}."]
+    if "reward" in stages:
+        notes.append(f"Reward classifier held-out accuracy: {stages['reward']['heldout_accuracy']:.4f}.")
+    if "reward_model" in stages:
+        rm = stages["reward_model"]
+        notes.append(f"Reward model (+rm rows) held-out pairwise accuracy: {rm['heldout_pairwise_accuracy']:.4f} "
+                     f"({', '.join(f'{k} {v:.3f}' for k, v in rm['heldout_by_kind'].items())}).")
+    return notes
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What tells ``demo`` and ``compare`` apart; they plan, run, collect and write the same way."""
+
+    name: str  # the command, in its headline
+    title: str  # report.md's heading
+    seeds: int  # PPO runs per backend and reward: --seed, --seed + 1, ...
+    folder: str  # a run's folder in --out, from {backend}, {suffix} (the reward's) and {seed}
+    aggregate: bool  # a row per label over its seeds (mean ± spread), or the one run's row
+
+    def folders(self, first_seed: int) -> tuple[str, ...]:
+        """Every folder a run of this layout may write: what --out may already hold."""
+        return tuple(self.folder.format(backend=b, suffix=x, seed=first_seed + s) for b in BACKEND_NAMES
+                     for x in REWARD_SUFFIX.values() for s in range(self.seeds))
+
+
+def _plan(opts: DemoOptions, layout: Layout, results: dict, rows: list, say) -> list[PPORun]:
+    """Reward x backend x seed, in that order; a backend that cannot run here gets its 'not run' row instead."""
+    first, runs = opts.train.seed, []
+    for reward in opts.pipeline.reward_list:
+        for backend in opts.pipeline.backend_list:
+            for seed in range(first, first + layout.seeds):
+                folder = layout.folder.format(backend=backend, suffix=REWARD_SUFFIX[reward], seed=seed)
+                run = PPORun(backend, reward, seed, folder)
+                if not _skipped_as_unavailable(backend, run.label, results, rows, say):
+                    runs.append(run)
+    return runs
+
+
+def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict], results: dict,
+             rows: list) -> dict:
+    """Each label's row (and results entry) from its runs' summaries; the first seed's learning curves."""
+    histories, per_label = {}, {}
+    for run, summary in zip(runs, summaries):
+        per_label.setdefault(run.label, []).append(summary)
+        if run.seed == runs[0].seed:
+            histories[run.label] = read_history(out / run.folder)
+    for label, per_seed in per_label.items():
+        if layout.aggregate:
+            results["backends"][label] = [summary_row(summary, label) for summary in per_seed]
+            rows.append(aggregate_rows(results["backends"][label]))
+        else:
+            results["backends"][label] = per_seed[0]
+            rows.append(summary_row(per_seed[0], label))
+    return histories
+
+
+def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
+    watch, notes = opts.watch, []
+    if layout.aggregate:
+        notes += [f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
+                  "model, prompts in the same order per seed, and episode budget for every row.",
+                  "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
+    if {"trl", "scratch"} <= set(opts.pipeline.backend_list):
+        from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
+
+        differ = settings_trl_ppo_cannot_express(opts.train)
+        notes.append("trl and scratch: one PPOConfig, every option TRL's PPO has given to it alike; "
+                     + ("where TRL's PPO has no choice they differ in " + ", ".join(
+                         f"{name} (ours {ours}, TRL's {theirs})" for name, (ours, theirs) in differ.items())
+                        if differ else "nothing else differs") + ".")
+        notes.append(f"Episodes to 0.99 are {'each seed' if layout.seeds > 1 else 'one seed'}'s; how many runs "
+                     "reach it and how fast, over 2 policies x 8 seeds: benchmarks/robustness.py.")
+    return notes + _stage_notes(stages) + [
+        f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
+        f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
+
+
+def run_pipeline(opts: DemoOptions, layout: Layout, print_fn=print,
+                 worker_setup: Callable[[], None] | None = None) -> dict:
+    """The supervised stages, then every planned PPO run (on workers when --jobs > 1, each running ``worker_setup``
+    first), then the rows, ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
+    pipeline = opts.pipeline
+    if pipeline.reward_url:  # an unreachable server: one line before any stage trains
+        from trl_ext.rewards.loading import connect_reward
+
+        connect_reward(pipeline.reward_url)
+    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
+                          owned=DEMO_FILES + layout.folders(opts.train.seed))
+    with worker_pool(pipeline.jobs, pipeline.backend_list, worker_setup) as workers:
+        results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
+                   "backends": {}}
+        rows = []  # the 'not run' rows first, as planned
+        runs = _plan(opts, layout, results, rows, print_fn)
+        summaries = _ppo_stages(opts, out, runs, print_fn, workers)
+    histories = _collect(layout, out, runs, summaries, results, rows)
+    write_report(out, layout.title, rows, histories, results, _notes(opts, layout, results["stages"]))
+    print_fn(text_table(rows))
+    results["summary"] = (f"{layout.name}: results in {out}/results.json, report {out}/report.md, "
+                          f"curves {out}/curves.png")
+    return results
+
+
+@dataclass
+class DemoOptions:
+    """Everything ``demo`` takes, a part per concern (each part's fields are flags of the command)."""
+
+    train: PPOConfig
+    output: OutputOptions
+    watch: WatchOptions
+    pipeline: PipelineOptions
+    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)

