@@ -24,6 +24,7 @@ EXAMPLES = {
     ("docs/trl-compatibility.md", "def brevity("): "test_trl_compatibility_example_runs",
     ("docs/rewards.md", "def too_long("): "test_rewards_example_runs",
     ("docs/algorithms.md", 'OURS = "recipes/extensions/"'): "test_algorithms_example_runs",
+    ("docs/multi-turn.md", "environment_factory=SecretDigit"): "test_multi_turn_example_runs",
 }
 
 
@@ -153,6 +154,15 @@ def test_algorithms_example_runs():
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "2 updates; critic: False; corrected: True"
+
+
+def test_multi_turn_example_runs():
+    """The worked tool task: the policy learns to call the environment's tool (calls per rollout rise to about 1)."""
+    done = subprocess.run([sys.executable, "-c", example("docs/multi-turn.md", "environment_factory=SecretDigit")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, last = (float(x) for x in re.search(r"calls per rollout ([\d.]+) -> ([\d.]+)", done.stdout).groups())
+    assert last > first and last >= 0.5
 
 
 # ---------------------------------------------------------------------------------------------- commands

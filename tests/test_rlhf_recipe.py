@@ -129,7 +129,7 @@ def test_rlhf_pipeline_bad_inputs_are_named(tiny_models, tmp_path, capsys):
     sft.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c", "completion": ""}\n')
     cases = [
         (["--reward", str(reward_base), "--sft-data", str(sft)], "row 1: 'completion' is missing or empty"),
-        ([], "give --reward (a reward model directory), --reward-fn (module:callable), --reward-url or --preferences"),
+        ([], "give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, --preferences"),
         (["--reward", str(reward_base), "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl")],
          "give --reward or --preferences, not both"),
         (["--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(policy / "nothing")],

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
+from trl_ext.agents.options import AgentOptions, load_agent
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
 from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
 from trl_ext.errors import InputError
@@ -175,6 +176,8 @@ def load_models(models: RLHFModels, dtype: str = "auto"):
         return load_reward_dir(path, dtype=dtype, labels=1, why=SCALAR_REWARD, pair=models.pair,
                                max_length=models.reward_max_length)
 
+    if not models.has_reward:  # an environment's get_reward alone scores the rollouts
+        return policy, tokenizer, None
     return policy, tokenizer, reward_of(models.reward, models.reward_fn, models.reward_url, reward_model)
 
 
@@ -287,9 +290,12 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     from trl_ext.runs.runners import RunInputs
 
     backend, models = opts.run.backend, opts.models
-    if not (models.has_reward or opts.stages.preferences):
-        raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url or "
-                         "--preferences (a preference file to train the reward model on first)")
+    if opts.agents.multi_turn and backend != "scratch":
+        raise InputError("--tools and --environment need --backend scratch (TRL's PPO has no multi-turn rollouts)")
+    if not (models.has_reward or opts.stages.preferences or opts.agents.environment):
+        raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, "
+                         "--preferences (a preference file to train the reward model on first) or --environment "
+                         "(one whose get_reward scores a rollout)")
     if models.reward and opts.stages.preferences:
         raise InputError("give --reward or --preferences, not both: --preferences trains the reward model "
                          "(its base is --reward-base)")
@@ -316,6 +322,11 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         trained_here = replace(models, policy=policy_dir, reward=reward_dir,
                                pair=models.pair and not opts.stages.preferences)
         policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
+        if opts.agents.tool_template:  # chosen by the user, never silently (docs/multi-turn.md)
+            from trl_ext.agents.templates import with_tool_template
+
+            with_tool_template(tokenizer, opts.agents.tool_template)
+        agent = load_agent(opts.agents) if opts.agents.multi_turn else None
         # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
         prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
         dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
@@ -324,7 +335,8 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             print_fn(notice)
         # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
         return RunInputs(spec.config, policy, tokenizer, reward_fn, peft_config=lora_config(opts.lora),
-                         prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]))  # cycled to n
+                         prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]),  # cycled to n
+                         agent=agent)
 
     def summarize(inputs, runner, recorder) -> dict:
         history = recorder.history
@@ -346,6 +358,7 @@ class RLHFOptions:
     data: PromptOptions
     lora: LoRAOptions
     stages: RLHFStages
+    agents: AgentOptions
     output: OutputOptions
     run: RLHFBackend
     sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)

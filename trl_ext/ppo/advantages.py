@@ -82,10 +82,14 @@ def needs_values(config) -> bool:
 
 def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
                        values: torch.Tensor | None, mask: torch.Tensor, ended: torch.Tensor,
-                       group_ids: torch.Tensor, config, kl_coef: float | None = None) -> Advantages:
+                       group_ids: torch.Tensor, config, kl_coef: float | None = None,
+                       token_rewards: torch.Tensor | None = None) -> Advantages:
     """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the
     response mask, ``ended`` ``(B,)`` (the response holds eos) and group ids ``(B,)`` -> ``Advantages``.
     ``kl_coef``: the KL weight of this batch (an adaptive one's current value); default ``config.kl_coef``.
+    ``token_rewards``: ``(B, T)`` rewards on given tokens besides the score (a multi-turn rollout's per-turn
+    rewards, on each turn's last token), added to the shaped rewards: GAE credits them where they are,
+    a sequence estimator sums them into the row's return.
 
     In order: per-token KL; the missing-eos penalty; the value mask (the score on the last token, or one
     past it); KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening.
@@ -102,6 +106,8 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
         values = values * value_mask
     rewards, non_score = core.KL_SHAPINGS[config.kl_mode].fn(scores, kl, value_mask,
                                                       config.kl_coef if kl_coef is None else kl_coef)
+    if token_rewards is not None:
+        rewards = rewards + token_rewards.to(rewards.dtype) * value_mask
     if config.whiten_rewards:
         rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
     advantages, returns = estimator.fn(EstimatorInputs(rewards, values, mask, value_mask, group_ids), config)
@@ -110,3 +116,31 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
         advantages = core.masked_whiten(advantages, mask) * mask
     return Advantages(advantages=advantages, returns=returns, values=values, scores=scores, kl=kl,
                       rewards=rewards, non_score_rewards=non_score, value_mask=value_mask)
+
+
+def compute_model_token_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+                                   values: torch.Tensor | None, model_mask: torch.Tensor, ended: torch.Tensor,
+                                   group_ids: torch.Tensor, config, kl_coef: float | None = None,
+                                   turn_rewards: torch.Tensor | None = None) -> Advantages:
+    """``compute_advantages`` over the model's own tokens of multi-turn rollouts, tool results skipped.
+
+    ``model_mask`` ``(B, T)``: 1 on the tokens the policy sampled, 0 on the environment's and on padding. The
+    model's tokens are moved to the front of each row (``core.model_token_order``), every rule runs there as on
+    a single-turn response, and the results go back to their positions, 0 on the environment's tokens: so KL,
+    rewards, whitening and GAE see the model's tokens only, and the value before a tool result bootstraps from
+    the value at the model's next token. ``turn_rewards`` ``(B, T)``: per-turn rewards on each turn's last token.
+    """
+    if config.score_position != "last_token":
+        raise InputError("multi-turn rollouts need score_position='last_token': the position after a response is "
+                         "no model token when the environment spoke last")
+    index, compact_mask = core.model_token_order(model_mask)
+
+    def compact(x):
+        return None if x is None else core.compact_tokens(x, index, compact_mask)
+
+    outcome = compute_advantages(scores, compact(logprobs), compact(ref_logprobs), compact(values), compact_mask,
+                                 ended, group_ids, config, kl_coef, token_rewards=compact(turn_rewards))
+    expand = {name: None if getattr(outcome, name) is None else
+              core.expand_tokens(getattr(outcome, name), index, compact_mask)
+              for name in ("advantages", "returns", "values", "kl", "rewards", "non_score_rewards", "value_mask")}
+    return Advantages(scores=outcome.scores, **expand)

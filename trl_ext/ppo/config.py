@@ -71,6 +71,9 @@ class PPOConfig:
                                                choices=IMPORTANCE_SAMPLING_MODES)
     vllm_importance_sampling_clip_max: float = field(3.0, help="upper bound of the importance-sampling ratio")
     vllm_importance_sampling_clip_min: float | None = field(None, help="lower bound of the ratio (default: none)")
+    max_tool_calling_iterations: int | None = field(None, help="multi-turn rollouts (tools, environment_factory): "
+                                                    "rounds of tool calls a rollout may make (TRL's option; None: "
+                                                    "no limit but response_length, one token budget for all turns)")
 
     # Rewards: how completions reach the reward functions and where the score lands
     reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
@@ -172,6 +175,8 @@ class PPOConfig:
         if self.kl_target is not None and (self.kl_target <= 0 or self.kl_coef <= 0):
             raise InputError(f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
                              f"kl_target={self.kl_target}, kl_coef={self.kl_coef}")
+        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
+            raise InputError(f"max_tool_calling_iterations must not be negative, got {self.max_tool_calling_iterations}")
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
             raise InputError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
         if self.batch_size % self.num_mini_batches:

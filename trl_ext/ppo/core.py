@@ -328,3 +328,38 @@ def importance_sampling_weights(logprobs: torch.Tensor, sampling_logprobs: torch
     low = -math.inf if clip_min is None else clip_min
     high = math.inf if clip_max is None else clip_max
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+# Multi-turn rollouts: the model's own tokens among the environment's. ``model_mask`` is 1 on the tokens the
+# policy sampled and 0 on tool results and padding; these move the model's tokens to the front of each row, in
+# order, so that every rule written for right-padded responses (GAE, reward-to-go, where the score lands) runs
+# over the model's tokens alone and skips the environment's (verl's and slime's reported leak: KL, rewards and
+# GAE reaching masked tokens).
+
+
+def model_token_order(model_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index, compact_mask)``, both ``(B, T)``: ``index[b, j]`` is the position of row b's j-th model token
+    (then its other positions, in order); ``compact_mask`` is 1 on the first ``count_b`` columns of each row."""
+    keep = model_mask.bool()
+    index = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices
+    counts = keep.sum(-1, keepdim=True)
+    compact_mask = (torch.arange(keep.shape[-1], device=keep.device) < counts).to(model_mask.dtype)
+    return index, compact_mask
+
+
+def compact_tokens(values: torch.Tensor, index: torch.Tensor, compact_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` values at the model's tokens, moved to the front of each row (``model_token_order``); 0 after."""
+    return values.gather(-1, index) * compact_mask.to(values.dtype)
+
+
+def expand_tokens(compact: torch.Tensor, index: torch.Tensor, compact_mask: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``compact_tokens``: each value back at its model token's position, 0 on every other one."""
+    compact = compact * compact_mask.to(compact.dtype)
+    return torch.zeros_like(compact).scatter(-1, index, compact)
+
+
+def ends_with(tokens: torch.Tensor, mask: torch.Tensor, token_id: int) -> torch.Tensor:
+    """``(B,)``: whether the last set position of ``mask`` in each row holds ``token_id`` (False for an empty row)."""
+    positions = torch.arange(mask.shape[-1], device=mask.device)
+    last = torch.where(mask.bool(), positions, -1).amax(-1)
+    return (tokens.gather(-1, last.clamp(min=0)[:, None]).squeeze(-1) == token_id) & (last >= 0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, is_dataclass
 import torch
 
 from trl_ext.ppo import core
-from trl_ext.ppo.advantages import Advantages, compute_advantages
+from trl_ext.ppo.advantages import Advantages, compute_advantages, compute_model_token_advantages
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 from trl_ext.ppo.rollout.loop import positions_from_mask
 
@@ -33,7 +33,8 @@ class Experience:
     attention_mask: torch.Tensor  # (B, P + R) 1 on real tokens
     position_ids: torch.Tensor  # (B, P + R)
     responses: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
-    mask: torch.Tensor  # (B, R) 1 on response tokens up to and including eos
+    mask: torch.Tensor  # (B, R) the loss mask: 1 on the tokens the policy sampled (up to and including eos);
+    # in a multi-turn rollout 0 on tool results, which attention_mask keeps as context
     # log-probs of the responses
     old_logprobs: torch.Tensor  # (B, R) log pi_old(token), the trainer's own pass
     ref_logprobs: torch.Tensor  # (B, R) log pi_ref(token)
@@ -57,16 +58,20 @@ class Experience:
 
 @torch.no_grad()
 def make_experience(passes: ForwardPasses, config, query_ids, query_mask, responses, mask, scores, eos_token_id: int,
-                    needs_reference: bool, one_forward: bool, sampling_logprobs=None, kl_coef: float | None = None
-                    ) -> tuple[Experience, PolicyOutput | None]:
+                    needs_reference: bool, one_forward: bool, sampling_logprobs=None, kl_coef: float | None = None,
+                    attention=None, turn_rewards=None) -> tuple[Experience, PolicyOutput | None]:
     """The no-grad passes over the rollouts and the estimator's advantages -> ``Experience``.
 
     ``one_forward``: the update's first step is one forward over the whole batch, so (as TRL's GRPO with
     ``num_iterations=1``) the old log-probs and values are that forward's own, detached: it runs here, with its
     graph, and is returned beside the record for the learner instead of a no-grad pass of its own.
+
+    Multi-turn rollouts (``trl_ext.agents``): ``mask`` is the loss mask (the model's tokens), ``attention``
+    ``(B, R)`` 1 on every completion token, the environment's too, and ``turn_rewards`` ``(B, R)`` the per-turn
+    rewards; advantages then run over the model's tokens alone (``compute_model_token_advantages``).
     """
     query_response = torch.cat([query_ids, responses], dim=1)
-    attention_mask = torch.cat([query_mask.long(), mask], dim=1)
+    attention_mask = torch.cat([query_mask.long(), mask if attention is None else attention.long()], dim=1)
     inputs = (query_response, attention_mask, positions_from_mask(attention_mask))
     # The reference first: a policy pass that is the update's keeps its graph until the backward.
     ref_logprobs = passes.reference(inputs, responses) if needs_reference else None
@@ -82,9 +87,15 @@ def make_experience(passes: ForwardPasses, config, query_ids, query_mask, respon
         old_logprobs, values = passes.old_policy(inputs, responses)
     if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy
         ref_logprobs = old_logprobs
-    ended = (responses == eos_token_id).logical_and(mask.bool()).any(-1)
     group_ids = torch.arange(len(responses), device=responses.device) // config.num_generations
-    outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config, kl_coef)
+    if attention is None:
+        ended = (responses == eos_token_id).logical_and(mask.bool()).any(-1)
+        outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config,
+                                     kl_coef)
+    else:  # multi-turn: the last turn ended with eos; advantages over the model's tokens
+        ended = core.ends_with(responses, mask, eos_token_id)
+        outcome = compute_model_token_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids,
+                                                 config, kl_coef, turn_rewards)
     weights = None
     if sampling_logprobs is not None and config.vllm_importance_sampling_correction:
         weights = core.importance_sampling_weights(

@@ -13,6 +13,7 @@ users on TRL >= 1.13 too, and it is built like TRL's ``GRPOTrainer`` (``model``,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,10 +52,13 @@ class PPOTrainer:
     out, as GRPO does). ``train_dataset``: a ``prompt`` column (text or a conversation) or an
     ``input_ids`` column, plus any columns the reward functions read. ``train()`` runs the whole
     loop; ``generate`` and ``step`` are the classic step-wise API (bring your own scores).
+    ``tools``, ``environment_factory``, ``rollout_func``: multi-turn rollouts, with the meanings of TRL
+    GRPOTrainer's arguments (``trl_ext.agents``, docs/multi-turn.md).
     """
 
     def __init__(self, model, reward_funcs=None, args: PPOConfig | None = None, train_dataset=None,
-                 processing_class=None, peft_config=None, ref_model=None, accelerator=None):
+                 processing_class=None, peft_config=None, ref_model=None, accelerator=None, tools=None,
+                 environment_factory=None, rollout_func=None):
         from accelerate import Accelerator
         from transformers import TrainerState
 
@@ -95,6 +99,11 @@ class PPOTrainer:
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
+        self.multi_turn = None  # multi-turn rollouts: tools, environments or a rollout function (trl_ext.agents)
+        if tools or environment_factory is not None or rollout_func is not None:
+            from trl_ext.ppo.multi_turn import MultiTurn
+
+            self.multi_turn = MultiTurn(self, tools, environment_factory, rollout_func)
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
             self._load_checkpoint(self.resumed_from)
@@ -225,6 +234,8 @@ class PPOTrainer:
             return self._rollout_and_update(rows)
 
     def _rollout_and_update(self, rows: dict) -> dict:
+        if self.multi_turn is not None:  # tools and environments: its own rollout and scoring, then the same update
+            return self.multi_turn.train_step(rows)
         clock = PhaseClock(self.accelerator.device)
         lap = clock.lap
         query_ids, query_mask = self._pad_queries(rows["input_ids"])  # 1. generate
@@ -247,12 +258,13 @@ class PPOTrainer:
         stats["samples"] = [(p, c) for p, c in zip(prompts[:2], completions[:2])]
         return stats
 
-    def _experience(self, query_ids, query_mask, responses, mask, scores, sampling_logprobs=None
-                    ) -> tuple[Experience, PolicyOutput | None]:
+    def _experience(self, query_ids, query_mask, responses, mask, scores, sampling_logprobs=None, attention=None,
+                    turn_rewards=None) -> tuple[Experience, PolicyOutput | None]:
+        """``attention``, ``turn_rewards``: a multi-turn batch's (``make_experience``); ``mask`` is then its loss mask."""
         one_forward = self.learner.one_forward(responses, self._warming_up())
         return make_experience(self.passes, self.config, query_ids, query_mask, responses, mask, scores,
                                self.tokenizer.eos_token_id, builder.needs_reference(self.config), one_forward,
-                               sampling_logprobs, self.kl_coef)
+                               sampling_logprobs, self.kl_coef, attention, turn_rewards)
 
     def _update(self, exp: Experience, forward: PolicyOutput | None = None) -> dict:
         self.model.train()
@@ -278,10 +290,14 @@ class PPOTrainer:
         ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
         return ids.to(self.accelerator.device), mask.to(self.accelerator.device)
 
-    def _sample(self, query_ids, query_mask, temperature: float | None = None) -> Completions:
+    def _sample(self, query_ids, query_mask, temperature: float | None = None,
+                max_new_tokens: int | None = None) -> Completions:
+        """``max_new_tokens``: a multi-turn rollout's later turns sample within what is left of response_length."""
         policy, was_training = self.policy, self.policy.training
         policy.eval()
         options = SamplingOptions.of(self.config, self.tokenizer, temperature)
+        if max_new_tokens is not None:
+            options = dataclasses.replace(options, max_new_tokens=max_new_tokens)
         try:
             with gathered_for_rollout(self.model), self.accelerator.autocast():
                 return self.sampler.sample(policy, query_ids, query_mask, options, generator=self.generator)

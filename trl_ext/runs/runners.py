@@ -30,6 +30,7 @@ class RunInputs:
     reward_fn: Callable
     prompts: Callable[[int], Any]  # n -> a dataset of n rows: input_ids, prompt and the reward's columns
     peft_config: Any = None
+    agent: dict | None = None  # multi-turn rollouts: PPOTrainer's tools and environment_factory (our runner only)
 
 
 class Runner(Protocol):
@@ -53,7 +54,8 @@ class ScratchRunner:
 
         cfg = inputs.config
         self.trainer = PPOTrainer(inputs.policy, inputs.reward_fn, args=cfg, train_dataset=inputs.prompts(
-            cfg.total_episodes), processing_class=inputs.tokenizer, peft_config=inputs.peft_config)
+            cfg.total_episodes), processing_class=inputs.tokenizer, peft_config=inputs.peft_config,
+            **(inputs.agent or {}))
         self.accelerator = self.trainer.accelerator
 
     @property
