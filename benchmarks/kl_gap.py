@@ -55,7 +55,10 @@ def main(argv=None) -> int:
     for r in runs:
         print(f"{r['critic']:8} {r['value_head_init']:7} {r['backend']:8} {r['seed']:4}  {r['peak_kl']:6.2f} "
               f"({r['peak_at_episode']:5})    {r['final_kl']:6.2f}  {r['greedy_exact']:6.3f}  {r['sampled_exact']:7.3f}")
-    print(f"written {stem}.json and {stem}.png")
+    from benchmarks.tables import invocation, write
+
+    write(stem.with_suffix(".md"), results_table(stem.with_suffix(".json"), invocation()))
+    print(f"written {stem}.json, .md and .png")
     return 0
 
 
@@ -102,6 +105,29 @@ def _plot(runs: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+
+def results_table(name, made_by: str) -> str:
+    """The file's table: per critic, value head init and backend, each seed's peak and final KL and accuracies."""
+    from benchmarks.tables import load, source_line
+
+    data = load(name)
+    groups: dict[tuple, list] = {}
+    for run in data["runs"]:
+        groups.setdefault((run["critic"], run["value_head_init"], run["backend"]), []).append(run)
+    lines = [source_line(name, made_by) + f" {data.get('episodes', 0):,} episodes a run.", "",
+             "| critic | value head init | backend | peak KL, per seed | final KL | sampled exact | greedy exact |",
+             "|---|---|---|---|---|---|---|"]
+    for (critic, init, backend), runs in groups.items():
+        runs = sorted(runs, key=lambda r: r["seed"])
+        lines.append(f"| {critic} | {init} | {backend} | " + " | ".join(
+            " / ".join(f"{r[key]:.{digits}f}" for r in runs)
+            for key, digits in (("peak_kl", 2), ("final_kl", 2), ("sampled_exact", 3), ("greedy_exact", 3))) + " |")
+    seeds = sorted({r["seed"] for r in data["runs"]})
+    lines += ["", f"Seeds {' / '.join(map(str, seeds))} in each cell.", "",
+              f"![KL to the reference, every run](../benchmarks/results/{Path(name).stem}.png)"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

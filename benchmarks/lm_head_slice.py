@@ -70,16 +70,25 @@ def main() -> int:
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()},
             "torch": torch.__version__, "rows_positions_hidden": [ROWS, LENGTH, HIDDEN], "repeats": REPEATS}
     out.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows), indent=2) + "\n")
-    lines = ["# The LM head over the last positions: int `logits_to_keep` against indices", "",
-             f"`{meta['command']}` on {meta['machine']['cpu']}, torch {torch.__version__}, {ROWS} rows of {LENGTH} "
-             f"positions, hidden {HIDDEN}; median of {REPEATS} calls.", "",
-             "| head | dtype | kept | grad | int s | indices s | int slower by |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['head']} | {r['dtype']} | {r['kept']} | {r['grad']} | {r['int_seconds']} | {r['index_seconds']} "
-              f"| {r['slower_by']}x |" for r in rows]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".md").write_text(results_table(dict(meta, rows=rows), out.with_suffix(".json").name) + "\n")
     print(f"written {out}.json/.md")
     return 0
 
+
+
+def results_table(data: dict, name: str) -> str:
+    """The file's table: the head's seconds with an int ``logits_to_keep`` and with indices, each shape."""
+    m = data["machine"]
+    rows, positions, hidden = data["rows_positions_hidden"]
+    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
+             f"{m['cpu']} ({m['cores']} cores), one torch thread a process.*", "",
+             f"torch {data['torch']}: the head over the last positions of {rows} rows of {positions} positions (hidden "
+             f"{hidden}), the median of {data['repeats']} calls each.", "",
+             "| head | dtype | positions kept | gradients | int `logits_to_keep` s | indices s | int slower by |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['head']} | {r['dtype']} | {r['kept']} | {'yes' if r['grad'] else 'no'} | {r['int_seconds']:.3f} | "
+              f"{r['index_seconds']:.3f} | {r['slower_by']:.0f}x |" for r in data["rows"]]
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     sys.exit(main())

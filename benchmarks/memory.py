@@ -66,8 +66,25 @@ def main(argv=None) -> int:
               "growth_mb_after_warmup": round(samples[-1]["rss_mb"] - warm["rss_mb"], 1)}
     out = ROOT / "benchmarks" / "results" / f"memory-{'cpu' if result['machine']['device'] == 'cpu' else 'gpu'}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"growth after warm-up: {result['growth_mb_after_warmup']} MB; written {out}")
+    from benchmarks.tables import invocation, write
+
+    write(out.with_suffix(".md"), results_table(out, invocation()))
+    print(f"growth after warm-up: {result['growth_mb_after_warmup']} MB; written {out} and its .md")
     return 0
+
+
+
+def results_table(name, made_by: str) -> str:
+    """The file's figures: resident memory at warm-up and at the end."""
+    from benchmarks.tables import load, source_line
+
+    data = load(name)
+    samples, s = data["samples"], data["settings"]
+    return "\n".join([
+        source_line(name, made_by), "",
+        f"{s['updates']:,} scratch updates at batch {s['batch_size']}: resident memory {samples[0]['rss_mb']} MB at "
+        f"update {samples[0]['update']}, {samples[-1]['rss_mb']} MB at update {samples[-1]['update']} "
+        f"(growth after warm-up: {data['growth_mb_after_warmup']} MB)."])
 
 
 if __name__ == "__main__":

@@ -123,8 +123,30 @@ def main(argv=None) -> int:
               "rows": rows}
     out = ROOT / "benchmarks" / "results" / f"memory-options-{device}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    from benchmarks.tables import invocation, write
+
+    write(out.with_suffix(".md"), results_table(out, invocation()))
+    print(f"wrote {out} and its .md")
     return 0
+
+
+
+def results_table(name, made_by: str) -> str:
+    """The file's table: each setting's peak memory, trainable parameters and saving."""
+    from benchmarks.tables import load, source_line
+
+    data = load(name)
+    s = data["settings"]
+    lines = [source_line(name, made_by) + f" A Qwen2-architecture policy built from a config (hidden {s['hidden']}, "
+             f"{s['layers']} layers, vocabulary {s['vocab']:,}), batch {s['batch_size']}, {s['prompt_length']}-token "
+             f"prompts and {s['response_length']}-token responses, {s['updates']} updates, each setting in a fresh "
+             f"process; {data['measure']}.", "",
+             "| setting | peak MB | trainable parameters | saved vs full + reference copy (MB) |",
+             "|---|---|---|---|"]
+    for row in data["rows"]:
+        lines.append(f"| {row['setting']} | {row['peak_mb']:.1f} | {row['trainable']:,} of {row['parameters']:,} | "
+                     f"{row['saved_mb_vs_full']:.1f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -92,8 +92,32 @@ def main(argv=None) -> int:
         rows[row] = run_row(row, Path(args.code), args.updates, args.options.split())
         print(json.dumps(rows[row]), flush=True)
         out.write_text(json.dumps(results, indent=2) + "\n")  # after each row: a long sweep keeps what it has
-    print(f"written {out}")
+    from benchmarks.tables import invocation, write
+
+    write(out.with_suffix(".md"), results_table(out, invocation()))
+    print(f"written {out} and its .md")
     return 0
+
+
+
+def results_table(name, made_by: str) -> str:
+    """The file's table: each row's peak resident memory and wall time, the code before a change and after."""
+    from benchmarks.tables import load, source_line
+
+    data = load(name)
+    lines = [source_line(name, made_by), "",
+             "| code | batch x response / vocabulary / checkpoint dtype | PPO epochs | peak RSS GB | wall s |",
+             "|---|---|---|---|---|"]
+    for tag in ("before", "after"):
+        for row in data.get(tag, {}).values():
+            options = " ".join(row.get("options", []))
+            epochs = "1" if "--num-ppo-epochs 1" in options or "sweep" in Path(name).name else "4"  # the sweep: one epoch
+            extra = options.replace("--num-ppo-epochs 1", "").strip()
+            peak = f"{row['peak_rss_gb']:.2f}" if "peak_rss_gb" in row else \
+                f"failed: `{row.get('failed', row.get('exit'))}`"
+            lines.append(f"| {tag} | {row['batch']} x {row['response_length']} / {row['vocab']:,} / {row['dtype']}"
+                         f"{f' `{extra}`' if extra else ''} | {epochs} | {peak} | {row['seconds']:.1f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

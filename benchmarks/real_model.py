@@ -210,23 +210,12 @@ def row_settings(rows: list[dict]) -> dict:
 def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) -> None:
     stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed), indent=2,
                                                     ensure_ascii=False) + "\n")
-    devices = sorted({r.get("device", "cpu") for r in rows}) or ["cpu"]
-    on = ", ".join(devices).replace("cpu", "CPU")
-    lines = [f"# Real model on {on}{' (QUICK smoke run)' if meta['quick'] else ''}", "",
-             f"`{meta['command']}` on {on}, {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
-             f"{meta['held_out_prompts']} held-out prompts, {meta['updates']} updates of "
-             f"{SETTINGS['batch_size']}. Scores: `JustTheNumber` mean, sampled at T={SETTINGS['temperature']} "
-             "(greedy in brackets).", "",
-             "| trainer | seed | episodes | before | after | s/update | peak RSS MiB | peak GPU MiB | reward first -> last |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        c = r["curve"]
-        lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f}) "
-                     f"| {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['seconds_per_update']} | {r['peak_rss_mib']} "
-                     f"| {r.get('peak_gpu_mib') or '-'} | {c[0]['reward']:.3f} -> {c[-1]['reward']:.3f} |")
-    for f in failed:
-        lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from real_model_tables import results_table
+
+    data = json.loads(stem.with_suffix(".json").read_text())
+    stem.with_suffix(".md").write_text(results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`")
+                                       + "\n")
     try:
         import matplotlib
 

@@ -186,8 +186,36 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"remote-reward-{device_tag(result['machine'])}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {out}")
+    from benchmarks.tables import invocation, write
+
+    write(out.with_suffix(".md"), results_table(out, invocation()))
+    print(f"written {out} and its .md")
     return 0
+
+
+
+def results_table(name, made_by: str) -> str:
+    """The file's tables: the server under load, then PPO with the reward scored in process and through it."""
+    from benchmarks.tables import fmt, load, source_line
+
+    data = load(name)
+    lines = [source_line(name, made_by) + f" Server: {data.get('server', '?')}.", "",
+             "| load test | requests | failed | requests/s | completions/s | p50 ms | p99 ms | max ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for reward, load_test in data["load"].items():
+        lat = load_test["latency_ms"]
+        lines.append(f"| {reward} reward, {load_test['clients']} clients x {load_test['requests_per_client']} requests "
+                     f"x {load_test['rows_per_request']} completions | {load_test['requests']:,} | {load_test['failed']} "
+                     f"| {load_test['requests_per_second']:.1f} | {load_test['completions_per_second']:,.0f} | "
+                     f"{lat['p50']:.0f} | {lat['p99']:.0f} | {lat['max']:.0f} |")
+    lines += ["", "| PPO run, reward scored | updates timed | batch | wall s | reward s | reward share of wall time |"
+                  " final scores |", "|---|---|---|---|---|---|---|"]
+    for run in data["ppo"]:
+        lines.append(f"| {run['reward']} | {run['updates']} (after {run['warmup']}) | {run['batch_size']} | "
+                     f"{run['wall_seconds']:.2f} | {run['reward_seconds']:.3f} | {run['reward_share']:.1%} | "
+                     f"{run['final_scores']:.4f} |")
+    lines += ["", f"Same final scores in-process and through the server: {fmt(data.get('same_final_scores'))}."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

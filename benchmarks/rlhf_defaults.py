@@ -144,28 +144,40 @@ def main(argv=None) -> int:
             "run_size": dict(RUN_SIZE, updates=args.updates), "rows": rows}
     stem = Path(args.out)
     stem.with_suffix(".json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
-    lines = ["# `trl-ext rlhf` on SmolLM2-135M-Instruct: the recipe's defaults and the settings before them", "",
-             f"`{meta['command']}` on {meta['machine']['cpu']} ({meta['machine']['cores']} cores): "
-             f"{args.updates} updates of {RUN_SIZE['batch_size']} prompts, answers up to "
-             f"{RUN_SIZE['response_length']} tokens. KL: per answer, summed over its tokens.", "",
-             "| row | reward | changed from the defaults | reward first 5 -> last 5 | KL max / last 5 | "
-             "answer tokens first 5 -> last 5 (min) | KL weight at the end |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
+    stem.with_suffix(".md").write_text(results_table(meta, stem.with_suffix(".json").name) + "\n")
+    print(f"written {stem}.json/.md")
+    return 0 if all("failed" not in r for r in rows) else 1
+
+
+
+# How the committed file was made: by two invocations, gathered; a file's JSON holds one invocation's command.
+MADE_BY = {"rlhf-defaults-cpu.json": "`OMP_NUM_THREADS=1 python benchmarks/rlhf_defaults.py`: the number and positivity "
+           "rows by one invocation (before the LM-head change; its positivity-lr2e-4-guarded row not run), the concise "
+           "rows by another with `--rows concise-defaults,concise-before-lr2e-4,concise-lr2e-4-guarded`, the seven "
+           "runs gathered with `--collect` (the file's `command`)"}
+
+
+def results_table(data: dict, name: str) -> str:
+    """The file's table: each row's reward, KL, answer length and KL weight, first updates against last."""
+    m, size = data["machine"], data["run_size"]
+    made_by = MADE_BY.get(name) or f"`{data['command']}`"
+    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {made_by} on "
+             f"{m['cpu']} ({m['cores']} cores), one torch thread a run.*", "",
+             f"`trl-ext rlhf` on {data['policy']}: {size['updates']} updates of {size['batch_size']} prompts, answers "
+             f"up to {size['response_length']} tokens, everything else the recipe's defaults except what a row "
+             "changes. KL: per answer, summed over its tokens.", "",
+             "| row | reward | changed from the defaults | reward, first 5 -> last 5 updates | KL max / last 5 | "
+             "answer tokens, first 5 -> last 5 (min) | KL weight at the end |", "|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
         if "failed" in r:
             lines.append(f"| {r['row']} | failed (exit {r['failed']}) | | | | | |")
             continue
         changed = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "nothing"
-        lines.append(f"| {r['row']} | {r['reward']} | {changed} | {r['reward_first5']} -> {r['reward_last5']} | "
-                     f"{r['kl_max']} / {r['kl_last5']} | {r['length_first5']} -> {r['length_last5']} "
-                     f"({r['length_min']}) | {r['kl_coef_last']} |")
-    lines += ["", "The last update's first two answers of each row:", ""]
-    for r in rows:
-        for prompt, completion in r.get("samples", [])[:2]:
-            lines.append(f"- {r['row']}: {json.dumps(completion, ensure_ascii=False)[:200]}")
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"written {stem}.json/.md")
-    return 0 if all("failed" not in r for r in rows) else 1
-
+        weight = "-" if r["kl_coef_last"] is None else f"{r['kl_coef_last']:,.4f}"
+        lines.append(f"| {r['row']} | {r['reward']} | {changed} | {r['reward_first5']:.3f} -> {r['reward_last5']:.3f} "
+                     f"| {r['kl_max']:.2f} / {r['kl_last5']:.2f} | {r['length_first5']:.1f} -> "
+                     f"{r['length_last5']:.1f} ({r['length_min']:.1f}) | {weight} |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -66,8 +66,9 @@ def main(argv=None) -> int:
     stem = ROOT / "benchmarks" / "results" / f"rm-ablation-{device}"
     stem.with_suffix(".json").write_text(json.dumps({"benchmark": "rm_ablation", "machine": info, "seed": args.seed,
                                                      "reward_models": reward_models, "runs": rows}, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_tables(reward_models, rows))
-    print(_tables(reward_models, rows))
+    from benchmarks.tables import invocation, write
+
+    print(write(stem.with_suffix(".md"), results_table(stem.with_suffix(".json"), invocation())).read_text())
     print(f"written {stem}.json and {stem}.md")
     return 0
 
@@ -90,17 +91,23 @@ def _run_all(commands: list[list[str]], jobs: int = 2) -> None:
                 raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}\n{err[-3000:]}")
 
 
-def _tables(reward_models: dict, rows: list[dict]) -> str:
-    lines = ["| reward model | held-out pairwise | wrong value | right answers' score std | mean score gap |",
+def results_table(name, made_by: str) -> str:
+    """The file's tables: each reward model's held-out figures, then each PPO run's accuracies."""
+    from benchmarks.tables import load, source_line
+
+    data = load(name)
+    reward_models, rows = data["reward_models"], data["runs"]
+    lines = [source_line(name, made_by) + f" Seed {data.get('seed', 0)}, one run per cell.", "",
+             "| reward model | held-out pairwise | wrong value | right answers' score std | mean score gap |",
              "|---|---|---|---|---|"]
-    lines += [f"| {name} | {m['pairwise']:.3f} | {m['wrong_value']:.3f} | {m['chosen_std']:.3f} | {m['score_gap']:.3f} |"
-              for name, m in reward_models.items()]
+    lines += [f"| {rm} | {m['pairwise']:.3f} | {m['wrong_value']:.3f} | {m['chosen_std']:.3f} | {m['score_gap']:.3f} |"
+              for rm, m in reward_models.items()]
     lines += ["", "| backend | reward model | rollout temperature | greedy exact | sampled exact | sampled value | "
               "sampled charset |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['backend']} | {r['reward_model']} | {r['temperature']} | {r['greedy_exact']:.3f} | "
               f"{r['sampled_exact']:.3f} | {r['sampled_value_acc']:.3f} | {r['sampled_charset_acc']:.3f} |"
               for r in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,8 @@ def _write(results: list[dict], args, extra: list[str]) -> None:
         {"benchmark": "robustness", "machine": {**info, "cpu": _cpu()}, "budget_episodes": BUDGET,
          "extra_flags": extra, "commands": commands, "rows": {r: ROWS[r] for r in summary}, "summary": summary,
          "runs": runs}, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_table(summary, runs))
+    stem.with_suffix(".md").write_text(_source(stem.with_suffix(".json").name, commands, {**info, "cpu": _cpu()})
+                                       + "\n\n" + _table(summary, runs))
     print(stem.with_suffix(".md").read_text())
 
 
@@ -163,6 +164,13 @@ def _summary(runs: list[dict]) -> dict:
                         "failures": [f"policy {r['policy']} seed {r['seed']}: {r['greedy_exact']:.3f}, learnt "
                                      f"{'+'.join(r['charsets_learnt']) or 'none'}" for r in rs if not r["success"]]}
     return summary
+
+
+def _source(name: str, commands: list[str], m: dict) -> str:
+    machine = ", ".join(str(m[k]) for k in ("cpu", "device") if k in m) + \
+        (f", {m['cpu_count']} cores, torch {m['torch']}, trl {m.get('trl', '-')}" if "cpu_count" in m else "")
+    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by "
+            f"{'; '.join(f'`{c}`' for c in commands) or 'not recorded'}; {machine}.*")
 
 
 def _table(summary: dict, runs: list[dict]) -> str:

@@ -21,8 +21,8 @@ time <= half of scratch's. Ours and TRL's trainer given the same config (scratch
 scratch-rloo-tuned vs rloo-tuned) compute the same update (tests/test_trl_group_equality.py), so which one a
 seed favours is the sampling's luck: those pairs' accuracies are reported per seed (the sampled gap, greedy of
 both), not checked.
-Writes benchmarks/results/targets-<device>.json (docs/results.md is generated from it) and the tables as
-targets-<device>.md.
+Writes benchmarks/results/targets-<device>.json and its tables beside it (targets-<device>.summary.md, .stages.md,
+.critic-free.md, .per-seed.md, .checks.md), which docs/results.md shows.
 """
 
 from __future__ import annotations
@@ -77,11 +77,13 @@ def main(argv=None) -> int:
          "same_config_comparisons": comparisons, "per_seed": per_seed,
          "stages": {k: {n: v for n, v in s.items() if n != "config"} for k, s in stages.items()}},
         indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_tables(per_seed, checks, comparisons))
+    from benchmarks.tables import invocation
+
+    write_tables(stem.with_suffix(".json"), invocation())
     for c in checks:
         print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}  ({c['value']})")
     print("\n".join(comparisons))
-    print(f"written {stem}.json and {stem}.md")
+    print(f"written {stem}.json and its tables ({stem}.*.md)")
     return 0
 
 
@@ -144,26 +146,115 @@ def _same_config_comparisons(per_seed: dict) -> list[str]:
 def _cell(value) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" if isinstance(value, float) and abs(value) < 10 else f"{value:,.1f}" \
-        if isinstance(value, float) else f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return f"{value:,}"
 
 
-def _tables(per_seed: dict, checks: list[dict], comparisons: list[str]) -> str:
-    header = "| run | seed | " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
-    lines = [header, "|" + "---|" * (len(COLUMNS) + 2)]
-    summary = ["| run | greedy exact, mean ± std | sampled exact, mean ± std | per seed (sampled) |", "|---|---|---|---|"]
-    for label, rows in per_seed.items():
+def _ran(data: dict) -> dict:
+    return {label: rows for label, rows in data["per_seed"].items() if isinstance(rows, list)}
+
+
+def summary_table(data: dict, name: str, made_by: str) -> str:
+    from benchmarks.tables import source_line
+
+    lines = [source_line(name, made_by), "",
+             "| run | greedy exact, mean ± std | sampled exact, mean ± std | per seed (sampled) |", "|---|---|---|---|"]
+    for label, rows in data["per_seed"].items():
         if not isinstance(rows, list):
-            lines.append(f"| {label} | - | not run: {rows.get('not_run')} |" + " |" * (len(COLUMNS) - 1))
+            lines.append(f"| {label} | not run: {rows.get('not_run')} | | |")
             continue
-        for seed, row in enumerate(rows):
-            lines.append(f"| {label} | {seed} | " + " | ".join(_cell(row[c]) for c in COLUMNS) + " |")
         greedy, sampled = [r["greedy_exact"] for r in rows], [r["sampled_exact"] for r in rows]
-        summary.append(f"| {label} | {statistics.fmean(greedy):.3f} ± {statistics.pstdev(greedy):.3f} | "
-                       f"{statistics.fmean(sampled):.3f} ± {statistics.pstdev(sampled):.3f} | "
-                       f"{' / '.join(f'{v:.3f}' for v in sampled)} |")
-    verdicts = [f"- {'PASS' if c['ok'] else 'FAIL'} {c['check']} ({c['value']})" for c in checks]
-    return "\n".join([*summary, "", *lines, "", *verdicts, "", *comparisons]) + "\n"
+        lines.append(f"| {label} | {statistics.fmean(greedy):.3f} ± {statistics.pstdev(greedy):.3f} | "
+                     f"{statistics.fmean(sampled):.3f} ± {statistics.pstdev(sampled):.3f} | "
+                     + " / ".join(f"{v:.3f}" for v in sampled) + " |")
+    return "\n".join(lines)
+
+
+CRITIC_FREE_LABELS = {
+    "grpo": "TRL GRPOTrainer (`grpo`)",
+    "scratch-grpo": "ours as it (`scratch-grpo`)",
+    "rloo": "TRL RLOOTrainer (`rloo`)",
+    "scratch-rloo": "ours as it (`scratch-rloo`)",
+    "scratch-grpo-quick": "ours, `scratch-grpo-quick` (one step a batch)",
+    "scratch-rloo-quick": "ours, `scratch-rloo-quick` (one step a batch)",
+    "scratch-reinforce_pp": "ours, `scratch-reinforce_pp`",
+    "grpo-tuned": "TRL GRPOTrainer, tuned (`grpo-tuned`)",
+    "scratch-grpo-tuned": "ours, `scratch-grpo-tuned`",
+    "rloo-tuned": "TRL RLOOTrainer, tuned (`rloo-tuned`)",
+    "scratch-rloo-tuned": "ours, `scratch-rloo-tuned`",
+    "scratch": "ours, PPO (`scratch`, separate critic)",
+}
+
+
+def critic_free_table(data: dict) -> str:
+    rows = _ran(data)
+    lines = ["Seeds 0 / 1 / 2 (from the run above):", "",
+             "| row | sampled exact | greedy exact | episodes/s | training s (two runs side by side) |",
+             "|---|---|---|---|---|"]
+    for label, text in CRITIC_FREE_LABELS.items():
+        if label in rows:
+            lines.append(f"| {text} | " + " | ".join(" / ".join(fmt(r[key]) for r in rows[label]) for key, fmt in (
+                ("sampled_exact", lambda v: f"{v:.3f}"), ("greedy_exact", lambda v: f"{v:.3f}"),
+                ("episodes_per_second", lambda v: f"{v:.0f}"), ("train_seconds", lambda v: f"{v:.0f}"))) + " |")
+    return "\n".join(lines)
+
+
+def per_seed_table(data: dict) -> str:
+    lines = ["| run | seed | " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |", "|" + "---|" * (len(COLUMNS) + 2)]
+    for label, per in _ran(data).items():
+        lines += [f"| {label} | {seed} | " + " | ".join(_cell(row.get(c)) for c in COLUMNS) + " |"
+                  for seed, row in enumerate(per)]
+    return "\n".join(lines)
+
+
+def checks_table(data: dict) -> str:
+    checks = data["checks"]
+    lines = [f"{sum(c['ok'] for c in checks)} of {len(checks)} checks pass:", ""]
+    lines += [f"- {'PASS' if c['ok'] else '**FAIL**'} {c['check']} ({c['value']})" for c in checks]
+    if data.get("same_config_comparisons"):
+        lines += ["", "Ours and TRL's trainer given the same config (reported, not checked):", ""]
+        lines += [line if line.startswith("- ") else f"- {line}" for line in data["same_config_comparisons"]]
+    return "\n".join(lines)
+
+
+def stages_table(data: dict) -> str:
+    from benchmarks.tables import fmt
+
+    stages = data["stages"]
+    lines = ["| stage | seconds | figures |", "|---|---|---|"]
+    policy = stages.get("policy")
+    if policy:
+        spread = policy.get("charset_spread", {})
+        lines.append(f"| pretraining (`pretrain`, {policy.get('processes', 1)} processes) | {fmt(policy['seconds'], 1)} "
+                     f"| greedy value_acc {fmt(policy['value_acc'])}, sampled {fmt(policy['sampled_value_acc'])}; "
+                     "charsets written: " + ", ".join(f"{k} {fmt(v)}" for k, v in spread.items()) + " |")
+    reward = stages.get("reward")
+    if reward:
+        lines.append(f"| charset classifier (`train-reward`) | {fmt(reward['seconds'], 1)} | held-out accuracy "
+                     f"{fmt(reward['heldout_accuracy'])} |")
+    rm = stages.get("reward_model")
+    if rm:
+        kinds = ", ".join(f"{k.replace('_', ' ')} {fmt(v)}" for k, v in rm.get("heldout_by_kind", {}).items())
+        scores = rm.get("heldout_scores", {})
+        score_text = "; ".join(f"{k} scores {scores[k]['mean']:.2f} ± {scores[k]['std']:.2f}"
+                               for k in ("chosen", "rejected") if k in scores)
+        lines.append(f"| reward model (`train-reward-model`) | {fmt(rm['seconds'], 1)} | held-out pairwise "
+                     f"{fmt(rm['heldout_pairwise_accuracy'])} on {fmt(rm.get('heldout_pairs'))} pairs; by kind: "
+                     f"{kinds}; {score_text} |")
+    return "\n".join(lines)
+
+
+def write_tables(name, made_by: str) -> None:
+    """The tables docs/results.md shows, each beside ``name`` (``targets-DEVICE.json``) as ``NAME.PART.md``."""
+    from benchmarks.tables import load, write
+
+    data, stem = load(name), str(name).removesuffix(".json")
+    write(f"{stem}.summary.md", summary_table(data, name, made_by))
+    write(f"{stem}.stages.md", stages_table(data))
+    write(f"{stem}.critic-free.md", critic_free_table(data))
+    write(f"{stem}.per-seed.md", per_seed_table(data))
+    write(f"{stem}.checks.md", checks_table(data))
 
 
 if __name__ == "__main__":

@@ -145,8 +145,31 @@ def main(argv=None) -> int:
               f"({r['seconds_per_update']:.3f} s/update, {r['trainable_parameters']:,} trainable parameters)")
     if "scratch_over_trl_episodes_per_second" in result:
         print(f"scratch / trl episodes per second: {result['scratch_over_trl_episodes_per_second']}x")
-    print(f"written {out}")
+    from benchmarks.tables import invocation, write
+
+    write(out.with_suffix(".md"), results_table(out, invocation()))
+    print(f"written {out} and its .md")
     return 0
+
+
+
+def results_table(name, made_by: str) -> str:
+    """The file's table: each row's episodes and tokens a second, seconds an update and trainable parameters."""
+    from benchmarks.tables import fmt, load, source_line
+
+    data = load(name)
+    s = data["settings"]
+    settings = (f"batch {s['batch_size']}, {s['num_ppo_epochs']} epochs, {s['num_mini_batches']} minibatch"
+                f"{'es' if s['num_mini_batches'] != 1 else ''}, {s['updates']} timed updates after {s['warmup']} "
+                f"warm-ups; value model: {'separate critic' if s.get('separate_critic') else 'shared backbone'}")
+    lines = [source_line(name, made_by) + f" {settings[0].upper() + settings[1:]}.", "",
+             "| row | episodes/s | tokens/s | seconds an update | trainable parameters |", "|---|---|---|---|---|"]
+    for row in data["rows"]:
+        lines.append(f"| `{row['backend']}` | {row['episodes_per_second']:.1f} | {row['tokens_per_second']:,.0f} | "
+                     f"{row['seconds_per_update']:.3f} | {fmt(row.get('trainable_parameters'))} |")
+    if "scratch_over_trl_episodes_per_second" in data:
+        lines += ["", f"scratch / trl episodes a second: {data['scratch_over_trl_episodes_per_second']:.2f}x."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ def test_rlhf_on_a_model_without_template_uses_the_text(models, tokenizers, tmp_
 # ------------------------------------------------------------------ SFT and preference stages
 
 def test_stage_files_in_another_format_than_the_prompts_get_a_note(models, tmp_path):
-    from trl_ext.commands.rlhf import PromptOptions, RLHFStages, load_prompts
+    from trl_ext.runs.rlhf import PromptOptions, RLHFStages, load_prompts
 
     _, lines = load_prompts(PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),
                             RLHFStages(sft_data=str(RECIPE / "sft.jsonl"), preferences=str(RECIPE / "preferences.jsonl")),
@@ -328,7 +328,7 @@ def test_stage_files_in_another_format_than_the_prompts_get_a_note(models, tmp_p
 def test_conversational_stage_rows_are_checked_like_prompts():
     from datasets import Dataset
 
-    from trl_ext.stages.reward_model import PreferenceError, check_preferences
+    from trl_ext.stages.preferences import PreferenceError, check_preferences
     from trl_ext.stages.sft import SFTDataError, check_sft_rows
 
     user, answer = [{"role": "user", "content": "hi"}], [{"role": "assistant", "content": "hello"}]

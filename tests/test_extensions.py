@@ -50,7 +50,7 @@ def test_a_name_registered_after_import_is_a_choice_at_once():
 @pytest.mark.parametrize("spec, message", [
     ("no_such_module_here:fn", "cannot import 'no_such_module_here'"),
     ("missing_file.py:fn", "file 'missing_file.py' does not exist"),
-    (f"{OURS}/clip_higher.py:no_such_loss", "has no 'no_such_loss'"),
+    (f"{OURS}/clip_higher.py:no_such_loss", "has no callable 'no_such_loss'"),
 ])
 def test_user_code_that_does_not_resolve_is_one_error_naming_it(spec, message):
     with pytest.raises(InputError, match=message):

@@ -99,7 +99,7 @@ def test_reward_model_options_are_checked(tmp_path):
 def test_bad_preference_data_is_named(tmp_path):
     from datasets import Dataset
 
-    from trl_ext.stages.reward_model import PreferenceError, check_preferences
+    from trl_ext.stages.preferences import PreferenceError, check_preferences
 
     with pytest.raises(PreferenceError, match="row 1: 'rejected' is missing or empty"):
         check_preferences(Dataset.from_dict({"chosen": ["a", "b"], "rejected": ["c", ""]}))
@@ -111,7 +111,7 @@ def test_bad_preference_data_is_named(tmp_path):
     mixed.write_text(json.dumps({"chosen": "a", "rejected": "b"}) + "\n" +
                      json.dumps({"chosen": [{"role": "assistant", "content": "a"}],
                                  "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
-    from trl_ext.tasks.doubling.stages import load_preferences
+    from trl_ext.stages.preferences import load_preferences
 
     with pytest.raises(ValueError, match="mixed.jsonl:2: mixes text and conversations"):
         load_preferences(mixed)

@@ -177,8 +177,9 @@ def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_pat
 
     from trl_ext.commands.cli import commands
     from trl_ext.commands.parsing import add_command_arguments, build_options
+    from trl_ext.stages.reuse import finished
     from trl_ext.tasks.doubling import presets
-    from trl_ext.tasks.doubling.pipeline import PPORun, _finished, row_options
+    from trl_ext.tasks.doubling.pipeline import PPORun, row_options
     from trl_ext.tasks.doubling.ppo_run import run_record
 
     def record():  # the row's record as `compare --backends scratch-rloo-quick` makes it
@@ -190,6 +191,6 @@ def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_pat
 
     assert record()["trained_with"]["learning_rate"] == 7e-4  # the row's, not the command default's 3e-4
     (tmp_path / "summary.json").write_text(json.dumps({"config": record()}))
-    assert _finished(tmp_path, "summary.json", record()) is not None
+    assert finished(tmp_path, record(), "summary.json") is not None
     monkeypatch.setitem(presets.PRESETS, "rloo-quick", {**presets.PRESETS["rloo-quick"], "learning_rate": 5e-4})
-    assert _finished(tmp_path, "summary.json", record()) is None
+    assert finished(tmp_path, record(), "summary.json") is None

@@ -60,7 +60,7 @@ def needs_reference(config) -> bool:
 def build_models(policy, config, peft_config=None, ref_model=None, saved_at: str | Path | None = None,
                  uniform_dtype: bool = False, device=None) -> tuple[ActorCritic, nn.Module | None]:
     """The actor-critic to train and the frozen reference (None when there is none to run: no KL term, or a PEFT
-    policy, whose reference is itself with its adapters off, so no second copy: seed 001).
+    policy, whose reference is itself with its adapters off, so no second copy).
 
     ``saved_at``: the folder the policy came from, whose value head a continued PPO run loads.
     ``uniform_dtype``: every trained weight float32 (FSDP/DeepSpeed flatten parameters into one dtype).

@@ -33,7 +33,7 @@ class ClassifierReward(RewardFunction):
       several units: the probability puts every other class near 0.
 
     Text: ``pair=False`` scores ``prompt + completion`` as one text; ``pair=True`` passes
-    ``(prompt, completion)`` as a text pair, as DeBERTa reward models are called (seed 004).
+    ``(prompt, completion)`` as a text pair, as DeBERTa reward models are called.
     Conversations (TRL's format): rendered with the reward tokenizer's chat template when it
     has one, as TRL's GRPO scores with a reward model; otherwise scored as a pair of the
     prompt's and the completion's message contents. Inputs are padded on the right.

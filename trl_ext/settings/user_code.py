@@ -27,7 +27,7 @@ def import_object(spec: str, what: str, error: type[Exception] = InputError):
         raise error(f"{what} {spec!r}: expected 'module:name' or 'file.py:name'")
     module = _file_module(spec, source, what, error) if source.endswith(".py") else _module(spec, source, what, error)
     if not hasattr(module, attribute):
-        raise error(f"{what} {spec!r}: {source!r} has no {attribute!r}")
+        raise error(f"{what} {spec!r}: {source!r} has no callable {attribute!r}")
     return getattr(module, attribute)
 
 

@@ -1,4 +1,4 @@
-"""Scalar reward models from preference pairs (seed 003): TRL's ``RewardTrainer``, Bradley-Terry loss
+"""Scalar reward models from preference pairs: TRL's ``RewardTrainer``, Bradley-Terry loss
 ``-log sigmoid(r_chosen - r_rejected - margin)`` with an optional ``margin`` column.
 
 Data in TRL's preference formats: ``chosen``/``rejected`` with or without ``prompt``, as text or as
@@ -12,42 +12,10 @@ conversation's last message is the answer and the messages before it the prompt.
 
 from __future__ import annotations
 
-from trl_ext.data.jsonl import check_messages
-from trl_ext.errors import InputError
+from pathlib import Path
+
 from trl_ext.rewards.classifier import ClassifierReward, is_conversation, message_text
-
-
-class PreferenceError(InputError):
-    """A preference row the trainer cannot use; the message names the row."""
-
-
-def check_preferences(dataset) -> bool:
-    """Every row usable; returns whether the rows are conversations."""
-    columns = dataset.column_names
-    missing = [c for c in ("chosen", "rejected") if c not in columns]
-    if missing:
-        raise PreferenceError(f"preference data needs 'chosen' and 'rejected' columns; it lacks {missing} "
-                              f"(columns: {columns})")
-    conversational = None
-    for row, example in enumerate(dataset):
-        for key in ("chosen", "rejected"):
-            value = example[key]
-            if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
-                raise PreferenceError(f"row {row}: {key!r} is missing or empty")
-        if example["chosen"] == example["rejected"]:
-            raise PreferenceError(f"row {row}: 'chosen' and 'rejected' are identical")
-        for key in ("prompt", "chosen", "rejected"):
-            check_messages(example.get(key), f"row {row}", key, PreferenceError)
-        kinds = {is_conversation(example[k]) for k in ("prompt", "chosen", "rejected") if example.get(k) is not None}
-        if len(kinds) > 1 or (conversational is not None and kinds != {conversational}):
-            raise PreferenceError(f"row {row}: mixes text and conversations; use one format for every row")
-        conversational = kinds.pop()
-        if conversational and example.get("prompt") is None:
-            short = next((k for k in ("chosen", "rejected") if len(example[k]) < 2), None)
-            if short:  # the prompt is the messages before the answer: there must be some
-                raise PreferenceError(f"row {row}: without a 'prompt', {short!r} needs the prompt's messages "
-                                      "before its answer")
-    return bool(conversational)
+from trl_ext.stages.preferences import PreferenceError, check_preferences
 
 
 def _split(prompt, answer) -> tuple:
@@ -123,3 +91,68 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
     trainer.remove_callback(ProgressCallback)
     trainer.train()
     return trainer.state.log_history
+
+
+def train_and_evaluate(model, tokenizer, train, heldout, out: str | Path, *, steps: int, batch_size: int,
+                       learning_rate: float, warmup_steps: int = 0, seed: int = 0,
+                       center_rewards_coefficient: float | None = None) -> dict:
+    """Train on ``train``, score the ``heldout`` pairs as PPO will score them, save model and tokenizer in ``out``;
+    returns the figures: seconds, losses, pairwise accuracy (over all and by the rows' ``kind``), score spreads."""
+    import statistics
+    import time
+
+    start = time.perf_counter()
+    history = train_reward_model(model, tokenizer, train, output_dir=str(out), steps=steps, batch_size=batch_size,
+                                 learning_rate=learning_rate, seed=seed, warmup_steps=warmup_steps,
+                                 center_rewards_coefficient=center_rewards_coefficient or None)
+    seconds = time.perf_counter() - start
+    chosen, rejected = score_pairs(model, tokenizer, heldout)
+    by_kind = {}
+    if "kind" in heldout.column_names:
+        for kind in sorted(set(heldout["kind"])):
+            rows = [i for i, k in enumerate(heldout["kind"]) if k == kind]
+            by_kind[kind] = pairwise_accuracy([chosen[i] for i in rows], [rejected[i] for i in rows])
+    Path(out).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    losses = [h["loss"] for h in history if "loss" in h]
+    spread = lambda values: {"mean": round(statistics.fmean(values), 4),  # noqa: E731
+                             "std": round(statistics.pstdev(values), 4)}
+    return {"seconds": round(seconds, 2), "first_loss": losses[0] if losses else None,
+            "final_loss": losses[-1] if losses else None,
+            "heldout_pairwise_accuracy": pairwise_accuracy(chosen, rejected), "heldout_by_kind": by_kind,
+            "heldout_pairs": len(heldout), "heldout_scores": {"chosen": spread(chosen), "rejected": spread(rejected)}}
+
+
+def reward_model_stage(base: str, preferences: str, folder: str | Path, *, steps: int, batch_size: int,
+                       learning_rate: float, seed: int, eval_n: int, say=print) -> str:
+    """A scalar reward model trained on the ``preferences`` file from ``base`` into ``folder`` (its last ``eval_n``
+    rows held out), or the one already there when nothing it ran with changed (``stages.reuse``)."""
+    from trl_ext.models.directory import read_model_config
+    from trl_ext.stages.preferences import preference_split
+    from trl_ext.stages.reuse import fingerprint, reuse_or_run
+
+    read_model_config(base, "reward model base")
+    if not Path(preferences).is_file():
+        raise FileNotFoundError(f"preference file {preferences!r} does not exist")
+    options = {"base": base, "data": preferences, "steps": steps, "batch_size": batch_size, "lr": learning_rate,
+               "seed": seed, "eval_n": eval_n, "center_rewards_coefficient": 0.01}
+
+    def run() -> dict:
+        import transformers
+
+        from trl_ext.models.loading import load_sequence_classifier
+
+        say(f"[reward_model] training on {preferences} from {base} ...")
+        train, heldout = preference_split(preferences, eval_n)
+        transformers.set_seed(seed)  # the new score head is drawn here, before RewardTrainer seeds anything
+        model, tokenizer = load_sequence_classifier(base, "reward model base", num_labels=1,
+                                                    ignore_mismatched_sizes=True)
+        result = train_and_evaluate(model, tokenizer, train, heldout, folder, steps=steps, batch_size=batch_size,
+                                    learning_rate=learning_rate, seed=seed,
+                                    center_rewards_coefficient=options["center_rewards_coefficient"])
+        say(f"[reward_model] held-out pairwise accuracy {result['heldout_pairwise_accuracy']:.3f}")
+        return {"stage": "reward_model", **result}
+
+    reuse_or_run("reward_model", folder, {**options, "inputs": fingerprint(preferences, base)}, run, say)
+    return str(folder)

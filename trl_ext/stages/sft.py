@@ -1,4 +1,4 @@
-"""Supervised fine-tuning before PPO (the first stage of seeds 002-004): TRL's ``SFTTrainer`` on
+"""Supervised fine-tuning before PPO: TRL's ``SFTTrainer`` on
 prompt/completion data (text or conversations, rendered with the chat template as TRL does), loss on the
 completion only; TRL's language-modeling rows (``messages`` or ``text``) are accepted too, loss on all of it.
 
@@ -7,6 +7,8 @@ causal LM: PPO then puts a fresh adapter on it, and the SFT model is PPO's refer
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from trl_ext.data.jsonl import check_messages
 from trl_ext.errors import InputError
@@ -69,3 +71,34 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
     if hasattr(tuned, "merge_and_unload"):
         tuned = tuned.merge_and_unload()
     return tuned, trainer.state.log_history
+
+
+def sft_stage(policy: str, data: str, folder: str | Path, *, steps: int, learning_rate: float, batch_size: int,
+              seed: int, peft_config=None, record: dict | None = None, say=print) -> str:
+    """``policy`` fine-tuned on the prompt/completion ``data`` file into ``folder``, or the model already there
+    when nothing it ran with changed (``stages.reuse``; ``record``: more of what it ran with, the LoRA options)."""
+    from trl_ext.data.jsonl import as_dataset, read_jsonl
+    from trl_ext.stages.reuse import fingerprint, reuse_or_run
+
+    if not Path(data).is_file():
+        raise FileNotFoundError(f"SFT data file {data!r} does not exist")
+    config = {"policy": policy, "data": data, "steps": steps, "learning_rate": learning_rate,
+              "batch_size": batch_size, "seed": seed, **(record or {}), "inputs": fingerprint(data, policy)}
+
+    def run() -> dict:
+        from trl_ext.models.loading import load_policy
+
+        rows = read_jsonl(data, "SFT data")  # supervised_finetune checks every row
+        say(f"[sft] fine-tuning {policy} on {data} ...")
+        base, tokenizer = load_policy(policy, role="SFT base")
+        model, history = supervised_finetune(base, tokenizer, as_dataset(rows), output_dir=str(folder), steps=steps,
+                                             batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+                                             peft_config=peft_config)
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+        losses = [h["loss"] for h in history if "loss" in h]
+        return {"stage": "sft", "first_loss": losses[0] if losses else None,
+                "final_loss": losses[-1] if losses else None}
+
+    reuse_or_run("sft", folder, config, run, say)
+    return str(folder)

@@ -8,7 +8,6 @@ did not change, so an interrupted demo resumes where it stopped. Nothing is ever
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
 from dataclasses import field as dataclass_field
 from functools import partial
@@ -20,6 +19,7 @@ from trl_ext.ppo.config import PPOConfig
 from trl_ext.runs.recorder import read_history
 from trl_ext.runs.run import OutputOptions, prepare_out_dir
 from trl_ext.settings.fields import field, options_dict, require_positive
+from trl_ext.stages.reuse import reuse_or_run
 from trl_ext.tasks.doubling.ppo_run import PPORunOptions, WatchOptions, ppo_options, run_ppo, run_record
 from trl_ext.tasks.doubling.presets import BACKEND_NAMES, BACKENDS, row_config
 from trl_ext.tasks.doubling.report import aggregate_rows, summary_row, text_table, write_report
@@ -87,23 +87,14 @@ class PipelineOptions:
         return _names(self.rewards)
 
 
-def _finished(path: Path, marker: str, config: dict) -> dict | None:
-    """The stage's saved result if it finished with these options, else None."""
-    file = path / marker
-    if not file.exists():
-        return None
-    result = json.loads(file.read_text())
-    return result if result.get("config") == config else None
-
-
 def _supervised_stage(name: str, stage_cfg, run, fresh: bool, say) -> dict:
     """One supervised stage: its saved result if it finished with these options, else trained now."""
-    done = None if fresh else _finished(Path(stage_cfg.out), "metrics.json", asdict(stage_cfg))
-    if done is not None:
-        say(f"[{name}] reusing {stage_cfg.out}")
-        return done
-    say(f"[{name}] training ...")
-    return run(stage_cfg)
+    def train() -> dict:
+        say(f"[{name}] training ...")
+        return run(stage_cfg)
+
+    return reuse_or_run(name, stage_cfg.out, asdict(stage_cfg), train, say, marker="metrics.json", fresh=fresh,
+                        writes_marker=True)
 
 
 def _supervised_stages(pipeline: PipelineOptions, out: Path, say, workers) -> dict:
@@ -155,14 +146,15 @@ def row_options(opts: DemoOptions, out: Path, run: PPORun) -> PPORunOptions:
 
 def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
     run_opts = row_options(opts, out, run)
-    done = None if opts.pipeline.fresh else _finished(out / run.folder, "summary.json", run_record(run_opts))
-    if done is not None:
-        say(f"[{run.label}] reusing {out / run.folder}")
-        return done
-    say(f"[{run.label}] PPO seed {run.seed}: {run_opts.train.total_episodes} episodes ...")
-    summary = run_ppo(run_opts, print_fn=say)
-    say(summary["summary"])
-    return summary
+
+    def train() -> dict:
+        say(f"[{run.label}] PPO seed {run.seed}: {run_opts.train.total_episodes} episodes ...")
+        summary = run_ppo(run_opts, print_fn=say)
+        say(summary["summary"])
+        return summary
+
+    return reuse_or_run(run.label, out / run.folder, run_record(run_opts), train, say, marker="summary.json",
+                        fresh=opts.pipeline.fresh, writes_marker=True)
 
 
 def _print_flushed(*args):

@@ -1,4 +1,4 @@
-"""Preference pairs for the doubling task (seed 003's Bradley-Terry reward model, on our task).
+"""Preference pairs for the doubling task (a Bradley-Terry reward model's data, on our task).
 
 Every pair is a prefixed prompt, the exact answer as ``chosen``, and one of these as ``rejected``,
 drawn with a seeded ``random.Random`` in fixed proportions:

@@ -152,33 +152,14 @@ class RewardModelConfig:
             raise InputError(f"center_rewards_coefficient must be >= 0, got {self.center_rewards_coefficient}")
 
 
-def load_preferences(path: str | Path):
-    """Preference rows from a .jsonl file; errors name the line."""
-    from trl_ext.data.jsonl import as_dataset, read_jsonl, require_one_format
-
-    rows = read_jsonl(path, "preference")
-    require_one_format(rows, "chosen", path)
-    return as_dataset(rows)
-
-
-def preference_split(path: str | Path, eval_n: int):
-    """``(train, held-out)`` preference rows of a .jsonl file, every row checked; the last ``eval_n`` are held out."""
-    from trl_ext.stages.reward_model import check_preferences
-
-    data = load_preferences(path)
-    check_preferences(data)
-    if len(data) <= eval_n:
-        raise InputError(f"{path} has {len(data)} rows: not enough for {eval_n} held-out pairs and training")
-    return data.select(range(len(data) - eval_n)), data.select(range(len(data) - eval_n, len(data)))
-
-
 def run_train_reward_model(cfg: RewardModelConfig) -> dict:
-    """Train a scalar reward model on preference pairs and save it with its held-out pairwise accuracy."""
-    import time
-
-    from trl_ext.stages.reward_model import pairwise_accuracy, score_pairs, train_reward_model
+    """Train a scalar reward model on preference pairs and save it with its held-out pairwise accuracy (the library's
+    ``train_and_evaluate``; without ``data`` or ``base``, the doubling task's pairs and BERT)."""
+    from trl_ext.stages.reward_model import train_and_evaluate
 
     if cfg.data:
+        from trl_ext.stages.preferences import preference_split
+
         train, heldout = preference_split(cfg.data, cfg.eval_n)
     else:
         from trl_ext.tasks.doubling.preferences import preference_dataset
@@ -186,34 +167,12 @@ def run_train_reward_model(cfg: RewardModelConfig) -> dict:
         train = preference_dataset(cfg.steps * cfg.batch_size, cfg.seed, "train")
         heldout = preference_dataset(cfg.eval_n, cfg.seed + 1, "heldout")
     model, tokenizer = _reward_model_base(cfg)
-    start = time.perf_counter()
-    history = train_reward_model(model, tokenizer, train, output_dir=cfg.out, steps=cfg.steps,
-                                 batch_size=cfg.batch_size, learning_rate=cfg.lr, seed=cfg.seed,
-                                 warmup_steps=cfg.warmup_steps,
-                                 center_rewards_coefficient=cfg.center_rewards_coefficient or None)
-    seconds = time.perf_counter() - start
-    chosen, rejected = score_pairs(model, tokenizer, heldout)
-    by_kind = {}
-    if "kind" in heldout.column_names:
-        for kind in sorted(set(heldout["kind"])):
-            rows = [i for i, k in enumerate(heldout["kind"]) if k == kind]
-            by_kind[kind] = pairwise_accuracy([chosen[i] for i in rows], [rejected[i] for i in rows])
-    from trl_ext.tasks.doubling.artifacts import save_artifact
-
-    save_artifact(model, tokenizer, cfg.out)
-    losses = [h["loss"] for h in history if "loss" in h]
-    summary = {"stage": "train-reward-model", "config": asdict(cfg), "seconds": round(seconds, 2),
-               "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None,
-               "heldout_pairwise_accuracy": pairwise_accuracy(chosen, rejected), "heldout_by_kind": by_kind,
-               "heldout_pairs": len(heldout), "heldout_scores": {"chosen": _spread(chosen), "rejected": _spread(rejected)}}
+    result = train_and_evaluate(model, tokenizer, train, heldout, cfg.out, steps=cfg.steps, batch_size=cfg.batch_size,
+                                learning_rate=cfg.lr, warmup_steps=cfg.warmup_steps, seed=cfg.seed,
+                                center_rewards_coefficient=cfg.center_rewards_coefficient)
+    summary = {"stage": "train-reward-model", "config": asdict(cfg), **result}
     _write_json(Path(cfg.out) / "metrics.json", summary)
     return summary
-
-
-def _spread(values: list[float]) -> dict:
-    import statistics
-
-    return {"mean": round(statistics.fmean(values), 4), "std": round(statistics.pstdev(values), 4)}
 
 
 def _reward_model_base(cfg: RewardModelConfig):

@@ -1,0 +1,198 @@
+"""The real-model benchmark's tables (benchmarks/real_model.py writes its own with ``results_table``), and the
+comparisons docs/results.md makes of its runs: a setting's effect on one seed's run (whitened advantages), on every
+seed (advantages divided by the group's std), and the GPU run's columns.
+
+    python benchmarks/real_model_tables.py     # rewrite the comparison tables from benchmarks/results/
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = "real-model-cpu.json"
+# How the files made by several invocations were made: their JSON holds one invocation's command.
+MADE_BY = {
+    MAIN: "sixteen row files gathered with `--collect` (the file's `command`), from these runs of "
+          "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`: TRL's rows at commits 7922095 (`--seeds 0,1` for all "
+          "four rows) and 6d38256 (`--rows scratch-ppo,trl-ppo --seeds 2,3`; their code has not changed since) and "
+          "`--rows trl-grpo --seeds 2` and `--seeds 3`; the scratch rows at commit feedc1c, `--rows scratch-ppo "
+          "--eval-every 4` with `--seeds 0 --jobs 1`, `--seeds 1,2` and `--seeds 3 --jobs 1`; trl-ext's GRPO rows at "
+          "commit c489beb, `--rows scratch-grpo --seeds 0,1,2,3 --set 'scale_rewards=\"none\"'` (the row's own "
+          "setting since); two rows ran at a time on the 2 cores",
+    "real-model-cpu-whitened-seed0.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-ppo "
+                                          "--seeds 0 --jobs 1 --eval-every 4 --set whiten_advantages=true --out "
+                                          "benchmarks/results/real-model-cpu-whitened-seed0`, side by side with the "
+                                          "same command without `--set` (the seed-0 row of `real-model-cpu.json`)",
+    "real-model-cpu-grpo-std-scaled.json": "four row files gathered with `--collect` (the file's `command`) from "
+                                           "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-grpo` "
+                                           "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
+                                           "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
+                                           "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
+}
+
+
+def _source(data: dict, name: str, made_by: str | None = None) -> str:
+    m = data["machine"]
+    made_by = made_by or MADE_BY.get(name) or f"`{data['command']}`"
+    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {made_by} on "
+            f"{m['cpu']} ({m['cores']} cores), one torch thread a row.*")
+
+
+def _ok(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _targets(data: dict) -> list[str]:
+    """What the scratch rows must reach against TRL's on the same seeds: the benchmark's targets."""
+    by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
+    checks = []
+    for seed in data["seeds"]:
+        ours, theirs = by.get(("scratch-ppo", seed)), by.get(("trl-ppo", seed))
+        if ours:
+            checks.append(f"| seed {seed}: trl-ext PPO gains >= 0.4 (sampled) | {ours['after'] - ours['before']:+.3f} "
+                          f"| {_ok(ours['after'] - ours['before'] >= 0.4)} |")
+        if ours and theirs:
+            checks.append(f"| seed {seed}: trl-ext PPO held-out >= TRL 1.12 PPO's | {ours['after']:.3f} vs "
+                          f"{theirs['after']:.3f} | {_ok(ours['after'] >= theirs['after'])} |")
+            ratio = ours["seconds_per_update"] / theirs["seconds_per_update"]
+            checks.append(f"| seed {seed}: trl-ext PPO s/update <= 0.7x TRL's | {ratio:.2f}x | {_ok(ratio <= 0.7)} |")
+        free = [by[(n, seed)] for n in ("scratch-grpo", "scratch-rloo") if (n, seed) in by]
+        if free and ("trl-grpo", seed) in by:
+            grpo = by[("trl-grpo", seed)]
+            checks.append(f"| seed {seed}: trl-ext {free[0]['trainer']} >= TRL GRPO | {free[0]['after']:.3f} vs "
+                          f"{grpo['after']:.3f} | {_ok(free[0]['after'] >= grpo['after'])} |")
+    for ours_name, theirs_name in (("scratch-ppo", "trl-ppo"), ("scratch-grpo", "trl-grpo")):
+        pairs = [(by[(ours_name, s)], by[(theirs_name, s)]) for s in data["seeds"]
+                 if (ours_name, s) in by and (theirs_name, s) in by]
+        if pairs:
+            ours_mean, theirs_mean = (sum(p[i]["after"] for p in pairs) / len(pairs) for i in (0, 1))
+            checks.append(f"| mean of {len(pairs)} seeds: {ours_name} held-out >= {theirs_name}'s | {ours_mean:.3f} vs "
+                          f"{theirs_mean:.3f} | {_ok(ours_mean >= theirs_mean)} |")
+    return checks
+
+
+def results_table(data: dict, name: str, made_by: str | None = None) -> str:
+    """A results file's table: every row's held-out score before and after, speed and memory; the targets."""
+    st = data["settings"]
+    lines = [_source(data, name, made_by), "",
+             f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
+             f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
+             f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
+             f"{data['updates']} updates; {data['held_out_prompts']} held-out prompts. Score: `JustTheNumber`, "
+             f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side."
+             + "".join(f" {trainer}: {', '.join(f'{k}={v}' for k, v in changed.items())}."
+                       for trainer, changed in data.get("row_settings", {}).items() if changed), "",
+             "| trainer | seed | episodes | held-out before | after | gain | s/update | update phases (s) | "
+             "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        phases = ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in r.get("seconds_per_update_by_phase", {}).items())
+        lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f})"
+                     f" | {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['after'] - r['before']:+.3f} | "
+                     f"{r['seconds_per_update']:.1f} | {phases or '-'} | {r['peak_rss_mib']:,.0f} |")
+    for f in data.get("failed", []):
+        error = " ".join(str(f["error"]).split()).replace("|", "\\|")
+        lines.append(f"| {f['trainer']} | {f['seed']} | failed (exit {f['returncode']}): {error} | | | | | | |")
+    lines += ["", "| target | measured | met |", "|---|---|---|", *_targets(data), "",
+              f"![reward per update and against seconds, every row and seed](../benchmarks/results/"
+              f"{name.removesuffix('.json')}.png)"]
+    return "\n".join(lines)
+
+
+def whitening_table(data: dict, main: dict, name: str) -> str:
+    """One seed with whitened advantages beside the main run's row of that seed: reward, approx-KL and held-out
+    along the run."""
+    whitened = data["rows"][0]
+    plain = next(r for r in main["rows"] if r["trainer"] == "scratch-ppo" and r["seed"] == whitened["seed"])
+    lines = [_source(data, name), "",
+             f"Seed {whitened['seed']}, the same settings but `whiten_advantages`; beside it the row of `{MAIN}`. "
+             "Held-out: sampled score of the 200 held-out prompts after the update; approx-KL: PPO's mean estimate of "
+             "how far an update moved the policy on its own rollouts.", "",
+             "| update | " + " | ".join(str(c["update"]) for c in plain["curve"]) + " |",
+             "|---" * (len(plain["curve"]) + 1) + "|"]
+    for label, row in (("whitened", whitened), ("not whitened", plain)):
+        held = {c["update"]: c["held_out"] for c in row["curve"] if "held_out" in c}
+        held[row["curve"][-1]["update"]] = row["after"]
+        lines.append(f"| reward, {label} | " + " | ".join(f"{c['reward']:.2f}" for c in row["curve"]) + " |")
+        lines.append(f"| approx-KL, {label} | " + " | ".join(f"{c.get('approxkl', float('nan')):.3f}"
+                                                            for c in row["curve"]) + " |")
+        lines.append(f"| held-out, {label} | " + " | ".join(f"**{held[c['update']]:.3f}**" if c["update"] in held
+                                                           else "" for c in row["curve"]) + " |")
+    return "\n".join(lines)
+
+
+def group_scaling_table(data: dict, main: dict, name: str) -> str:
+    """trl-ext's GRPO rows with advantages divided by the group's std beside the main run's (not divided) and
+    TRL's GRPO, every seed."""
+    scaled = {r["seed"]: r for r in data["rows"]}
+    unscaled = {r["seed"]: r for r in main["rows"] if r["trainer"] == "scratch-grpo"}
+    trl = {r["seed"]: r for r in main["rows"] if r["trainer"] == "trl-grpo"}
+    lines = [_source(data, name), "",
+             "Held-out score after 320 episodes (sampled, greedy in brackets). The std-scaled rows are the computation "
+             "TRL's GRPOTrainer makes per update (`tests/test_trl_group_equality.py`); the unscaled ones are the "
+             f"`scratch-grpo` rows of `{MAIN}`.", "",
+             "| seed | trl-ext GRPO, advantages / group std (`scale_rewards=group`) | trl-ext GRPO, not scaled "
+             "(`scale_rewards=none`) | TRL GRPO (`scale_rewards=group`) |", "|---|---|---|---|"]
+    cell = lambda r: f"{r['after']:.3f} ({r['after_greedy']:.3f})" if r else "-"  # noqa: E731
+    for seed in sorted(set(scaled) | set(unscaled) | set(trl)):
+        lines.append(f"| {seed} | {cell(scaled.get(seed))} | {cell(unscaled.get(seed))} | {cell(trl.get(seed))} |")
+    means = [sum(r["after"] for r in d.values()) / len(d) for d in (scaled, unscaled, trl)]
+    lines.append("| mean | " + " | ".join(f"{m:.3f}" for m in means) + " |")
+    return "\n".join(lines)
+
+
+def _column(run: dict, trainer: str) -> str:
+    """A column of the GPU table: the trainer and the settings its invocation changed (``--set``)."""
+    words = run["command"].split()
+    changed = [after for before, after in zip(words, words[1:]) if before == "--set"]
+    changed += [run["column_notes"][trainer]] if trainer in run.get("column_notes", {}) else []
+    return trainer + (f" ({', '.join(c.replace(chr(34), '') for c in changed)})" if changed else "")
+
+
+def gpu_table(data: dict, name: str) -> str:
+    """The GPU invocations' rows, a column each (trainer and changed settings), every seed."""
+    first = data["runs"][0]["rows"][0]
+    columns: dict[str, dict[int, dict]] = {}
+    for run in data["runs"]:
+        for r in run["rows"]:
+            columns.setdefault(_column(run, r["trainer"]), {})[r["seed"]] = r
+    seeds = sorted({seed for col in columns.values() for seed in col})
+    commands = "; ".join(f"`{run['command']}` ({run['wall_seconds']:.0f} s)" for run in data["runs"])
+    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {commands} on "
+             f"{data['device']} with {data['runs'][0]['machine']['cores']} CPU cores, torch {first['torch']}, every "
+             f"row a process with one torch thread, the rows of an invocation side by side on the one GPU. {data['how']}*",
+             "", "Held-out score after training (sampled at T=0.7, greedy in brackets), every seed; the settings are "
+             "the CPU run's except what a column names. Before training: "
+             + ", ".join(f"seed {s} {next(c[s]['before'] for c in columns.values() if s in c):.3f}" for s in seeds)
+             + ".", "",
+             "| seed | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for seed in seeds:
+        cells = [f"{c[seed]['after']:.3f} ({c[seed]['after_greedy']:.3f})" if seed in c else "-"
+                 for c in columns.values()]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    mean = [sum(r["after"] for r in c.values()) / len(c) for c in columns.values()]
+    lines.append("| mean | " + " | ".join(f"{m:.3f}" for m in mean) + " |")
+    lines.append("| s/update, mean | " + " | ".join(
+        f"{sum(r['seconds_per_update'] for r in c.values()) / len(c):.2f}" for c in columns.values()) + " |")
+    lines.append("| peak GPU MiB | " + " | ".join(
+        f"{max(r['peak_gpu_mib'] for r in c.values()):,.0f}" for c in columns.values()) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.tables import load, write
+
+    main_data = load(MAIN)
+    write("real-model-cpu.md", results_table(main_data, MAIN))
+    write("real-model-cpu-whitened-seed0.md", whitening_table(load("real-model-cpu-whitened-seed0.json"), main_data,
+                                                              "real-model-cpu-whitened-seed0.json"))
+    write("real-model-cpu-grpo-std-scaled.md", group_scaling_table(load("real-model-cpu-grpo-std-scaled.json"),
+                                                                   main_data, "real-model-cpu-grpo-std-scaled.json"))
+    write("real-model-gpu-h100.md", gpu_table(load("real-model-gpu-h100.json"), "real-model-gpu-h100.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""One real-LLM RLHF run (``trl-ext rlhf``): its options, optional SFT on prompt/completion data, an optional reward
+model from preference pairs (``trl_ext.stages``), then PPO with LoRA on a causal LM policy, rewarded by a scalar reward
+model such as a DeBERTa reward model scored on (prompt, response) pairs, on either backend.
+
+The policy and the value head share one LoRA-adapted backbone (one large model, LoRA layers, different heads); the
+reference policy is the base model without the adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from dataclasses import field as dataclass_field
+from pathlib import Path
+
+from trl_ext.agents.options import AgentOptions, load_agent
+from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
+from trl_ext.errors import InputError
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.runs.run import ModelOptions, OutputOptions, train_options
+from trl_ext.settings.fields import field, options_dict, require_positive
+from trl_ext.settings.layers import preset_layer
+from trl_ext.stages.reward_model import reward_model_stage
+from trl_ext.stages.sft import sft_stage
+
+
+@dataclass
+class RLHFModels(ModelOptions):
+    """The policy and what scores it."""
+
+    policy: str = field(help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout)")
+    reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
+    reward_max_length: int = field(512, help="reward model input length")
+    pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
+                       "(a reward model trained by --preferences is scored as it was trained: one text)")
+
+
+@dataclass
+class RLHFStages:
+    """Optional stages before PPO; each writes a folder of --out and is reused while its inputs and options are
+    unchanged."""
+
+    sft_data: str | None = field(None, help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
+                                 "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference")
+    sft_steps: int = field(100, help="SFT optimizer steps")
+    sft_learning_rate: float = field(2e-4, help="SFT peak learning rate (cosine decay)")
+    preferences: str | None = field(None, help="preference .jsonl (chosen/rejected, optional prompt/margin): train "
+                                    "the reward model first (TRL's RewardTrainer) instead of giving --reward")
+    reward_base: str | None = field(None, help="base of that reward model (any AutoModelForSequenceClassification, "
+                                    "e.g. DeBERTa-v3); default: the policy after SFT, as InstructGPT does")
+    reward_steps: int = field(200, help="reward model optimizer steps")
+    reward_learning_rate: float = field(5e-5, help="reward model peak learning rate (cosine decay)")
+    reward_eval_n: int = field(100, help="preference rows held out (the file's last ones) for pairwise accuracy")
+    stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
+
+    def __post_init__(self):
+        require_positive(self, "sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate",
+                         "reward_eval_n", "stage_batch_size")
+
+
+@dataclass
+class PromptOptions:
+    prompts: str = field(help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of role/content "
+                         "messages), or a text file, a prompt a line")
+    max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
+    chat_template: str = field("auto", help="text prompts as user turns in the policy's chat template: 'auto' "
+                               "(if it has one), 'always', 'never' (conversations always use it)",
+                               choices=CHAT_TEMPLATE_MODES)
+
+    def __post_init__(self):
+        require_positive(self, "max_prompt_length")
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise InputError(f"chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}; got {self.chat_template!r}")
+
+
+@dataclass
+class LoRAOptions:
+    lora_r: int = field(16, help="LoRA rank")
+    lora_alpha: int = field(32, help="LoRA alpha")
+    lora_dropout: float = field(0.05, help="LoRA dropout")
+    lora_target_modules: str = field("all-linear", help="LoRA targets: 'all-linear' or comma-separated names")
+
+
+RLHF_BACKENDS = ("scratch", "trl")
+
+
+# the scratch trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
+# keeps a fixed weight: the trl backend runs without it). 6 nats an answer: the target TRL's PPO used to default to.
+RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
+
+
+@dataclass
+class RLHFBackend:
+    backend: str = field("scratch", help="'scratch' (trl-ext's PPOTrainer, any TRL; it starts from the preset rlhf-scratch: "
+                         + ", ".join(f"{k} {v:g}" for k, v in RLHF_SCRATCH_PRESET.items())
+                         + ") or 'trl' (TRL's PPOTrainer, TRL <= 1.12; a fixed KL weight)",
+                         choices=RLHF_BACKENDS)
+
+    def __post_init__(self):
+        if self.backend not in RLHF_BACKENDS:
+            raise InputError(f"backend must be one of {', '.join(RLHF_BACKENDS)}; got {self.backend!r}")
+
+
+# The recipe's defaults for a LoRA policy, measured on a real chat model (docs/real-model.md, "The recipe's
+# defaults"): LoRA trains at a far higher rate than full fine-tuning; two epochs an update; a value head that
+# starts at zero, so the first advantages come from the rewards alone rather than from a random head's noise.
+RLHF_DEFAULTS = {"learning_rate": 1e-4, "response_length": 64, "num_ppo_epochs": 2, "value_head_init": "zero"}
+
+
+def rlhf_preset(values: dict):
+    """The preset the options pick: rlhf-scratch on the scratch backend."""
+    return preset_layer("rlhf-scratch", RLHF_SCRATCH_PRESET) if values["backend"] == "scratch" else None
+
+
+def _is_conversational(path: str) -> bool | None:
+    """Whether a stage's data file holds conversations (None: no file to look at; the stage says why)."""
+    from trl_ext.data.jsonl import read_jsonl
+
+    if not Path(path).is_file():
+        return None
+    row = read_jsonl(path, "data")[0][1]
+    return any(isinstance(row.get(k), list) for k in ("prompt", "completion", "messages", "chosen", "rejected"))
+
+
+def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str) -> tuple[PromptFile, list[str]]:
+    """The prompt file, checked against the policy's tokenizer before any stage trains, and the lines saying
+    how it will be used (the tokens are made later, with the tokenizer PPO runs with)."""
+    from trl_ext.models.directory import load_tokenizer, read_model_config
+
+    prompts = read_prompt_file(data.prompts)
+    read_model_config(policy, "policy")
+    templated = uses_chat_template(prompts, load_tokenizer(policy, "policy"), data.chat_template)
+    lines = [describe(prompts, templated, data.chat_template)]
+    # An SFT model or reward model trained on raw text, then prompted through the template (or the other way
+    # round), is off its training format: legal, and TRL would not say so, but rarely meant.
+    differ = [f"{flag} {path}" for flag, path in (("--sft-data", stages.sft_data), ("--preferences", stages.preferences))
+              if path and _is_conversational(path) not in (None, templated)]
+    if differ:
+        lines.append(f"[prompts] note: {' and '.join(differ)} hold {'text' if templated else 'conversations'} while the "
+                     f"PPO prompts {'go through' if templated else 'skip'} the chat template: those stages learn a "
+                     "format PPO does not use (docs/chat-prompts.md)")
+    return prompts, lines
+
+
+SCALAR_REWARD = "the RLHF recipe expects a scalar reward model (num_labels=1)"
+
+
+def check_inputs(opts: RLHFOptions) -> None:
+    """Every model folder and data file a run reads, checked before --out is created, so that a refused run
+    writes nothing: the one loader's folder checks (tokenizers included), the LoRA targets against the policy's
+    modules (its config built on the meta device), the SFT and preference rows."""
+    from trl_ext.models.loading import check_lora_targets, check_model_dir
+
+    models, stages = opts.models, opts.stages
+    check_model_dir(models.policy, "policy")
+    check_lora_targets(models.policy, lora_config(opts.lora).target_modules)
+    if models.reward:
+        check_model_dir(models.reward, "reward model", labels=1, why=SCALAR_REWARD)
+    if stages.sft_data:
+        from trl_ext.data.jsonl import as_dataset, read_jsonl
+        from trl_ext.stages.sft import check_sft_rows
+
+        check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data")))
+    if stages.preferences:
+        from trl_ext.stages.preferences import preference_split
+
+        check_model_dir(stages.reward_base or models.policy, "reward model base")  # the SFT model has --policy's kind
+        preference_split(stages.preferences, stages.reward_eval_n)
+
+
+def load_models(models: RLHFModels, dtype: str = "auto"):
+    from trl_ext.models.loading import load_policy
+    from trl_ext.rewards.loading import load_reward_dir, reward_of
+
+    policy, tokenizer = load_policy(models.policy, dtype)
+
+    def reward_model(path: str):
+        return load_reward_dir(path, dtype=dtype, labels=1, why=SCALAR_REWARD, pair=models.pair,
+                               max_length=models.reward_max_length)
+
+    if not models.has_reward:  # an environment's get_reward alone scores the rollouts
+        return policy, tokenizer, None
+    return policy, tokenizer, reward_of(models.reward, models.reward_fn, models.reward_url, reward_model)
+
+
+def lora_config(lora: LoRAOptions):
+    from peft import LoraConfig
+
+    targets = lora.lora_target_modules
+    targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    return LoraConfig(task_type="CAUSAL_LM", r=lora.lora_r, lora_alpha=lora.lora_alpha,
+                      lora_dropout=lora.lora_dropout, target_modules=targets)
+
+
+STAGE_FOLDERS = ("sft", "reward_model")
+
+
+def run_stages(opts: RLHFOptions, out: Path, say) -> None:
+    """SFT on ``--sft-data`` into ``out/sft``, then a reward model on ``--preferences`` into ``out/reward_model``
+    (from ``--reward-base``, or the policy PPO starts from); each reused while nothing it ran with changed."""
+    stages, policy = opts.stages, opts.models.policy
+    if stages.sft_data:
+        policy = sft_stage(policy, stages.sft_data, out / "sft", steps=stages.sft_steps,
+                           learning_rate=stages.sft_learning_rate, batch_size=stages.stage_batch_size,
+                           seed=opts.train.seed, peft_config=lora_config(opts.lora), record={"lora": asdict(opts.lora)},
+                           say=say)
+    if stages.preferences:
+        reward_model_stage(stages.reward_base or policy, stages.preferences, out / "reward_model",
+                           steps=stages.reward_steps, batch_size=stages.stage_batch_size,
+                           learning_rate=stages.reward_learning_rate, seed=opts.train.seed,
+                           eval_n=stages.reward_eval_n, say=say)
+
+
+def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
+    """The stages, then PPO (``trl_ext.runs.run.run_training``); returns the summary (also ``summary.json``)."""
+    from trl_ext.data.prompt_files import prepare_prompts
+    from trl_ext.models.loading import truncation_notice
+    from trl_ext.runs.run import RunSpec, run_training
+    from trl_ext.runs.runners import RunInputs
+
+    backend, models = opts.run.backend, opts.models
+    if opts.agents.multi_turn and backend != "scratch":
+        raise InputError("--tools and --environment need --backend scratch (TRL's PPO has no multi-turn rollouts)")
+    if not (models.has_reward or opts.stages.preferences or opts.agents.environment):
+        raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, "
+                         "--preferences (a preference file to train the reward model on first) or --environment "
+                         "(one whose get_reward scores a rollout)")
+    if models.reward and opts.stages.preferences:
+        raise InputError("give --reward or --preferences, not both: --preferences trains the reward model "
+                         "(its base is --reward-base)")
+    if opts.train.separate_critic:
+        raise InputError("the RLHF recipe shares the LoRA backbone between policy and value head; "
+                         "separate_critic is not supported here")
+    out = Path(opts.output.out)
+    spec = RunSpec(backend, backend, train_options(opts), options_dict(opts), opts.sources,
+                   overwrite=opts.output.overwrite, owned=STAGE_FOLDERS)
+
+    def load(run) -> RunInputs:
+        if models.reward_url:  # an unreachable server: one line before any stage trains
+            from trl_ext.rewards.loading import connect_reward
+
+            connect_reward(models.reward_url)
+        check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
+        prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy)
+        for line in prompt_lines if run.is_main else ():
+            print_fn(line)
+        # The stages run once, on the main process; the others wait and read what it wrote.
+        run.open_out(on_main=lambda: run_stages(opts, out, print_fn))
+        policy_dir = str(out / "sft") if opts.stages.sft_data else models.policy
+        reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
+        trained_here = replace(models, policy=policy_dir, reward=reward_dir,
+                               pair=models.pair and not opts.stages.preferences)
+        policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
+        if opts.agents.tool_template:  # chosen by the user, never silently (docs/multi-turn.md)
+            from trl_ext.agents.templates import with_tool_template
+
+            with_tool_template(tokenizer, opts.agents.tool_template)
+        agent = load_agent(opts.agents) if opts.agents.multi_turn else None
+        # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
+        prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
+        dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
+        notice = truncation_notice(prepared.truncation, opts.data.max_prompt_length)  # said once, before training
+        if notice and run.is_main:
+            print_fn(notice)
+        # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
+        return RunInputs(spec.config, policy, tokenizer, reward_fn, peft_config=lora_config(opts.lora),
+                         prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]),  # cycled to n
+                         agent=agent)
+
+    def summarize(inputs, runner, recorder) -> dict:
+        history = recorder.history
+        return {"first_score": history.first.get("objective/scores"),
+                "last_score": history.last.get("objective/scores")}
+
+    summary = run_training(spec, load, summarize, print_fn)
+    summary["summary"] = (f"rlhf[{backend}]: {summary['updates']} updates, reward score "
+                          f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}")
+    return summary
+
+
+@dataclass
+class RLHFOptions:
+    """Everything ``rlhf`` takes, a part per concern (each part's fields are flags of the command)."""
+
+    train: PPOConfig
+    models: RLHFModels
+    data: PromptOptions
+    lora: LoRAOptions
+    stages: RLHFStages
+    agents: AgentOptions
+    output: OutputOptions
+    run: RLHFBackend
+    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)
