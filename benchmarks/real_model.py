@@ -391,7 +391,8 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
         "episodes": len(curve) * SETTINGS["batch_size"], "split": split, "held_out_prompts": len(rows),
         # The KL logged at update 1, before any step, while the policy equals its reference (LoRA's B = 0): about 0
         # unless the rollout's log-probs and the reference's disagree (6-12 nats in TRL's row after right padding)
-        "update1_kl": next((c["kl"] for c in curve if c["update"] == 1), None),
+        # (None where no KL is computed: the GRPO rows, without a KL term, have no reference pass)
+        "update1_kl": next((c["kl"] for c in curve if c["update"] == 1 and c["kl"] == c["kl"]), None),
         "before": before["sampled"]["score"], "after": after["sampled"]["score"],
         "before_greedy": before["greedy"]["score"], "after_greedy": after["greedy"]["score"],
         "before_detail": before, "after_detail": after,
@@ -428,7 +429,8 @@ def comparison_lines(found: list[dict]) -> list[str]:
              "invocation |", "|---|---|---|---|---|---|"]
     for c in found:
         a, b = c["rows"]
-        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or "none"
+        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or \
+            ("none" if c["seeds"] else "- (not both measured)")
         ratios = "; ".join(f"{i['invocation']}: {i['seconds_per_update'][a]} / {i['seconds_per_update'][b]} = "
                            f"{i['ratio']}x" for i in c["invocations"]) or "-"
         lines.append(f"| {a} vs {b} | {c['kind']} | {','.join(map(str, c['seeds'])) or '-'} | {differ} "
@@ -516,7 +518,8 @@ def launch_row(cmd: list[str], log: Path) -> int:
 def run_jobs(jobs: list[tuple[str, int]], workers: int, command_of, logs: Path, on_done=None) -> list:
     """Each ``(row, seed)`` job as a subprocess (``command_of(row, seed, out) -> argv``), ``workers`` at a time, in
     the order given; ``[(row dict or None, failure or None)]`` in that order. Each row gets ``wall``: when it started
-    and ended, seconds after the first job started (what ran beside it). ``on_done(results so far)`` after each."""
+    and ended, seconds after the first job started, and at the end ``alone``: the seconds no other row ran beside it.
+    ``on_done(results so far)`` after each."""
     start, lock, done = time.perf_counter(), threading.Lock(), {}
 
     def one(job):
@@ -540,7 +543,19 @@ def run_jobs(jobs: list[tuple[str, int]], workers: int, command_of, logs: Path, 
         return result
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, jobs))
+        results = list(pool.map(one, jobs))
+    walls = [r["wall"] for r, _ in results if r]
+    for wall in walls:  # seconds it ran with no other row beside it: a lighter load (the end of an invocation)
+        wall["alone"] = round(alone_seconds(wall, [w for w in walls if w is not wall]), 1)
+    return results
+
+
+def alone_seconds(wall: dict, others: list[dict]) -> float:
+    """How long ``[started, ended]`` was covered by none of ``others``' intervals."""
+    edges = sorted({wall["started"], wall["ended"], *(t for w in others for t in (w["started"], w["ended"])
+                                                      if wall["started"] < t < wall["ended"])})
+    return sum(b - a for a, b in zip(edges, edges[1:])
+               if not any(w["started"] <= a and b <= w["ended"] for w in others))
 
 
 def main(argv=None) -> int:

@@ -162,6 +162,14 @@ def test_time_ratios_are_per_invocation_and_never_across(bench):
     assert b["per_seed"] == {"12": 0.5} and b["seeds"] == {"ours": [12], "theirs": [11, 12]}
 
 
+def test_a_rows_time_alone_is_what_no_other_row_covers(bench):
+    wall = {"started": 0.0, "ended": 100.0}
+    assert bench.alone_seconds(wall, []) == 100.0
+    assert bench.alone_seconds(wall, [{"started": 0.0, "ended": 60.0}, {"started": 50.0, "ended": 90.0}]) == 10.0
+    assert bench.alone_seconds(wall, [{"started": -5.0, "ended": 200.0}]) == 0.0
+    assert bench.alone_seconds(wall, [{"started": 20.0, "ended": 30.0}, {"started": 150.0, "ended": 160.0}]) == 90.0
+
+
 def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, tmp_path, monkeypatch, capsys):
     """The plan path end to end with each row's subprocess replaced by a stand-in that writes what a row writes
     (its settings resolved by the same function a row uses): the job order, one invocation id, the results'
@@ -200,6 +208,7 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
     assert written["invocation"] == invocation and written["split"] == "test" and written["quick"]
     assert written["plan"]["sha256"] == plan["sha256"] and written["plan"]["path"].endswith("real-model-fair.json")
     assert [f["trainer"] for f in written["failed"]] == ["trl-grpo-none"] and len(written["rows"]) == 6
+    assert all({"started", "ended", "alone"} <= set(r["wall"]) for r in written["rows"])
     by = {tuple(c["rows"]): c for c in written["comparisons"]}
     ppo = by["scratch-ppo", "trl-ppo"]
     assert ppo["differing_settings"] == {} and ppo["as_declared"] and ppo["kind"] == "pair"
