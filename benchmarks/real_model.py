@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/real_model.py --quick     # smoke run: 1 seed, 2 updates, 16 held-out prompts
     OMP_NUM_THREADS=1 python benchmarks/real_model.py             # full: seeds 0 and 1, 20 updates, 200 held-out
+    OMP_NUM_THREADS=1 python benchmarks/real_model.py --plan benchmarks/plans/real-model-fair.json   # a committed plan
 
 Every row trains SmolLM2-135M-Instruct (bf16, ``trl_ext.tasks.real_model.checkpoint.fetch_smollm2``) with LoRA r=16
 (alpha 32, all linear layers) on ``trl_ext.tasks.real_model.task``'s training stream, rewarded by ``JustTheNumber``,
@@ -22,6 +23,20 @@ after training (greedy and sampled at T=0.7, ``trl_ext.tasks.real_model.evaluate
 against seconds, the trainer's ``timing/*`` stats per update (trl-ext's rows; TRL's trainers report none), seconds
 per update, and peak memory (``resource.getrusage`` maxrss). Writes benchmarks/results/real-model-cpu.json
 (quick: real-model-cpu-quick.json), a .md beside it and a curves .png. Only measured rows are written.
+
+Every row records its ``settings`` in full, resolved: every PPOConfig field that shapes what is computed (the
+estimator's whitening default filled in), the LoRA and precision, and for TRL's trainers the values they fix
+where our config has a choice (``TRL_PPO_FIXED``, ``TRL_GRPO_FIXED``), so that two rows' settings can be compared
+key by key; engine and memory options (the sampler, batch sizes of passes) are recorded apart, as
+``implementation``.
+
+``--plan FILE`` runs a plan committed before it runs (``benchmarks/plans/``, read by ``read_plan``): its rows with
+their settings, seeds, evaluation split, updates and jobs, nothing from the command line but ``--quick`` (the first
+seed, 2 updates, 16 prompts), a subset of its ``--seeds`` or of its whole pairs (``--rows``), ``--out`` and
+``--collect``. The two rows of a pair run side by side in one invocation (jobs ordered seed by seed, each pair's
+rows one after the other, so that load falls on both alike), every row records the invocation's id, and the
+results list per pair the settings keys in which its rows differ (computed from the rows' own records, beside the
+keys the plan declares) and the ratio of their seconds per update in each invocation, never across invocations.
 """
 
 from __future__ import annotations
@@ -34,7 +49,9 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -57,6 +74,13 @@ OVERRIDES: dict = {}  # --set: wins over a row's own settings
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype", "torch_threads")  # SETTINGS that are not PPOConfig fields
 QUICK = dict(seeds=[0], updates=2, heldout=16)
 FULL = dict(seeds=[0, 1], updates=20, heldout=200)
+# PPOConfig fields that choose an engine, a memory layout or bookkeeping, not what is computed: recorded as a row's
+# ``implementation``, left out of its ``settings`` (and so of the keys in which a pair differs)
+IMPLEMENTATION = ("output_dir", "seed", "sampler", "local_rollout_forward_batch_size", "micro_batch_size",
+                  "gradient_checkpointing", "save_steps", "save_total_limit", "resume_from_checkpoint", "report_to",
+                  "torch_threads")
+LORA = dict(lora_target_modules="all-linear", lora_dropout=0.0)  # what every row's LoraConfig adds to SETTINGS
+PLAN_KEYS = {"name", "about", "split", "updates", "eval_prompts", "seeds", "jobs", "settings", "rows", "pairs", "extras"}
 
 
 def prompt_dataset(tokenizer, n: int, seed: int):
@@ -94,6 +118,187 @@ def settings_of(name: str) -> dict:
     return {**SETTINGS, **ROWS[name][4], **OVERRIDES}
 
 
+# ---------------------------------------------------------------------------------------- settings, resolved
+
+
+def row_config(kind: str, settings: dict, updates: int, seed: int = 0, output_dir: str | None = None):
+    """The ``PPOConfig`` a row of ``kind`` (a ``ROWS`` name) trains with: ``settings``' config fields, the row's
+    estimator and generations, ``updates`` updates."""
+    from trl_ext.ppo.config import PPOConfig
+
+    _, _, estimator, generations, _ = ROWS[kind]
+    fields = {k: v for k, v in settings.items() if k not in NOT_CONFIG}
+    return PPOConfig(output_dir=output_dir, total_episodes=updates * settings["batch_size"], seed=seed,
+                     advantage_estimator=estimator, num_generations=generations, **fields)
+
+
+def fixed_by_runner(runner: str) -> dict:
+    """What the trainer behind ``runner`` does where our PPOConfig has a choice (TRL's; ours: nothing fixed)."""
+    if runner == "trl":
+        from trl_ext.trl_compat.backend import TRL_PPO_FIXED
+
+        return dict(TRL_PPO_FIXED)
+    if runner == "grpo":
+        from trl_ext.runs.group_trainers import TRL_GRPO_FIXED
+
+        return dict(TRL_GRPO_FIXED)
+    return {}
+
+
+def resolved_settings(kind: str, settings: dict, updates: int) -> tuple[dict, dict, dict]:
+    """``(settings, implementation, not_expressible)`` of a row: every PPOConfig field that shapes the computation,
+    the estimator's whitening default filled in, the LoRA and precision, and where the row's trainer fixes a value
+    (TRL's), that value; the engine and memory fields apart; and ``{key: [asked, what the trainer runs]}`` for each
+    value the row asked for that its trainer cannot run."""
+    from dataclasses import fields
+
+    from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+
+    cfg = row_config(kind, settings, updates)
+    method, implementation = {}, {}
+    for f in fields(cfg):
+        implemented = f.name in IMPLEMENTATION or f.name.startswith("vllm_")
+        (implementation if implemented else method)[f.name] = getattr(cfg, f.name)
+    if method["whiten_advantages"] is None:
+        method["whiten_advantages"] = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator].whiten
+    for key in NOT_CONFIG:
+        if key in settings:
+            (implementation if key in IMPLEMENTATION else method)[key] = settings[key]
+    method.update(LORA)
+    fixed = fixed_by_runner(ROWS[kind][1])
+    not_expressible = {k: [method.get(k), v] for k, v in fixed.items() if method.get(k) != v}
+    method.update(fixed)
+    return method, implementation, not_expressible
+
+
+ABSENT = "<absent>"
+
+
+def settings_differences(a: dict, b: dict) -> dict:
+    """``{key: [a's value, b's value]}`` for every key whose values differ (a key one side lacks: ``<absent>``)."""
+    return {k: [a.get(k, ABSENT), b.get(k, ABSENT)] for k in sorted(set(a) | set(b))
+            if a.get(k, ABSENT) != b.get(k, ABSENT)}
+
+
+# ---------------------------------------------------------------------------------------- plans
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be run as written."""
+
+
+def read_plan(path: str | Path) -> dict:
+    """A plan file (JSON), checked and resolved: each row's ``settings`` become the plan's common ``settings`` with
+    the row's own over them (complete: every key of SETTINGS must be in the common block, so the plan does not
+    depend on this file's defaults); every row is in one pair or is an extra; a TRL row asks for nothing its trainer
+    cannot run. Adds ``path`` and ``sha256`` (of the file's bytes)."""
+    import hashlib
+
+    from trl_ext.tasks.real_model.task import SPLITS, eval_rows
+
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        plan = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise PlanError(f"{path}: not JSON ({err})") from None
+    unknown = set(plan) - PLAN_KEYS
+    missing = {"split", "updates", "eval_prompts", "seeds", "jobs", "settings", "rows", "pairs"} - set(plan)
+    if unknown or missing:
+        raise PlanError(f"{path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    if plan["split"] not in SPLITS:
+        raise PlanError(f"{path}: split {plan['split']!r} is not one of {sorted(SPLITS)}")
+    seeds = plan["seeds"]
+    if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds) or len(set(seeds)) != len(seeds):
+        raise PlanError(f"{path}: seeds must be distinct integers, got {seeds!r}")
+    for key in ("updates", "jobs", "eval_prompts"):
+        if not isinstance(plan[key], int) or plan[key] < 1:
+            raise PlanError(f"{path}: {key} must be a positive integer, got {plan[key]!r}")
+    if plan["eval_prompts"] > len(eval_rows(plan["split"])):
+        raise PlanError(f"{path}: eval_prompts {plan['eval_prompts']} is more than split {plan['split']!r} has")
+    common = plan["settings"]
+    if set(SETTINGS) - set(common):
+        raise PlanError(f"{path}: the common settings must name every setting the benchmark has; missing "
+                        f"{sorted(set(SETTINGS) - set(common))}")
+    rows = {}
+    for name, row in plan["rows"].items():
+        if set(row) - {"kind", "settings", "about"} or row.get("kind") not in ROWS:
+            raise PlanError(f"{path}: row {name!r} needs a kind of {list(ROWS)} (and optionally settings, about)")
+        own = row.get("settings", {})
+        if {"advantage_estimator", "num_generations"} & set(own):
+            raise PlanError(f"{path}: row {name!r}: its kind fixes advantage_estimator and num_generations")
+        settings = {**common, **own}
+        try:
+            _, _, not_expressible = resolved_settings(row["kind"], settings, plan["updates"])
+        except Exception as err:  # a PPOConfig that refuses the settings: say which row
+            raise PlanError(f"{path}: row {name!r}: {err}") from None
+        if not_expressible:
+            raise PlanError(f"{path}: row {name!r} asks its trainer for what it cannot run ([asked, runs]): "
+                            f"{not_expressible}")
+        rows[name] = dict(row, settings=settings)
+    pairs, extras = plan["pairs"], plan.get("extras", {})
+    placed = [name for pair in pairs for name in pair["rows"]] + list(extras)
+    if any(len(pair.get("rows", [])) != 2 for pair in pairs):
+        raise PlanError(f"{path}: each pair names two rows")
+    if sorted(placed) != sorted(rows) or len(placed) != len(set(placed)):
+        raise PlanError(f"{path}: every row must be in exactly one pair or be an extra; rows {sorted(rows)}, "
+                        f"placed {sorted(placed)}")
+    for name, extra in extras.items():
+        if extra.get("compare_with") not in rows or not extra.get("about"):
+            raise PlanError(f"{path}: extra {name!r} needs 'about' (why it is not a pair) and 'compare_with' (a row)")
+    return dict(plan, rows=rows, pairs=pairs, extras=extras, path=str(path),
+                sha256=hashlib.sha256(raw).hexdigest())
+
+
+def plan_jobs(plan: dict, seeds: list[int], names: list[str] | None = None) -> list[tuple[str, int]]:
+    """``(row, seed)`` in the order they start: seed by seed, each pair's two rows one after the other (with two
+    jobs they start together, and each row of a pair runs beside one other row throughout), then the extras."""
+    chosen = set(names or plan["rows"])
+    order = [name for pair in plan["pairs"] for name in pair["rows"]] + list(plan["extras"])
+    return [(name, seed) for seed in seeds for name in order if name in chosen]
+
+
+def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
+    """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only (seed for seed
+    where both ran it): a ratio is never taken across invocations. Rows without an invocation id are left out."""
+    found = []
+    for invocation in dict.fromkeys(r.get("invocation") for r in rows):
+        if invocation is None:
+            continue
+        mine = {name: {r["seed"]: r["seconds_per_update"] for r in rows
+                       if r["trainer"] == name and r.get("invocation") == invocation} for name in (a, b)}
+        if not mine[a] or not mine[b]:
+            continue
+        mean = {name: sum(v.values()) / len(v) for name, v in mine.items()}
+        found.append({"invocation": invocation, "seconds_per_update": {k: round(v, 2) for k, v in mean.items()},
+                      "ratio": round(mean[a] / mean[b], 3), "seeds": {name: sorted(v) for name, v in mine.items()},
+                      "per_seed": {str(seed): round(mine[a][seed] / mine[b][seed], 3)
+                                   for seed in sorted(set(mine[a]) & set(mine[b]))}})
+    return found
+
+
+def comparisons(rows: list[dict], plan: dict) -> list[dict]:
+    """Per pair (and per extra beside the row it is compared with): the settings keys in which the two rows
+    differ, computed from what the rows recorded, seed for seed, beside the keys the plan declares; and the
+    ratio of their seconds per update in each invocation."""
+    by = {(r["trainer"], r["seed"]): r for r in rows}
+    entries = [(pair["rows"][0], pair["rows"][1], "pair", pair.get("about", ""), pair.get("differs_in", []))
+               for pair in plan["pairs"]]
+    entries += [(name, extra["compare_with"], "extra", extra["about"], extra.get("differs_in", []))
+                for name, extra in plan["extras"].items()]
+    found = []
+    for a, b, kind, about, declared in entries:
+        seeds = sorted(s for (name, s) in by if name == a and (b, s) in by)
+        differ = {}
+        for seed in seeds:
+            for key, values in settings_differences(by[a, seed]["settings"], by[b, seed]["settings"]).items():
+                differ.setdefault(key, values)
+        found.append({"rows": [a, b], "kind": kind, "about": about, "seeds": seeds, "differing_settings": differ,
+                      "declared": sorted(declared), "as_declared": sorted(differ) == sorted(declared) if seeds else None,
+                      "invocations": invocation_ratios(rows, a, b)})
+    return found
+
+
 def held_out_during(policy, tokenizer, rows, seed: int) -> float:
     """The sampled held-out score in the middle of training, leaving the random state and train mode as they were
     (TRL's trainers sample from torch's global generator: an evaluation must not change their run)."""
@@ -111,26 +316,31 @@ def held_out_during(policy, tokenizer, rows, seed: int) -> float:
             torch.cuda.set_rng_state_all(cuda)
 
 
-def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_every: int = 0) -> None:
-    """One row, in this process: train, evaluate before and after, write its JSON to ``out``."""
+def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_every: int = 0, *,
+            kind: str | None = None, settings: dict | None = None, split: str = "heldout",
+            invocation: str | None = None) -> None:
+    """One row, in this process: train, evaluate before and after on ``split``'s first ``heldout`` prompts, write
+    its JSON to ``out``. ``kind`` (a ``ROWS`` name, default ``name``) and ``settings`` (default: ``settings_of``)
+    come from a plan's row."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ext.ppo.config import PPOConfig
     from trl_ext.runs.runners import RUNNERS, RunInputs
     from trl_ext.tasks.real_model.checkpoint import fetch_smollm2
-    from trl_ext.tasks.real_model.task import JustTheNumber, heldout_rows
+    from trl_ext.tasks.real_model.task import JustTheNumber, eval_rows
 
     torch.set_num_threads(1)
-    _, runner_name, estimator, generations, _ = ROWS[name]
-    SETTINGS.update(settings_of(name))
+    kind = kind or name
+    settings = settings_of(name) if settings is None else settings
+    _, runner_name, estimator, generations, _ = ROWS[kind]
+    SETTINGS.update(settings)
     folder = fetch_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
     if torch.cuda.is_available():  # the trainers run on the accelerator's device; evaluate there before as after
         model.to("cuda")
-    rows = heldout_rows()[:heldout]
+    rows = eval_rows(split)[:heldout]
     t0 = time.perf_counter()
     before = held_out(model, tokenizer, rows, seed)
     eval_before_s = time.perf_counter() - t0
@@ -138,15 +348,15 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
                       lora_dropout=0.0, target_modules="all-linear")
     work = tempfile.mkdtemp(prefix=f"real-model-{name}-")
-    fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG}
-    cfg = PPOConfig(output_dir=work, total_episodes=updates * SETTINGS["batch_size"], seed=seed,
-                    advantage_estimator=estimator, num_generations=generations, **fields)
+    cfg = row_config(kind, settings, updates, seed, work)
+    resolved, implementation, not_expressible = resolved_settings(kind, settings, updates)
     policy, peft_config = model, lora
     if runner_name in ("grpo", "rloo"):  # trl-ext's group runners take a ready policy: the adapter goes on here
         policy, peft_config = get_peft_model(model, lora), None
     inputs = RunInputs(cfg, policy, tokenizer, JustTheNumber(), prompts=lambda n: prompt_dataset(tokenizer, n, seed),
                        peft_config=peft_config)
     runner = RUNNERS[runner_name](inputs)
+    implementation["sampler"] = runner.trainer.sampler_name if runner_name == "scratch" else "the trainer's own"
     curve = []
     evaluating = [0.0]  # seconds spent on held-out scores during training: not training time
     start = time.perf_counter()
@@ -176,12 +386,13 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     import trl
 
     row = {
-        "trainer": name, "runner": runner_name, "advantage_estimator": estimator, "num_generations": generations,
-        "seed": seed, "updates": len(curve), "episodes": len(curve) * SETTINGS["batch_size"],
-        "held_out_prompts": len(rows),
+        "trainer": name, "kind": kind, "runner": runner_name, "advantage_estimator": estimator,
+        "num_generations": generations, "seed": seed, "invocation": invocation, "updates": len(curve),
+        "episodes": len(curve) * SETTINGS["batch_size"], "split": split, "held_out_prompts": len(rows),
         # The KL logged at update 1, before any step, while the policy equals its reference (LoRA's B = 0): about 0
         # unless the rollout's log-probs and the reference's disagree (6-12 nats in TRL's row after right padding)
-        "update1_kl": next((c["kl"] for c in curve if c["update"] == 1), None),
+        # (None where no KL is computed: the GRPO rows, without a KL term, have no reference pass)
+        "update1_kl": next((c["kl"] for c in curve if c["update"] == 1 and c["kl"] == c["kl"]), None),
         "before": before["sampled"]["score"], "after": after["sampled"]["score"],
         "before_greedy": before["greedy"]["score"], "after_greedy": after["greedy"]["score"],
         "before_detail": before, "after_detail": after,
@@ -192,29 +403,52 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "settings": dict(SETTINGS), "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__,
+        # full and resolved (resolved_settings); what the trainer fixes over what was asked, where they differ
+        "settings": resolved, "implementation": implementation, "settings_not_expressible": not_expressible,
+        "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__,
     }
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
 def row_settings(rows: list[dict]) -> dict:
-    """Per trainer, the settings its rows ran with that differ from SETTINGS (as each row recorded them)."""
+    """Per trainer, the settings its rows ran with that differ from SETTINGS (as each row recorded them): among
+    SETTINGS' keys, the row's own and ``--set``'s (a row records every setting; the rest are PPOConfig's defaults)."""
     changed = {}
     for r in rows:
         if "settings" in r:
+            own = set(ROWS.get(r.get("kind", r["trainer"]), ({},) * 5)[4]) | set(OVERRIDES)
             changed.setdefault(r["trainer"], {}).update(
-                {k: v for k, v in r["settings"].items() if k not in SETTINGS or SETTINGS[k] != v})
+                {k: v for k, v in r["settings"].items()
+                 if (k in SETTINGS and SETTINGS[k] != v) or (k not in SETTINGS and k in own)})
     return changed
 
 
-def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) -> None:
-    stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed), indent=2,
+def comparison_lines(found: list[dict]) -> list[str]:
+    """The pairs' part of the .md: per pair, the keys its rows differ in and the time ratio per invocation."""
+    lines = ["", "| rows | kind | seeds | settings that differ (computed) | declared | seconds per update, ratio per "
+             "invocation |", "|---|---|---|---|---|---|"]
+    for c in found:
+        a, b = c["rows"]
+        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or \
+            ("none" if c["seeds"] else "- (not both measured)")
+        ratios = "; ".join(f"{i['invocation']}: {i['seconds_per_update'][a]} / {i['seconds_per_update'][b]} = "
+                           f"{i['ratio']}x" for i in c["invocations"]) or "-"
+        lines.append(f"| {a} vs {b} | {c['kind']} | {','.join(map(str, c['seeds'])) or '-'} | {differ} "
+                     f"| {', '.join(c['declared']) or 'none'} | {ratios} |")
+    return lines
+
+
+def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
+                  found: list[dict] | None = None) -> None:
+    extra = {} if found is None else {"comparisons": found}
+    stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed, **extra), indent=2,
                                                     ensure_ascii=False) + "\n")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from real_model_tables import results_table
 
     data = json.loads(stem.with_suffix(".json").read_text())
     stem.with_suffix(".md").write_text(results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`")
+                                       + "\n".join(["", *comparison_lines(found)] if found is not None else [])
                                        + "\n")
     try:
         import matplotlib
@@ -223,7 +457,8 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) 
         import matplotlib.pyplot as plt
 
         fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-        colour = {name: f"C{i}" for i, name in enumerate(ROWS)}  # one colour a trainer, one line a seed
+        names = dict.fromkeys([*ROWS, *(r["trainer"] for r in rows)])
+        colour = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one colour a trainer, one line a seed
         for r in rows:
             c, label = colour.get(r["trainer"], "k"), r["trainer"]
             a.plot([x["update"] for x in r["curve"]], [x["reward"] for x in r["curve"]], color=c, alpha=0.6,
@@ -240,28 +475,96 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path) 
         fig.subplots_adjust(right=0.8)
         fig.suptitle(f"{stem.name}: every seed a line; held-out dashed where measured along the run")
         fig.savefig(stem.with_suffix(".png"), dpi=100)
+        plt.close(fig)
     except ImportError as err:
         print(f"no curves PNG: {err}")
 
 
+def git_commit() -> str | None:
+    """The working tree's commit, with ``+changes`` when tracked files differ from it (None outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+changes" if dirty else "")) or None
+
+
+def launch_row(cmd: list[str], log: Path) -> int:
+    """Run one row's subprocess, its output into ``log``; its exit code. (Tests replace it.)"""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(ROOT))
+    with open(log, "w") as handle:
+        return subprocess.run(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+
+
+def run_jobs(jobs: list[tuple[str, int]], workers: int, command_of, logs: Path, on_done=None) -> list:
+    """Each ``(row, seed)`` job as a subprocess (``command_of(row, seed, out) -> argv``), ``workers`` at a time, in
+    the order given; ``[(row dict or None, failure or None)]`` in that order. Each row gets ``wall``: when it started
+    and ended, seconds after the first job started, and at the end ``alone``: the seconds no other row ran beside it.
+    ``on_done(results so far)`` after each."""
+    start, lock, done = time.perf_counter(), threading.Lock(), {}
+
+    def one(job):
+        name, seed = job
+        out = logs / f"{name}-{seed}.json"
+        t0 = time.perf_counter()
+        rc = launch_row(command_of(name, seed, out), logs / f"{name}-{seed}.log")
+        t1 = time.perf_counter()
+        print(f"{name} seed {seed}: exit {rc} after {t1 - t0:.0f} s (log {logs}/{name}-{seed}.log)", flush=True)
+        if rc == 0 and out.exists():
+            row = json.loads(out.read_text())
+            row["wall"] = {"started": round(t0 - start, 1), "ended": round(t1 - start, 1)}
+            result = (row, None)
+        else:
+            tail = (logs / f"{name}-{seed}.log").read_text().strip().splitlines()[-1:] or [""]
+            result = (None, {"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]})
+        with lock:
+            done[job] = result
+            if on_done is not None:
+                on_done([done[j] for j in jobs if j in done])
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(one, jobs))
+    walls = [r["wall"] for r, _ in results if r]
+    for wall in walls:  # seconds it ran with no other row beside it: a lighter load (the end of an invocation)
+        wall["alone"] = round(alone_seconds(wall, [w for w in walls if w is not wall]), 1)
+    return results
+
+
+def alone_seconds(wall: dict, others: list[dict]) -> float:
+    """How long ``[started, ended]`` was covered by none of ``others``' intervals."""
+    edges = sorted({wall["started"], wall["ended"], *(t for w in others for t in (w["started"], w["ended"])
+                                                      if wall["started"] < t < wall["ended"])})
+    return sum(b - a for a, b in zip(edges, edges[1:])
+               if not any(w["started"] <= a and b <= w["ended"] for w in others))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", metavar="FILE", help="run this committed plan (benchmarks/plans/*.json) as written")
     parser.add_argument("--quick", action="store_true", help="1 seed, 2 updates, the first 16 held-out prompts")
-    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--rows", help="comma-separated, of " + ", ".join(ROWS) + " (with --plan: of its rows, "
+                        "whole pairs)")
+    parser.add_argument("--jobs", type=int)
     parser.add_argument("--updates", type=int)
-    parser.add_argument("--seeds", help="comma-separated")
+    parser.add_argument("--seeds", help="comma-separated (with --plan: some of its seeds)")
     parser.add_argument("--heldout", type=int)
     parser.add_argument("--eval-every", type=int, default=0, metavar="N",
                         help="also score the held-out set (sampled) after every N-th update, into the curves")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                         help="override one of SETTINGS for every row, e.g. --set whiten_advantages=false (repeatable)")
-    parser.add_argument("--out", help="results stem (default benchmarks/results/real-model-cpu[-quick])")
+    parser.add_argument("--out", help="results stem (default benchmarks/results/real-model-cpu[-quick]; with --plan "
+                        "benchmarks/results/<plan name>-cpu[-quick])")
     parser.add_argument("--collect", nargs="+", metavar="ROW_JSON",
                         help="write the results from row files already measured (--row ... --row-out FILE) instead "
                              "of running rows")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
+    parser.add_argument("--invocation", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for item in args.set:
         key, _, value = item.partition("=")
@@ -269,62 +572,100 @@ def main(argv=None) -> int:
             OVERRIDES[key] = json.loads(value)
         except json.JSONDecodeError:
             parser.error(f"--set {item!r}: the value must be JSON (false, 2e-4, \"linear\")")
-    mode = QUICK if args.quick else FULL
-    updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
     sys.path.insert(0, str(ROOT))
     from trl_ext.runs.machine import cpu_name
 
+    plan = None
+    if args.plan:
+        fixed = [flag for flag, given in (("--set", args.set), ("--jobs", args.jobs), ("--eval-every", args.eval_every),
+                                          ("--updates", args.updates and not args.row),
+                                          ("--heldout", args.heldout and not args.row)) if given]
+        if fixed:
+            parser.error(f"--plan runs the plan as written: {', '.join(fixed)} cannot change it")
+        try:
+            plan = read_plan(args.plan)
+        except (OSError, PlanError) as err:
+            parser.error(str(err))
+    mode = QUICK if args.quick else FULL
+    if plan is not None:
+        mode = dict(seeds=plan["seeds"][:1] if args.quick else plan["seeds"],
+                    updates=QUICK["updates"] if args.quick else plan["updates"],
+                    heldout=QUICK["heldout"] if args.quick else plan["eval_prompts"])
+    updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
+
     if args.row:
-        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.eval_every)
+        if plan is None:
+            run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.eval_every,
+                    invocation=args.invocation)
+        else:
+            spec = plan["rows"][args.row]
+            run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), kind=spec["kind"],
+                    settings=spec["settings"], split=plan["split"], invocation=args.invocation)
         return 0
 
-    names = [n for n in args.rows.split(",") if n]
-    unknown = [n for n in names if n not in ROWS]
+    known = list(plan["rows"]) if plan else list(ROWS)
+    names = [n for n in (args.rows or ",".join(known)).split(",") if n]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"unknown rows {unknown}; known: {list(ROWS)}")
-    stem = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
-        "real-model-cpu-quick" if args.quick else "real-model-cpu")
+        parser.error(f"unknown rows {unknown}; known: {known}")
+    if plan is not None:
+        split_pairs = [pair["rows"] for pair in plan["pairs"] if len(set(pair["rows"]) & set(names)) == 1]
+        if split_pairs:
+            parser.error(f"--rows with --plan takes whole pairs; {split_pairs} would be split")
+        if set(seeds) - set(plan["seeds"]):
+            parser.error(f"--seeds with --plan takes some of the plan's seeds {plan['seeds']}")
+    jobs_n = plan["jobs"] if plan else (args.jobs or 2)
+    name = (Path(plan["path"]).stem if plan else "real-model") + "-cpu" + ("-quick" if args.quick else "")
+    stem = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / name
+    invocation = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     logs = Path(tempfile.mkdtemp(prefix="real-model-rows-"))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=str(ROOT))
 
-    def one(job):
-        name, seed = job
-        out = logs / f"{name}-{seed}.json"
-        cmd = [str(ROOT / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
-               "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
-               f"--eval-every={args.eval_every}", *(f"--set={item}" for item in args.set)]
-        t0 = time.perf_counter()
-        with open(logs / f"{name}-{seed}.log", "w") as log:
-            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-        print(f"{name} seed {seed}: exit {rc} after {time.perf_counter() - t0:.0f} s (log {logs}/{name}-{seed}.log)",
-              flush=True)
-        if rc == 0 and out.exists():
-            return json.loads(out.read_text()), None
-        tail = (logs / f"{name}-{seed}.log").read_text().strip().splitlines()[-1:] or [""]
-        return None, {"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]}
+    def command_of(name, seed, out):
+        python = ROOT / ROWS[plan["rows"][name]["kind"] if plan else name][0] / "bin" / "python"
+        common = [str(python), str(Path(__file__).resolve()), "--row", name, "--row-out", str(out), "--seeds",
+                  str(seed), "--updates", str(updates), "--heldout", str(heldout), "--invocation", invocation]
+        if plan is not None:
+            return common + ["--plan", plan["path"]]
+        return common + [f"--eval-every={args.eval_every}", *(f"--set={item}" for item in args.set)]
+
+    meta = {"benchmark": "real-model", "quick": args.quick,
+            "command": "OMP_NUM_THREADS=1 python benchmarks/real_model.py " + " ".join(argv or sys.argv[1:]),
+            "commit": git_commit(), "invocation": None if args.collect else invocation,
+            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
+                        "python": platform.python_version()},
+            "model": "SmolLM2-135M-Instruct bf16 (trl_ext.tasks.real_model.checkpoint.fetch_smollm2)",
+            "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": jobs_n},
+            "updates": updates, "seeds": seeds, "split": plan["split"] if plan else "heldout",
+            "held_out_prompts": heldout}
+    if plan is not None:
+        where = Path(plan["path"]).resolve()
+        meta["plan"] = {"path": str(where.relative_to(ROOT) if where.is_relative_to(ROOT) else where),
+                        "sha256": plan["sha256"], "name": plan.get("name"), "rows": names, "jobs": jobs_n}
+        meta["settings"] = {"jobs": jobs_n}  # each row records its own, in full
+
+    def write(results, wall=None):
+        rows = [r for r, _ in results if r]
+        failed = [f for _, f in results if f]
+        if rows and plan is None:
+            meta["row_settings"] = row_settings(rows)
+        if rows:
+            meta["held_out_prompts"] = max(r.get("held_out_prompts", 0) for r in rows)
+        meta["wall_seconds"] = wall
+        meta["collected_from_row_files"] = bool(args.collect)
+        write_outputs(rows, failed, meta, stem, comparisons(rows, plan) if plan else None)
+        return rows, failed
 
     start = time.perf_counter()
     if args.collect:
         results = [(json.loads(Path(f).read_text()), None) for f in args.collect]
     else:
-        jobs = [(n, s) for n in names for s in seeds]  # with --jobs 2, a row's two seeds side by side
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(one, jobs))
-    rows = [r for r, _ in results if r]
-    failed = [f for _, f in results if f]
-    meta = {"benchmark": "real-model", "quick": args.quick,
-            "command": "OMP_NUM_THREADS=1 python benchmarks/real_model.py " + " ".join(argv or sys.argv[1:]),
-            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
-                        "python": platform.python_version()},
-            "model": "SmolLM2-135M-Instruct bf16 (trl_ext.tasks.real_model.checkpoint.fetch_smollm2)",
-            "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": args.jobs},
-            "row_settings": row_settings(rows),
-            "updates": updates, "seeds": seeds, "held_out_prompts": heldout,
-            "wall_seconds": None if args.collect else round(time.perf_counter() - start, 1),
-            "collected_from_row_files": bool(args.collect)}
-    write_outputs(rows, failed, meta, stem)
+        jobs = plan_jobs(plan, seeds, names) if plan else [(n, s) for n in names for s in seeds]
+        print(f"invocation {invocation}: {len(jobs)} rows, {jobs_n} at a time; row files and logs in {logs}",
+              flush=True)
+        # a long plan writes its results after every row: what stopped early still holds the rows that ran
+        results = run_jobs(jobs, jobs_n, command_of, logs, on_done=(lambda done: write(done)) if plan else None)
+    rows, failed = write(results, None if args.collect else round(time.perf_counter() - start, 1))
     print(f"written {stem}.json/.md/.png: {len(rows)} rows measured, {len(failed)} failed")
     return 0 if rows else 1
 

@@ -73,27 +73,40 @@ def _targets(data: dict) -> list[str]:
     return checks
 
 
+def _kl(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _description(data: dict) -> str:
+    """What the rows ran with: the settings they share, or (a plan's run) where each row's full settings are."""
+    st, split = data["settings"], data.get("split", "heldout").replace("heldout", "held-out")
+    if "plan" in data:
+        return (f"The plan `{data['plan']['path']}`: {data['updates']} updates a row, {data['held_out_prompts']} "
+                f"{split} prompts, rows {st['jobs']} side by side. Each row's full settings are in the JSON; the "
+                "pairs' computed differences are below. Score: `JustTheNumber` (greedy in brackets).")
+    return (f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
+            f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
+            f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
+            f"{data['updates']} updates; {data['held_out_prompts']} {split} prompts. Score: `JustTheNumber`, "
+            f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side."
+            + "".join(f" {trainer}: {', '.join(f'{k}={v}' for k, v in changed.items())}."
+                      for trainer, changed in data.get("row_settings", {}).items() if changed))
+
+
 def results_table(data: dict, name: str, made_by: str | None = None) -> str:
     """A results file's table: every row's held-out score before and after, speed and memory; the targets."""
-    st = data["settings"]
-    lines = [_source(data, name, made_by), "",
-             f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
-             f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
-             f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
-             f"{data['updates']} updates; {data['held_out_prompts']} held-out prompts. Score: `JustTheNumber`, "
-             f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side."
-             + "".join(f" {trainer}: {', '.join(f'{k}={v}' for k, v in changed.items())}."
-                       for trainer, changed in data.get("row_settings", {}).items() if changed), "",
-             "| trainer | seed | episodes | held-out before | after | gain | s/update | update phases (s) | "
-             "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [_source(data, name, made_by), "", _description(data), "",
+             "| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
+             "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         phases = ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in r.get("seconds_per_update_by_phase", {}).items())
         lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f})"
                      f" | {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['after'] - r['before']:+.3f} | "
-                     f"{r['seconds_per_update']:.1f} | {phases or '-'} | {r['peak_rss_mib']:,.0f} |")
+                     f"{r['seconds_per_update']:.1f} | {phases or '-'} | {_kl(r.get('update1_kl'))} | "
+                     f"{r['peak_rss_mib']:,.0f} |")
     for f in data.get("failed", []):
         error = " ".join(str(f["error"]).split()).replace("|", "\\|")
-        lines.append(f"| {f['trainer']} | {f['seed']} | failed (exit {f['returncode']}): {error} | | | | | | |")
+        lines.append(f"| {f['trainer']} | {f['seed']} | failed (exit {f['returncode']}): {error} | | | | | | | |")
     lines += ["", "| target | measured | met |", "|---|---|---|", *_targets(data), "",
               f"![reward per update and against seconds, every row and seed](../benchmarks/results/"
               f"{name.removesuffix('.json')}.png)"]

@@ -1,7 +1,11 @@
 """benchmarks/real_model.py's own logic on a tiny chat checkpoint: a held-out score taken in the middle of a run
-leaves the run as it was, and settings given on the command line win over a row's."""
+leaves the run as it was, and settings given on the command line win over a row's; and its plans (issue 40): the
+committed plan's pairs are equal where both trainers can express a setting, the reader refuses what cannot run as
+written, the pairs' differing keys and per-invocation time ratios, and a plan run end to end with stand-in rows."""
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -67,3 +71,174 @@ def test_collect_writes_results_with_a_setting_given_on_the_command_line(bench, 
     assert written["settings"]["learning_rate"] == 2e-4 and written["rows"] == [row]
     assert written["row_settings"] == {"scratch-ppo": {"whiten_advantages": False}}  # as the row recorded them
     assert "| scratch-ppo | 0 | 16 | 0.100 (0.100) | 0.500 (0.500) |" in (tmp_path / "out.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------- plans (issue 40)
+
+PLAN = ROOT / "benchmarks" / "plans" / "real-model-fair.json"
+SEEDS_RUN_BEFORE = set(range(8)) | {17}  # CPU seeds 0-3, the H100's 0-7, the seed-17 re-run of issue 40
+
+
+def _resolved(bench, plan):
+    return {name: bench.resolved_settings(row["kind"], row["settings"], plan["updates"])[0]
+            for name, row in plan["rows"].items()}
+
+
+def test_the_committed_plan_is_equal_where_both_can_express_and_judged_on_fresh_ground(bench):
+    plan = bench.read_plan(PLAN)
+    assert plan["split"] == "test" and plan["eval_prompts"] == 240 and plan["updates"] == 20 and plan["jobs"] == 2
+    assert len(plan["seeds"]) >= 6 and not set(plan["seeds"]) & SEEDS_RUN_BEFORE
+    settings = _resolved(bench, plan)
+    pairs = {tuple(pair["rows"]): pair for pair in plan["pairs"]}
+    assert set(pairs) == {("scratch-ppo", "trl-ppo"), ("scratch-grpo-group", "trl-grpo-group"),
+                          ("scratch-grpo-none", "trl-grpo-none")}
+    for (a, b), pair in pairs.items():  # computed from the settings each trainer runs, TRL's fixed values included
+        assert bench.settings_differences(settings[a], settings[b]) == {} == dict.fromkeys(pair["differs_in"])
+    assert settings["scratch-ppo"]["whiten_advantages"] is True and settings["trl-ppo"]["whiten_advantages"] is True
+    assert {settings[n]["scale_rewards"] for n in ("scratch-grpo-group", "trl-grpo-group")} == {"group"}
+    assert {settings[n]["scale_rewards"] for n in ("scratch-grpo-none", "trl-grpo-none")} == {"none"}
+    extra = plan["extras"]["scratch-ppo-unwhitened"]
+    differ = bench.settings_differences(settings["scratch-ppo-unwhitened"], settings[extra["compare_with"]])
+    assert differ == {"whiten_advantages": [False, True]} and extra["differs_in"] == ["whiten_advantages"]
+    assert "only one side has" in extra["about"]
+    # every row's settings are the plan's alone: a changed default in this benchmark would not move them
+    assert all(set(bench.SETTINGS) <= set(row["settings"]) for row in plan["rows"].values())
+
+
+def _plan_file(tmp_path, **changes):
+    plan = json.loads(PLAN.read_text())
+    for key, value in changes.items():
+        if value is None:
+            plan.pop(key)
+        else:
+            plan[key] = value
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def test_the_plan_reader_refuses_a_plan_that_cannot_run_as_written(bench, tmp_path):
+    plan = json.loads(PLAN.read_text())
+    trl_ppo = plan["rows"]["trl-ppo"]
+    unwhitened_trl = dict(plan["rows"], **{"trl-ppo": dict(trl_ppo, settings=dict(trl_ppo["settings"],
+                                                                                 whiten_advantages=False))})
+    lonely = dict(plan["rows"], **{"lonely": {"kind": "scratch-ppo"}})
+    common = {k: v for k, v in plan["settings"].items() if k != "learning_rate"}
+    cases = {"unknown keys ['colour']": dict(colour="blue"), "missing keys ['seeds']": dict(seeds=None),
+             "split 'dev'": dict(split="dev"), "seeds must be distinct": dict(seeds=[10, 10]),
+             "eval_prompts 500 is more": dict(eval_prompts=500), "missing ['learning_rate']": dict(settings=common),
+             "cannot run ([asked, runs]): {'whiten_advantages': [False, True]}": dict(rows=unwhitened_trl),
+             "exactly one pair or be an extra": dict(rows=lonely),
+             "each pair names two rows": dict(pairs=[{"rows": ["scratch-ppo"]}] + plan["pairs"][1:])}
+    for message, change in cases.items():
+        with pytest.raises(bench.PlanError, match=re.escape(message)):
+            bench.read_plan(_plan_file(tmp_path, **change))
+    with pytest.raises(bench.PlanError, match="row 'scratch-ppo': .*cliprange"):  # PPOConfig's own check, named
+        rows = dict(plan["rows"], **{"scratch-ppo": {"kind": "scratch-ppo", "settings": {"cliprange": -1}}})
+        bench.read_plan(_plan_file(tmp_path, rows=rows))
+
+
+def test_settings_differences_name_every_key_either_side_sets_otherwise(bench):
+    a = {"lr": 1e-4, "whiten": True, "only_a": 1, "same": None}
+    b = {"lr": 2e-4, "whiten": True, "only_b": None, "same": None}
+    assert bench.settings_differences(a, b) == {"lr": [1e-4, 2e-4], "only_a": [1, "<absent>"],
+                                                "only_b": ["<absent>", None]}
+    assert bench.settings_differences(a, dict(a)) == {}
+
+
+def test_time_ratios_are_per_invocation_and_never_across(bench):
+    def row(trainer, seed, invocation, seconds):
+        return {"trainer": trainer, "seed": seed, "invocation": invocation, "seconds_per_update": seconds}
+
+    rows = [row("ours", 10, "A", 10.0), row("theirs", 10, "A", 40.0), row("ours", 11, "A", 12.0),
+            row("theirs", 11, "B", 30.0), row("ours", 12, "B", 15.0), row("theirs", 12, "B", 30.0),
+            row("ours", 13, None, 1.0), row("theirs", 13, None, 100.0)]  # no invocation recorded: left out
+    found = bench.invocation_ratios(rows, "ours", "theirs")
+    assert [f["invocation"] for f in found] == ["A", "B"]
+    a, b = found
+    assert a["seconds_per_update"] == {"ours": 11.0, "theirs": 40.0} and a["ratio"] == 0.275
+    assert a["per_seed"] == {"10": 0.25}  # seed 11's rows ran in two invocations: no ratio of them
+    assert b["seconds_per_update"] == {"ours": 15.0, "theirs": 30.0} and b["ratio"] == 0.5
+    assert b["per_seed"] == {"12": 0.5} and b["seeds"] == {"ours": [12], "theirs": [11, 12]}
+
+
+def test_a_rows_time_alone_is_what_no_other_row_covers(bench):
+    wall = {"started": 0.0, "ended": 100.0}
+    assert bench.alone_seconds(wall, []) == 100.0
+    assert bench.alone_seconds(wall, [{"started": 0.0, "ended": 60.0}, {"started": 50.0, "ended": 90.0}]) == 10.0
+    assert bench.alone_seconds(wall, [{"started": -5.0, "ended": 200.0}]) == 0.0
+    assert bench.alone_seconds(wall, [{"started": 20.0, "ended": 30.0}, {"started": 150.0, "ended": 160.0}]) == 90.0
+
+
+def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, tmp_path, monkeypatch, capsys):
+    """The plan path end to end with each row's subprocess replaced by a stand-in that writes what a row writes
+    (its settings resolved by the same function a row uses): the job order, one invocation id, the results'
+    comparisons, a failed row listed, and the flags a plan refuses."""
+    launched = []
+
+    def fake_launch(cmd, log):
+        arg = dict(zip(cmd[2::2], cmd[3::2]))  # python, script, then --flag value pairs
+        name, seed = arg["--row"], int(arg["--seeds"])
+        launched.append((name, seed, arg["--invocation"], arg["--plan"], arg["--updates"], arg["--heldout"]))
+        if name == "trl-grpo-none":
+            log.write_text("error: a row that failed\n")
+            return 1
+        plan = bench.read_plan(arg["--plan"])
+        spec = plan["rows"][name]
+        settings = bench.resolved_settings(spec["kind"], spec["settings"], int(arg["--updates"]))[0]
+        seconds = {"scratch": 10.0, "trl": 40.0, "grpo": 20.0}[bench.ROWS[spec["kind"]][1]]
+        Path(arg["--row-out"]).write_text(json.dumps({
+            "trainer": name, "kind": spec["kind"], "seed": seed, "invocation": arg["--invocation"], "episodes": 32,
+            "before": 0.1, "after": 0.2, "before_greedy": 0.1, "after_greedy": 0.2, "seconds_per_update": seconds,
+            "update1_kl": 0.0, "peak_rss_mib": 1.0, "settings": settings, "held_out_prompts": 16, "split": "test",
+            "curve": [{"update": 1, "seconds": seconds, "reward": 0.1}, {"update": 2, "seconds": 2 * seconds,
+                                                                         "reward": 0.2}]}))
+        return 0
+
+    monkeypatch.setattr(bench, "launch_row", fake_launch)
+    monkeypatch.setattr(sys, "argv", ["real_model.py"])
+    out = tmp_path / "fair"
+    assert bench.main(["--plan", str(PLAN), "--quick", "--out", str(out)]) == 0
+    plan = bench.read_plan(PLAN)
+    assert [(n, s) for n, s, *_ in launched] == bench.plan_jobs(plan, plan["seeds"][:1])  # pairs adjacent
+    assert [n for n, *_ in launched][:2] == ["scratch-ppo", "trl-ppo"]
+    assert len({inv for _, _, inv, *_ in launched}) == 1 and {x[3:] for x in launched} == {(str(PLAN), "2", "16")}
+    written = json.loads(out.with_suffix(".json").read_text())
+    invocation = launched[0][2]
+    assert written["invocation"] == invocation and written["split"] == "test" and written["quick"]
+    assert written["plan"]["sha256"] == plan["sha256"] and written["plan"]["path"].endswith("real-model-fair.json")
+    assert [f["trainer"] for f in written["failed"]] == ["trl-grpo-none"] and len(written["rows"]) == 6
+    assert all({"started", "ended", "alone"} <= set(r["wall"]) for r in written["rows"])
+    by = {tuple(c["rows"]): c for c in written["comparisons"]}
+    ppo = by["scratch-ppo", "trl-ppo"]
+    assert ppo["differing_settings"] == {} and ppo["as_declared"] and ppo["kind"] == "pair"
+    assert ppo["invocations"] == [{"invocation": invocation, "seconds_per_update": {"scratch-ppo": 10.0,
+                                                                                    "trl-ppo": 40.0},
+                                   "ratio": 0.25, "seeds": {"scratch-ppo": [10], "trl-ppo": [10]},
+                                   "per_seed": {"10": 0.25}}]
+    assert by["scratch-grpo-none", "trl-grpo-none"]["seeds"] == []  # its TRL row failed: nothing compared
+    extra = by["scratch-ppo-unwhitened", "trl-ppo"]
+    assert extra["kind"] == "extra" and extra["differing_settings"] == {"whiten_advantages": [False, True]}
+    assert extra["as_declared"]
+    md = out.with_suffix(".md").read_text()
+    assert "| scratch-ppo vs trl-ppo | pair | 10 | none | none | " in md and "= 0.25x" in md
+    assert "whiten_advantages (False / True)" in md and "| trl-grpo-none | 10 | failed (exit" in md
+
+    # the rows of several invocations, collected: a ratio per invocation
+    rows = written["rows"] + [dict(r, invocation="later", seconds_per_update=r["seconds_per_update"] * 2)
+                              for r in written["rows"] if r["trainer"] in ("scratch-ppo", "trl-ppo")]
+    files = []
+    for i, r in enumerate(rows):
+        files.append(tmp_path / f"row{i}.json")
+        files[-1].write_text(json.dumps(r))
+    assert bench.main(["--plan", str(PLAN), "--collect", *map(str, files), "--out", str(tmp_path / "both")]) == 0
+    both = {tuple(c["rows"]): c for c in json.loads((tmp_path / "both.json").read_text())["comparisons"]}
+    assert [(i["invocation"], i["ratio"]) for i in both["scratch-ppo", "trl-ppo"]["invocations"]] == [
+        (invocation, 0.25), ("later", 0.25)]
+
+    for flags, message in ((["--set", "learning_rate=1e-3"], "--set cannot change it"),
+                           (["--jobs", "4"], "--jobs cannot change it"), (["--updates", "3"], "--updates"),
+                           (["--rows", "scratch-ppo"], "takes whole pairs"), (["--seeds", "3"], "some of the plan's")):
+        with pytest.raises(SystemExit):
+            bench.main(["--plan", str(PLAN), *flags])
+        assert message in capsys.readouterr().err

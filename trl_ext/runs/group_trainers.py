@@ -21,6 +21,15 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
     return max(1, cfg.total_episodes // cfg.batch_size) * cfg.batch_size // num_generations + 1
 
 
+# What TRL's GRPOTrainer does, run by ``build_group_trainer``, where our PPOConfig has a choice: a GRPO row of ours
+# with another value is not TRL's method. One optimizer step a generated batch an iteration (its batch is
+# per_device_train_batch_size = ours), no KL in the reward (beta is the loss's), advantages only group-scaled, the
+# per-token clipped ratio, and its sampling defaults (the runner passes temperature and length only).
+TRL_GRPO_FIXED = {"advantage_estimator": "grpo", "num_mini_batches": 1, "kl_coef": 0.0, "whiten_advantages": False,
+                  "policy_loss": "clip", "ent_coef": 0.0, "missing_eos_penalty": None, "top_k": 0, "top_p": 1.0,
+                  "repetition_penalty": 1.0}
+
+
 def group_trainer_arguments(kind: str, cfg) -> dict:
     """The options of TRL's ``GRPOConfig``/``RLOOConfig`` that carry our ``cfg``: the ones the update-equality test
     (tests/test_trl_group_equality.py) configures TRL with. Our epochs over a batch are their iterations over a

@@ -55,7 +55,9 @@ SHARED_WITH_TRL = ("learning_rate", "lr_scheduler_type", "num_mini_batches", "nu
 
 # What TRL 1.12's PPO does where our PPOConfig has a choice: a run of ours with another value is not TRL's method.
 TRL_PPO_FIXED = {"advantage_estimator": "gae", "score_position": "after_last_token", "kl_mode": "token",
-                 "policy_loss": "clip", "beta": 0.0, "ent_coef": 0.0, "max_grad_norm": 0.0, "whiten_advantages": True}
+                 "policy_loss": "clip", "beta": 0.0, "ent_coef": 0.0, "max_grad_norm": 0.0, "whiten_advantages": True,
+                 # its rollouts: GenerationConfig(top_k=0, top_p=1.0), no repetition penalty
+                 "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0}
 
 
 def settings_trl_ppo_cannot_express(cfg) -> dict[str, tuple]:

@@ -10,7 +10,12 @@ question answered with a bare number), then the question::
 
 Numbers 1-99, four example turns: 396 prompts. The held-out set is 50 of the numbers (fixed for good) with
 each example turn, 200 prompts; the training stream (seeded, endless) draws from the other 49 numbers, so the
-held-out numbers are never trained on.
+held-out numbers are never trained on. The held-out set is the selection set: settings were chosen on it.
+
+The test split (issue 40) is for judging settings chosen elsewhere: 60 numbers of 100-999 (fixed for good), each
+with the four example turns, 240 prompts in the same format and graded by the same reward. Its numbers are outside
+1-99, so no test prompt shares a number (or a text) with a training or held-out one; three-digit numbers in words are
+a harder question than two-digit ones, so its scores compare rows with each other, not with held-out scores.
 
 Why this task (measured, docs/real-model.md): SmolLM2-135M-Instruct knows the digits of a number in words
 (82% bare and correct when shown two examples of the task itself) but answers this question by restating
@@ -51,11 +56,15 @@ NUMBERS = range(1, 100)
 HELDOUT_NUMBERS = 50
 HELDOUT_SIZE = HELDOUT_NUMBERS * len(EXAMPLES)
 SPLIT_SEED = 31  # fixes the held-out numbers for good (tests pin them); the training seed only orders the stream
+TEST_RANGE = range(100, 1000)  # outside NUMBERS: the test split shares no number with training or held-out rows
+TEST_NUMBERS = 60
+TEST_SIZE = TEST_NUMBERS * len(EXAMPLES)
+TEST_SPLIT_SEED = 40  # fixes the test numbers for good (issue 40; tests pin them)
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen").split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-_QUESTION = re.compile(r"What is ([a-z-]+) written in digits\?")
+_QUESTION = re.compile(r"What is ([a-z]+(?:[ -][a-z]+)*) written in digits\?")
 # A number, with its minus sign only where the sign is not a hyphen between words or digits ("7-5", "x-5").
 _NUMBER = re.compile(r"(?:(?<!\w)-)?\d+(?:\.\d+)?")
 _BARE = re.compile(r"-?\d+(?:\.\d+)?\.?")
@@ -63,15 +72,17 @@ _SPECIAL = re.compile(r"<\|[A-Za-z0-9_]+\|>")  # "<|im_end|>": a completion deco
 
 
 def number_words(n: int) -> str:
-    """1-99 in English words: 7 -> 'seven', 47 -> 'forty-seven'."""
-    if not 0 <= n < 100:
-        raise ValueError(f"number_words covers 0-99, got {n}")
+    """0-999 in English words, without "and": 7 -> 'seven', 47 -> 'forty-seven', 347 -> 'three hundred forty-seven'."""
+    if not 0 <= n < 1000:
+        raise ValueError(f"number_words covers 0-999, got {n}")
+    if n >= 100:
+        return _ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + number_words(n % 100))
     if n < 20:
         return _ONES[n]
     return _TENS[n // 10] + ("" if n % 10 == 0 else "-" + _ONES[n % 10])
 
 
-_WORDS_TO_NUMBER = {number_words(n): n for n in range(100)}
+_WORDS_TO_NUMBER = {number_words(n): n for n in range(1000)}
 
 
 def _row(n: int, example: int) -> dict:
@@ -93,14 +104,37 @@ def train_numbers() -> list[int]:
     return [n for n in NUMBERS if n not in held]
 
 
+def _test_numbers() -> list[int]:
+    """The test split's 60 numbers, drawn once from 100-999. (Private: pytest would collect a public ``test_*``
+    function imported into a test module; ``eval_numbers("test")`` is the public name.)"""
+    return sorted(random.Random(TEST_SPLIT_SEED).sample(TEST_RANGE, TEST_NUMBERS))
+
+
 def all_rows() -> list[dict]:
-    """Every prompt of the task (396), in a fixed order."""
+    """Every prompt of training and selection (396: the numbers 1-99), in a fixed order; not the test split."""
     return [_row(n, e) for n in NUMBERS for e in range(len(EXAMPLES))]
 
 
 def heldout_rows() -> list[dict]:
     """The fixed held-out set: 200 prompts, 50 numbers the training stream never asks for."""
     return [_row(n, e) for n in heldout_numbers() for e in range(len(EXAMPLES))]
+
+
+SPLITS = {"heldout": heldout_numbers, "test": _test_numbers}  # evaluation splits by name -> their numbers
+
+
+def eval_numbers(split: str) -> list[int]:
+    """The numbers of an evaluation split: ``heldout`` (50 of 1-99, the selection set) or ``test`` (60 of
+    100-999)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    return SPLITS[split]()
+
+
+def eval_rows(split: str) -> list[dict]:
+    """An evaluation split's prompts: each of its numbers after each example turn (``heldout``: 200, the selection
+    set, equal to ``heldout_rows()``; ``test``: 240, judged on once the settings are fixed)."""
+    return [_row(n, e) for n in eval_numbers(split) for e in range(len(EXAMPLES))]
 
 
 def train_rows() -> list[dict]:
@@ -129,6 +163,12 @@ def heldout_dataset():
     from datasets import Dataset
 
     return Dataset.from_list(heldout_rows())
+
+
+def eval_dataset(split: str):
+    from datasets import Dataset
+
+    return Dataset.from_list(eval_rows(split))
 
 
 def parse_question(prompt) -> int:
