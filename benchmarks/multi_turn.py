@@ -55,9 +55,9 @@ SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant
                 response_length=64, num_ppo_epochs=2, value_head_init="zero", whiten_advantages=False,
                 scale_rewards="none", max_tool_calling_iterations=1, lora_r=16, lora_alpha=32, dtype="bfloat16")
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
-# 6 steps of 8: half an epoch of the 96 rows. The plan's first 24 steps (2 epochs) left RL nothing to learn: held-out
-# 0.969 sampled, 1.000 greedy (benchmarks/results/multi-turn-warm-start-24-steps.json; the plan's revision 1).
-WARM_START = dict(conversations=48, steps=6, batch_size=8, learning_rate=2e-4, seed=0)
+# 10 steps of 8 (the plan's revision 2). 24 steps (2 epochs of the 96 rows) left RL nothing to learn: held-out 0.969
+# sampled, 1.000 greedy; 6 steps taught no parseable call (0 of 32): benchmarks/results/multi-turn-warm-start-*-steps.json
+WARM_START = dict(conversations=48, steps=10, batch_size=8, learning_rate=2e-4, seed=0)
 QUICK = dict(seeds=[0], updates=1, heldout=4)
 FULL = dict(seeds=[0, 1, 2], updates=20, heldout=32)
 
@@ -124,7 +124,7 @@ def make_warm_start(heldout: int) -> dict:
             "seconds": round(time.perf_counter() - t0, 1), "folder": str(WARM_DIR.relative_to(ROOT))}
 
 
-def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None:
+def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_dir: Path = WARM_DIR) -> None:
     """One row, in this process: train from the warm start, evaluate after, write its JSON to ``out``."""
     import torch
     from peft import LoraConfig
@@ -133,7 +133,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path) -> None
 
     _, estimator, generations, environment, _ = ROWS[name]
     SETTINGS.update(settings_of(name))
-    model, tokenizer = load(WARM_DIR)
+    model, tokenizer = load(warm_dir)
     rows = tool_task.heldout_rows()[:heldout]
     lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
                       lora_dropout=0.0, target_modules="all-linear")
@@ -188,6 +188,7 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from trl_ext.models.activation_checkpointing import checkpointing_training_argument
     from trl_ext.ppo.precision import launch_training_arguments
     from trl_ext.tasks.real_model.tool_task import right_code
 
@@ -200,7 +201,7 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
                       scale_rewards=SETTINGS["scale_rewards"],
                       max_tool_calling_iterations=SETTINGS["max_tool_calling_iterations"],
                       **launch_training_arguments(), report_to="none", logging_steps=1, save_strategy="no",
-                      disable_tqdm=True, disable_dropout=True)
+                      disable_tqdm=True, disable_dropout=True, **checkpointing_training_argument(False))
 
     class Curve(TrainerCallback):
         def on_log(self, _args, state, _control, logs=None, **_):
@@ -266,6 +267,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", help="comma-separated")
     parser.add_argument("--heldout", type=int)
     parser.add_argument("--out", help="results stem (default benchmarks/results/multi-turn-cpu[-quick])")
+    parser.add_argument("--warm-dir", type=Path, default=WARM_DIR, help="the warm start the rows train from")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -275,15 +277,15 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     command = "OMP_NUM_THREADS=1 python benchmarks/multi_turn.py " + " ".join(argv or sys.argv[1:])
     if args.row:
-        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out))
+        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir)
         return 0
     if args.warm_start:
         result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine(),
                       quick=args.quick)
         write_table(result, Path(args.out) if args.out else RESULTS / "multi-turn-warm-start")
         return 0
-    if not (WARM_DIR / "config.json").is_file():
-        parser.error(f"no warm start in {WARM_DIR}: run with --warm-start first")
+    if not (args.warm_dir / "config.json").is_file():
+        parser.error(f"no warm start in {args.warm_dir}: run with --warm-start first")
     names = [n for n in args.rows.split(",") if n]
     unknown = [n for n in names if n not in ROWS]
     if unknown:
@@ -297,7 +299,8 @@ def main(argv=None) -> int:
         for seed in seeds:
             out = logs / f"{name}-{seed}.json"
             cmd = [str(VENVS / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
-                   "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout)]
+                   "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
+                   "--warm-dir", str(args.warm_dir)]
             t0 = time.perf_counter()
             with open(logs / f"{name}-{seed}.log", "w") as log:
                 rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
@@ -310,7 +313,7 @@ def main(argv=None) -> int:
                 failed.append({"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]})
     result = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
               "machine": machine(),
-              "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({WARM_DIR.relative_to(ROOT)})",
+              "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
               "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
               "seeds": seeds, "held_out_prompts": heldout, "rows": rows, "failed": failed,
               "wall_seconds": round(time.perf_counter() - start, 1)}
