@@ -220,29 +220,32 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
 
 
 def write_table(result: dict, stem: Path) -> None:
+    """The results JSON and its table (NAME.md beside NAME.json, shown by docs/results.md)."""
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    lines = [f"# Multi-turn tool task{' (QUICK smoke run)' if result.get('quick') else ''}", "",
-             f"`{result['command']}` on {result['machine']['cpu']} ({result['machine']['cores']} cores), "
-             f"{result['held_out_prompts']} held-out prompts. Score: `right_code` mean, sampled at "
-             f"T={SETTINGS['temperature']} (greedy in brackets); calls: share of rollouts whose first turn is a "
-             "parseable tool call.", ""]
+    lines = [f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} held-out prompts "
+             f"through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
+             "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
+             "the share that looked up the asked name.", ""]
     if "warm" in result:
         lines += ["| model | score | calls | right lookups |", "|---|---|---|---|"]
         for label, key in (("base SmolLM2-135M-Instruct", "base"), ("warm start (SFT)", "warm")):
             s, g = result[key]["sampled"], result[key]["greedy"]
             lines.append(f"| {label} | {s['score']:.3f} ({g['score']:.3f}) | {s['parseable_calls']:.3f} "
                          f"({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} ({g['right_lookups']:.3f}) |")
-        lines += ["", f"Warm start: {result['sft_rows']} SFT rows, {result['warm_start']['steps']} steps of "
-                  f"{result['warm_start']['batch_size']}, lr {result['warm_start']['learning_rate']}, "
-                  f"{result['sft_seconds']} s."]
+        w = result["warm_start"]
+        lines += ["", f"Warm start: {result['sft_rows']} SFT rows ({w['conversations']} conversations), {w['steps']} "
+                  f"steps of {w['batch_size']}, lr {w['learning_rate']} cosine, LoRA merged; SFT loss "
+                  f"{result['losses'][0]:.3f} -> {result['losses'][-1]:.3f}; {result['sft_seconds']} s."]
     if "rows" in result:
-        lines += ["| trainer | seed | episodes | after | calls after | s/update | reward first -> last |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["| trainer | seed | episodes | held-out after | calls after | right lookups after | s/update | "
+                  "answer reward first -> last | tool calls a rollout first -> last |", "|---|---|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
-            c = r["curve"]
-            lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['after']:.3f} "
-                         f"({r['after_greedy']:.3f}) | {r['after_calls']:.3f} | {r['seconds_per_update']} | "
-                         f"{c[0]['reward']:.3f} -> {c[-1]['reward']:.3f} |")
+            c, s, g = r["curve"], r["after_detail"]["sampled"], r["after_detail"]["greedy"]
+            lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['after']:.3f} ({r['after_greedy']:.3f}) "
+                         f"| {s['parseable_calls']:.3f} ({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} "
+                         f"({g['right_lookups']:.3f}) | {r['seconds_per_update']} | {c[0]['reward']:.3f} -> "
+                         f"{c[-1]['reward']:.3f} | {c[0]['tool_calls_per_rollout']:.2f} -> "
+                         f"{c[-1]['tool_calls_per_rollout']:.2f} |")
         for f in result.get("failed", []):
             lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
