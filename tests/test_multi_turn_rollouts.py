@@ -242,7 +242,7 @@ def test_an_environment_trains_with_per_turn_rewards(model_path):
 
 
 @pytest.mark.parametrize("estimator", ["gae", "grpo", "rloo", "reinforce_pp"])
-@pytest.mark.parametrize("sampler", ["loop", "generate"])
+@pytest.mark.parametrize("sampler", ["loop", "generate", "static"])  # static: eager on a CPU
 def test_every_estimator_and_sampler_runs_multi_turn(model_path, estimator, sampler):
     def length(completions, **_):
         return [float(len(c[-1]["content"])) for c in completions]

@@ -1,0 +1,329 @@
+"""Multi-turn RL where the tool matters: SmolLM2-135M-Instruct on the secret-code task, from one warm start.
+
+    OMP_NUM_THREADS=1 python benchmarks/multi_turn.py --warm-start          # make and measure the warm start
+    OMP_NUM_THREADS=1 python benchmarks/multi_turn.py --quick               # smoke run: 1 seed, 1 update, 4 prompts
+    OMP_NUM_THREADS=1 python benchmarks/multi_turn.py                       # full: PLAN's seeds, updates, rows
+
+The task (``trl_ext.tasks.real_model.tool_task``): a person's four-digit code that only the environment holds; the
+tool ``lookup_code(name)`` returns it; ``right_code`` pays 1.0 for the code as the final answer. The base model
+writes no parseable tool call in Qwen2.5's tool template, so every row starts from one warm start made first
+(``--warm-start``): the ``rlhf`` pipeline's SFT stage (``trl_ext.stages.sft.supervised_finetune``, LoRA merged) on
+WARM_START's tool-calling conversations from ``tool_task.sft_rows`` (training names only), saved into
+``runs/multi-turn-warm-start`` (git-ignored) and measured there: parseable calls and held-out score, before RL.
+
+Rows (every one from the warm start, with SETTINGS; the plan is fixed in benchmarks/multi_turn_plan.md):
+
+* ``ppo-turn``   trl-ext PPOTrainer, critic and GAE, ``SecretCodesPerTurn`` (0.5 on the calling turn) + ``right_code``;
+* ``ppo-final``  the same with ``SecretCodes``: the final reward only;
+* ``grpo``       trl-ext PPOTrainer with ``advantage_estimator='grpo'``, 4 generations a prompt, ``SecretCodes``;
+* ``trl-grpo``   TRL's GRPOTrainer (the newest TRL, ``.venv-latest``) with ``environment_factory=SecretCodes``.
+
+Each row is a subprocess with one torch thread. Per row: the held-out score (32 prompts, 16 names never trained on,
+greedy and sampled at T=0.7) after training, parseable calls, the reward and tool calls per update against
+seconds. Writes benchmarks/results/multi-turn-cpu.json (quick: multi-turn-cpu-quick.json) and a .md beside it;
+``--warm-start`` writes multi-turn-warm-start.json/.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+WARM_DIR = ROOT / "runs" / "multi-turn-warm-start"
+# The virtual environments: this checkout's, else the one named by TRL_EXT_VENVS (a folder holding .venv and
+# .venv-latest; a git worktree has none of its own).
+VENVS = Path(os.environ.get("TRL_EXT_VENVS", ROOT))
+ROWS = {  # name -> (virtual environment, advantage estimator, generations per prompt, environment, own settings)
+    "ppo-turn": (".venv", "gae", 1, "SecretCodesPerTurn", {}),
+    "ppo-final": (".venv", "gae", 1, "SecretCodes", {}),
+    "grpo": (".venv", "grpo", 4, "SecretCodes", {"kl_coef": 0.0}),
+    "trl-grpo": (".venv-latest", "trl", 4, "SecretCodes", {"kl_coef": 0.0}),
+}
+# Fixed before the runs (benchmarks/multi_turn_plan.md): the real-model benchmark's settings where they apply,
+# 64 tokens for all turns (a call ~25, the result ~15, the answer ~5), one round of tool calls.
+SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
+                response_length=64, num_ppo_epochs=2, value_head_init="zero", whiten_advantages=False,
+                scale_rewards="none", max_tool_calling_iterations=1, lora_r=16, lora_alpha=32, dtype="bfloat16")
+NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
+# 10 steps of 8 (the plan's revision 2). 24 steps (2 epochs of the 96 rows) left RL nothing to learn: held-out 0.969
+# sampled, 1.000 greedy; 6 steps taught no parseable call (0 of 32): benchmarks/results/multi-turn-warm-start-*-steps.json
+WARM_START = dict(conversations=48, steps=10, batch_size=8, learning_rate=2e-4, seed=0)
+QUICK = dict(seeds=[0], updates=1, heldout=4)
+FULL = dict(seeds=[0, 1, 2], updates=20, heldout=32)
+
+
+def settings_of(name: str) -> dict:
+    return {**SETTINGS, **ROWS[name][4]}
+
+
+def held_out(model, tokenizer, rows, seed: int) -> dict:
+    from trl_ext.tasks.real_model.tool_task import score_tool_rows
+
+    common = dict(budget=SETTINGS["response_length"], max_iterations=SETTINGS["max_tool_calling_iterations"])
+    return {"greedy": score_tool_rows(model, tokenizer, rows, **common),
+            "sampled": score_tool_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"], seed=seed + 1,
+                                       **common)}
+
+
+def brief(scores: dict) -> dict:
+    """A held-out measurement without its example conversations."""
+    return {mode: {k: v for k, v in s.items() if k != "examples"} for mode, s in scores.items()}
+
+
+def load(folder):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trl_ext.tasks.real_model.tool_task import tool_tokenizer
+
+    torch.set_num_threads(1)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16), tool_tokenizer(folder)
+
+
+def make_warm_start(heldout: int) -> dict:
+    """SFT on the task's tool-calling conversations (the rlhf pipeline's SFT stage), saved into WARM_DIR; the base
+    model and the warm start measured on the held-out set."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from trl_ext.stages.sft import supervised_finetune
+    from trl_ext.tasks.real_model.checkpoint import fetch_smollm2
+    from trl_ext.tasks.real_model.tool_task import heldout_rows, sft_rows
+
+    base_folder = fetch_smollm2()
+    model, tokenizer = load(base_folder)
+    rows = heldout_rows()[:heldout]
+    t0 = time.perf_counter()
+    base = held_out(model, tokenizer, rows, seed=0)
+    data = Dataset.from_list(sft_rows(WARM_START["conversations"], WARM_START["seed"]))
+    lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
+                      lora_dropout=0.0, target_modules="all-linear")
+    t1 = time.perf_counter()
+    tuned, history = supervised_finetune(model, tokenizer, data, output_dir=tempfile.mkdtemp(prefix="warm-"),
+                                         steps=WARM_START["steps"], batch_size=WARM_START["batch_size"],
+                                         learning_rate=WARM_START["learning_rate"], seed=WARM_START["seed"],
+                                         peft_config=lora)
+    sft_seconds = time.perf_counter() - t1
+    tuned.save_pretrained(WARM_DIR, safe_serialization=True)
+    tokenizer.save_pretrained(WARM_DIR)
+    warm = held_out(tuned, tokenizer, rows, seed=0)
+    losses = [h["loss"] for h in history if "loss" in h]
+    return {"benchmark": "multi-turn-warm-start", "warm_start": WARM_START, "sft_rows": len(data),
+            "sft_seconds": round(sft_seconds, 1), "losses": losses, "held_out_prompts": len(rows),
+            "base": brief(base), "warm": brief(warm), "warm_examples": warm["sampled"]["examples"],
+            "seconds": round(time.perf_counter() - t0, 1), "folder": str(WARM_DIR.relative_to(ROOT))}
+
+
+def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_dir: Path = WARM_DIR) -> None:
+    """One row, in this process: train from the warm start, evaluate after, write its JSON to ``out``."""
+    import torch
+    from peft import LoraConfig
+
+    from trl_ext.tasks.real_model import tool_task
+
+    _, estimator, generations, environment, _ = ROWS[name]
+    SETTINGS.update(settings_of(name))
+    model, tokenizer = load(warm_dir)
+    rows = tool_task.heldout_rows()[:heldout]
+    lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
+                      lora_dropout=0.0, target_modules="all-linear")
+    factory = getattr(tool_task, environment)
+    prompts = updates * SETTINGS["batch_size"] // generations
+    dataset = tool_task.train_dataset(prompts, seed)
+    curve, start = [], time.perf_counter()
+
+    def record(update: int, reward: float, calls: float, stats: dict) -> None:
+        curve.append({"update": update, "seconds": round(time.perf_counter() - start, 2), "reward": round(reward, 4),
+                      "tool_calls_per_rollout": round(calls, 4),
+                      **{k: round(float(v), 4) for k, v in stats.items()
+                         if k.startswith(("timing/", "turns/", "tokens/")) or k in ("objective/kl",)}})
+        print(f"[{name} seed {seed}] update {update} reward {reward:.3f} calls {calls:.2f} at {curve[-1]['seconds']} s",
+              flush=True)
+
+    if estimator == "trl":
+        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record)
+    else:
+        from trl_ext.ppo import PPOConfig, PPOTrainer
+
+        fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG}
+        cfg = PPOConfig(output_dir=tempfile.mkdtemp(prefix=f"multi-turn-{name}-"), seed=seed,
+                        total_episodes=updates * SETTINGS["batch_size"], advantage_estimator=estimator,
+                        num_generations=generations, **fields)
+        trainer = PPOTrainer(model, reward_funcs=[tool_task.right_code], args=cfg, train_dataset=dataset,
+                             processing_class=tokenizer, peft_config=lora, environment_factory=factory)
+
+        def on_update(update, stats):
+            record(int(update), float(stats["objective/scores"]), float(stats.get("tools/call_frequency", 0.0)),
+                   stats)
+
+        trainer.train(on_update)
+        policy = trainer.policy
+    train_s = time.perf_counter() - start
+    after = held_out(policy, tokenizer, rows, seed)
+    import trl
+
+    row = {"trainer": name, "advantage_estimator": estimator, "environment": environment,
+           "num_generations": generations, "seed": seed, "updates": len(curve),
+           "episodes": len(curve) * SETTINGS["batch_size"], "held_out_prompts": len(rows),
+           "after": after["sampled"]["score"], "after_greedy": after["greedy"]["score"],
+           "after_calls": after["sampled"]["parseable_calls"], "after_detail": after,
+           "train_seconds": round(train_s, 1), "seconds_per_update": round(train_s / max(1, len(curve)), 2),
+           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+           "settings": dict(SETTINGS), "curve": curve, "trl": trl.__version__, "torch": torch.__version__}
+    out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
+
+
+def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record):
+    """TRL's GRPOTrainer with the environment, configured as trl-ext's GRPO row (its iterations our epochs)."""
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ext.models.activation_checkpointing import checkpointing_training_argument
+    from trl_ext.ppo.precision import launch_training_arguments
+    from trl_ext.tasks.real_model.tool_task import right_code
+
+    epochs = SETTINGS["num_ppo_epochs"]
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="multi-turn-trl-"), seed=seed,
+                      per_device_train_batch_size=SETTINGS["batch_size"], num_generations=generations,
+                      max_steps=updates * epochs, num_iterations=epochs, learning_rate=SETTINGS["learning_rate"],
+                      lr_scheduler_type=SETTINGS["lr_scheduler_type"], temperature=SETTINGS["temperature"],
+                      max_completion_length=SETTINGS["response_length"], beta=SETTINGS["kl_coef"],
+                      scale_rewards=SETTINGS["scale_rewards"],
+                      max_tool_calling_iterations=SETTINGS["max_tool_calling_iterations"],
+                      **launch_training_arguments(), report_to="none", logging_steps=1, save_strategy="no",
+                      disable_tqdm=True, disable_dropout=True, **checkpointing_training_argument(False))
+
+    class Curve(TrainerCallback):
+        def on_log(self, _args, state, _control, logs=None, **_):
+            # one log an optimizer step; a new generation (an update) every `epochs` steps
+            if logs and "reward" in logs and (state.global_step - 1) % epochs == 0:
+                record(state.global_step // epochs + (state.global_step % epochs > 0), float(logs["reward"]),
+                       float(logs.get("tools/call_frequency", 0.0)), {})
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[right_code], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, environment_factory=factory, peft_config=lora,
+                          callbacks=[Curve()])
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.train()
+    return trainer.model
+
+
+def write_table(result: dict, stem: Path) -> None:
+    """The results JSON and its table (NAME.md beside NAME.json, shown by docs/results.md)."""
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    lines = [f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} held-out prompts "
+             f"through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
+             "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
+             "the share that looked up the asked name.", ""]
+    if "warm" in result:
+        lines += ["| model | score | calls | right lookups |", "|---|---|---|---|"]
+        for label, key in (("base SmolLM2-135M-Instruct", "base"), ("warm start (SFT)", "warm")):
+            s, g = result[key]["sampled"], result[key]["greedy"]
+            lines.append(f"| {label} | {s['score']:.3f} ({g['score']:.3f}) | {s['parseable_calls']:.3f} "
+                         f"({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} ({g['right_lookups']:.3f}) |")
+        w = result["warm_start"]
+        lines += ["", f"Warm start: {result['sft_rows']} SFT rows ({w['conversations']} conversations), {w['steps']} "
+                  f"steps of {w['batch_size']}, lr {w['learning_rate']} cosine, LoRA merged; SFT loss "
+                  f"{result['losses'][0]:.3f} -> {result['losses'][-1]:.3f}; {result['sft_seconds']} s."]
+    if "rows" in result:
+        lines += ["| trainer | seed | episodes | held-out after | calls after | right lookups after | s/update | "
+                  "answer reward first -> last | tool calls a rollout first -> last |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in result["rows"]:
+            c, s, g = r["curve"], r["after_detail"]["sampled"], r["after_detail"]["greedy"]
+            lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['after']:.3f} ({r['after_greedy']:.3f}) "
+                         f"| {s['parseable_calls']:.3f} ({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} "
+                         f"({g['right_lookups']:.3f}) | {r['seconds_per_update']} | {c[0]['reward']:.3f} -> "
+                         f"{c[-1]['reward']:.3f} | {c[0]['tool_calls_per_rollout']:.2f} -> "
+                         f"{c[-1]['tool_calls_per_rollout']:.2f} |")
+        for f in result.get("failed", []):
+            lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def machine() -> dict:
+    import torch
+    import trl
+
+    from trl_ext.runs.machine import cpu_name
+
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "trl": trl.__version__, "platform": platform.platform(), "python": platform.python_version()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--warm-start", action="store_true", help="make and measure the warm start, then stop")
+    parser.add_argument("--quick", action="store_true", help="1 seed, 1 update, the first 4 held-out prompts")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
+    parser.add_argument("--updates", type=int)
+    parser.add_argument("--seeds", help="comma-separated")
+    parser.add_argument("--heldout", type=int)
+    parser.add_argument("--out", help="results stem (default benchmarks/results/multi-turn-cpu[-quick])")
+    parser.add_argument("--warm-dir", type=Path, default=WARM_DIR, help="the warm start the rows train from")
+    parser.add_argument("--row", help=argparse.SUPPRESS)
+    parser.add_argument("--row-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    mode = QUICK if args.quick else FULL
+    updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
+    sys.path.insert(0, str(ROOT))
+    command = "OMP_NUM_THREADS=1 python benchmarks/multi_turn.py " + " ".join(argv or sys.argv[1:])
+    if args.row:
+        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir)
+        return 0
+    if args.warm_start:
+        result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine(),
+                      quick=args.quick)
+        write_table(result, Path(args.out) if args.out else RESULTS / "multi-turn-warm-start")
+        return 0
+    if not (args.warm_dir / "config.json").is_file():
+        parser.error(f"no warm start in {args.warm_dir}: run with --warm-start first")
+    names = [n for n in args.rows.split(",") if n]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; known: {list(ROWS)}")
+    stem = Path(args.out) if args.out else RESULTS / ("multi-turn-cpu-quick" if args.quick else "multi-turn-cpu")
+    logs = Path(tempfile.mkdtemp(prefix="multi-turn-rows-"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(ROOT), TRL_EXPERIMENTAL_SILENCE="1")
+    rows, failed, start = [], [], time.perf_counter()
+    for name in names:
+        for seed in seeds:
+            out = logs / f"{name}-{seed}.json"
+            cmd = [str(VENVS / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
+                   "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
+                   "--warm-dir", str(args.warm_dir)]
+            t0 = time.perf_counter()
+            with open(logs / f"{name}-{seed}.log", "w") as log:
+                rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+            print(f"{name} seed {seed}: exit {rc} after {time.perf_counter() - t0:.0f} s (log {logs}/{name}-{seed}.log)",
+                  flush=True)
+            if rc == 0 and out.exists():
+                rows.append(json.loads(out.read_text()))
+            else:
+                tail = (logs / f"{name}-{seed}.log").read_text().strip().splitlines()[-1:] or [""]
+                failed.append({"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]})
+    result = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
+              "machine": machine(),
+              "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
+              "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
+              "seeds": seeds, "held_out_prompts": heldout, "rows": rows, "failed": failed,
+              "wall_seconds": round(time.perf_counter() - start, 1)}
+    write_table(result, stem)
+    print(f"written {stem}.json/.md: {len(rows)} rows measured, {len(failed)} failed")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
