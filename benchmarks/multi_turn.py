@@ -222,7 +222,11 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
 def write_table(result: dict, stem: Path) -> None:
     """The results JSON and its table (NAME.md beside NAME.json, shown by docs/results.md)."""
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    lines = [f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} held-out prompts "
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.tables import source_line
+
+    made_by = "; ".join(f"`{c}`" for c in result.get("commands") or [result.get("command", "not recorded")])
+    lines = [source_line(stem.with_suffix(".json"), made_by), "", f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} held-out prompts "
              f"through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
              "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
              "the share that looked up the asked name.", ""]
