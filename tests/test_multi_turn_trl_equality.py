@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from tool_models import ScriptedSampler, call_text, tiny_tool_model, tool_tokenizer
+from trl_recording import prepare_trl_trainer
 
 from trl_ext.ppo import PPOConfig, losses
 from trl_ext.runs.group_trainers import group_trainer_arguments
@@ -56,7 +57,6 @@ def _score(prompt_key: str, completion_text: str) -> float:
 
 def _trl_update(path, cfg, tmp_path, monkeypatch):
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = tool_tokenizer()
@@ -81,18 +81,7 @@ def _trl_update(path, cfg, tmp_path, monkeypatch):
                         disable_dropout=True, seed=0)
     trainer = GRPOTrainer(model=str(path), reward_funcs=[fixed_score], args=config, processing_class=tokenizer,
                           train_dataset=Dataset.from_dict({"prompt": PROMPTS}), tools=[multiply])
-    if trainer.ref_model is not None:  # beta > 0: a reference apart from the policy, so the KL term matters
-        with torch.no_grad():
-            generator = torch.Generator().manual_seed(5)
-            for p in trainer.ref_model.parameters():
-                p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    recorded["ref_model"] = copy.deepcopy(trainer.ref_model)
-
-    class RecordLogs(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            recorded.setdefault("logs", []).append(dict(logs or {}))
-
-    trainer.add_callback(RecordLogs())
+    prepare_trl_trainer(trainer, recorded)
     monkeypatch.setattr(type(trainer), "_generate_single_turn", scripted)
     real_loss = type(trainer)._compute_loss
 

@@ -12,6 +12,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from trl_recording import prepare_trl_trainer
 
 from trl_ext.ppo import core, losses
 from trl_ext.runs.group_trainers import group_trainer_arguments
@@ -63,19 +64,7 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
                           disable_dropout=True, seed=0)
     trainer = trainer_class(model=str(path), reward_funcs=[fixed_score], args=config,
                             train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer)
-    if trainer.ref_model is not None:  # beta > 0
-        with torch.no_grad():  # a reference apart from the policy, so the KL term and its gradient are not zero
-            generator = torch.Generator().manual_seed(5)
-            for p in trainer.ref_model.parameters():
-                p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    recorded["ref_model"] = copy.deepcopy(trainer.ref_model)
-    from transformers import TrainerCallback
-
-    class RecordLogs(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            recorded.setdefault("logs", []).append(dict(logs or {}))
-
-    trainer.add_callback(RecordLogs())
+    prepare_trl_trainer(trainer, recorded)
     monkeypatch.setattr(type(trainer), "_generate_single_turn", fixed_generation)
     real_loss = type(trainer)._compute_loss
 
