@@ -56,6 +56,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The virtual environments the rows run in: this checkout's, or the folder TRL_EXT_VENVS names (holding .venv and
+# .venv-latest: a git worktree has none of its own, a GPU machine has wrappers, benchmarks/gpu_run.sh).
+VENVS = Path(os.environ.get("TRL_EXT_VENVS", ROOT))
 ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, generations per prompt, settings)
     # Advantages not whitened: over a batch where most answers earn the same score, whitening blows the few
     # failures up to several standard deviations and PPO takes its largest steps there (docs/real-model.md).
@@ -622,7 +625,7 @@ def main(argv=None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="real-model-rows-"))
 
     def command_of(name, seed, out):
-        python = ROOT / ROWS[plan["rows"][name]["kind"] if plan else name][0] / "bin" / "python"
+        python = VENVS / ROWS[plan["rows"][name]["kind"] if plan else name][0] / "bin" / "python"
         common = [str(python), str(Path(__file__).resolve()), "--row", name, "--row-out", str(out), "--seeds",
                   str(seed), "--updates", str(updates), "--heldout", str(heldout), "--invocation", invocation]
         if plan is not None:
