@@ -426,21 +426,6 @@ def row_settings(rows: list[dict]) -> dict:
     return changed
 
 
-def comparison_lines(found: list[dict]) -> list[str]:
-    """The pairs' part of the .md: per pair, the keys its rows differ in and the time ratio per invocation."""
-    lines = ["", "| rows | kind | seeds | settings that differ (computed) | declared | seconds per update, ratio per "
-             "invocation |", "|---|---|---|---|---|---|"]
-    for c in found:
-        a, b = c["rows"]
-        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or \
-            ("none" if c["seeds"] else "- (not both measured)")
-        ratios = "; ".join(f"{i['invocation']}: {i['seconds_per_update'][a]} / {i['seconds_per_update'][b]} = "
-                           f"{i['ratio']}x" for i in c["invocations"]) or "-"
-        lines.append(f"| {a} vs {b} | {c['kind']} | {','.join(map(str, c['seeds'])) or '-'} | {differ} "
-                     f"| {', '.join(c['declared']) or 'none'} | {ratios} |")
-    return lines
-
-
 def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
                   found: list[dict] | None = None) -> None:
     extra = {} if found is None else {"comparisons": found}
@@ -451,7 +436,6 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
 
     data = json.loads(stem.with_suffix(".json").read_text())
     stem.with_suffix(".md").write_text(results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`")
-                                       + "\n".join(["", *comparison_lines(found)] if found is not None else [])
                                        + "\n")
     try:
         import matplotlib

@@ -30,6 +30,10 @@ MADE_BY = {
                                            "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
                                            "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
                                            "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
+    "real-model-fair-gpu-h100.json": "`bash benchmarks/gpu_run.sh --real-model benchmarks/plans/real-model-fair-gpu.json "
+                                     "--out $OUT/real-model-fair-gpu-h100` at commit a4efc94 on a lent H100 (after "
+                                     "`gpu_run.sh --install`, which carried the wheels and the first part of the "
+                                     "SmolLM2 wheel), one invocation",
 }
 
 
@@ -93,11 +97,70 @@ def _description(data: dict) -> str:
                       for trainer, changed in data.get("row_settings", {}).items() if changed))
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def pair_lines(data: dict) -> list[str]:
+    """A plan's pairs: each side's mean score over the seeds both ran, how many seeds trl-ext's row held TRL's,
+    the settings keys in which the rows differ (computed, and declared by the plan) and the time ratio per
+    invocation (never across invocations)."""
+    by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
+    lines = ["| rows | kind | seeds | mean score, sampled (greedy) | seeds trl-ext >= TRL | settings that differ "
+             "(computed) | declared | seconds per update, ratio per invocation |", "|---|---|---|---|---|---|---|---|"]
+    for c in data["comparisons"]:
+        a, b = c["rows"]
+        pairs = [(by[(a, s)], by[(b, s)]) for s in c["seeds"]]
+        if pairs:
+            means = " vs ".join(f"{_mean([p[i]['after'] for p in pairs]):.3f} "
+                                f"({_mean([p[i]['after_greedy'] for p in pairs]):.3f})" for i in (0, 1))
+            held = f"{sum(x['after'] >= y['after'] for x, y in pairs)} of {len(pairs)}"
+        else:
+            means, held = "-", "-"
+        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or \
+            ("none" if c["seeds"] else "- (not both measured)")
+        ratios = "; ".join(f"{i['invocation']}: {i['seconds_per_update'][a]} / {i['seconds_per_update'][b]} = "
+                           f"{i['ratio']}x" for i in c["invocations"]) or "-"
+        lines.append(f"| {a} vs {b} | {c['kind']} | {','.join(map(str, c['seeds'])) or '-'} | {means} | {held} "
+                     f"| {differ} | {', '.join(c['declared']) or 'none'} | {ratios} |")
+    return lines
+
+
+def plan_targets(data: dict) -> list[str]:
+    """Issue 40's targets on a plan's pairs: trl-ext's PPO at least TRL's on the mean and on 5 of every 6 seeds, at
+    most 0.7x its seconds per update in every invocation; trl-ext's GRPO at least TRL's on the mean; every PPO row's
+    update-1 KL within 0.1 nats of zero (the policy starts equal to its reference)."""
+    by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
+    checks = []
+    for c in (c for c in data["comparisons"] if c["kind"] == "pair" and c["seeds"]):
+        a, b = c["rows"]
+        pairs = [(by[(a, s)], by[(b, s)]) for s in c["seeds"]]
+        ours, theirs = (_mean([p[i]["after"] for p in pairs]) for i in (0, 1))
+        checks.append(f"| {a} >= {b} on the mean | {ours:.3f} vs {theirs:.3f} | {_ok(ours >= theirs)} |")
+        if pairs[0][0].get("kind", a).endswith("ppo"):
+            held, need = sum(x["after"] >= y["after"] for x, y in pairs), -(-5 * len(pairs) // 6)
+            checks.append(f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} of {len(pairs)} | "
+                          f"{_ok(held >= need)} |")
+            for i in c["invocations"]:
+                checks.append(f"| {a} s/update <= 0.7x {b}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
+                              f"{_ok(i['ratio'] <= 0.7)} |")
+    kl = [r for r in data["rows"] if r.get("update1_kl") is not None and "ppo" in r.get("kind", r["trainer"])]
+    if kl:
+        worst = max(kl, key=lambda r: abs(r["update1_kl"]))
+        checks.append(f"| every PPO row's update-1 KL within 0.1 of 0 ({len(kl)} rows) | largest "
+                      f"{worst['update1_kl']:+.3f} ({worst['trainer']}, seed {worst['seed']}) | "
+                      f"{_ok(abs(worst['update1_kl']) <= 0.1)} |")
+    return checks
+
+
 def results_table(data: dict, name: str, made_by: str | None = None) -> str:
-    """A results file's table: every row's held-out score before and after, speed and memory; the targets."""
-    lines = [_source(data, name, made_by), "", _description(data), "",
-             "| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
-             "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """A results file's table: every row's held-out score before and after, speed and memory; the targets (a
+    plan's run: its pairs first, then issue 40's targets on them)."""
+    lines = [_source(data, name, made_by), "", _description(data), ""]
+    if "comparisons" in data:
+        lines += [*pair_lines(data), "", "| target | measured | met |", "|---|---|---|", *plan_targets(data), ""]
+    lines += ["| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
+              "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         phases = ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in r.get("seconds_per_update_by_phase", {}).items())
         lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f})"
@@ -107,9 +170,10 @@ def results_table(data: dict, name: str, made_by: str | None = None) -> str:
     for f in data.get("failed", []):
         error = " ".join(str(f["error"]).split()).replace("|", "\\|")
         lines.append(f"| {f['trainer']} | {f['seed']} | failed (exit {f['returncode']}): {error} | | | | | | | |")
-    lines += ["", "| target | measured | met |", "|---|---|---|", *_targets(data), "",
-              f"![reward per update and against seconds, every row and seed](../benchmarks/results/"
-              f"{name.removesuffix('.json')}.png)"]
+    if "comparisons" not in data:
+        lines += ["", "| target | measured | met |", "|---|---|---|", *_targets(data)]
+    lines += ["", f"![reward per update and against seconds, every row and seed](../benchmarks/results/"
+                  f"{name.removesuffix('.json')}.png)"]
     return "\n".join(lines)
 
 
@@ -204,6 +268,8 @@ def main() -> int:
     write("real-model-cpu-grpo-std-scaled.md", group_scaling_table(load("real-model-cpu-grpo-std-scaled.json"),
                                                                    main_data, "real-model-cpu-grpo-std-scaled.json"))
     write("real-model-gpu-h100.md", gpu_table(load("real-model-gpu-h100.json"), "real-model-gpu-h100.json"))
+    for plan_run in sorted((ROOT / "benchmarks" / "results").glob("real-model-fair*.json")):
+        write(plan_run.with_suffix(".md").name, results_table(load(plan_run.name), plan_run.name))
     return 0
 
 

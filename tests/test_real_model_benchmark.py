@@ -221,7 +221,8 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
     assert extra["kind"] == "extra" and extra["differing_settings"] == {"whiten_advantages": [False, True]}
     assert extra["as_declared"]
     md = out.with_suffix(".md").read_text()
-    assert "| scratch-ppo vs trl-ppo | pair | 10 | none | none | " in md and "= 0.25x" in md
+    assert "| scratch-ppo vs trl-ppo | pair | 10 | " in md and "| none | none | " in md and "= 0.25x" in md
+    assert f"| scratch-ppo s/update <= 0.7x trl-ppo's, invocation {invocation} | 0.25x | yes |" in md  # the targets
     assert "whiten_advantages (False / True)" in md and "| trl-grpo-none | 10 | failed (exit" in md
 
     # the rows of several invocations, collected: a ratio per invocation
@@ -242,3 +243,20 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
         with pytest.raises(SystemExit):
             bench.main(["--plan", str(PLAN), *flags])
         assert message in capsys.readouterr().err
+
+
+def test_plan_targets_say_no_where_trl_ext_falls_short():
+    from real_model_tables import plan_targets
+
+    def row(trainer, seed, after, kl):
+        return {"trainer": trainer, "kind": trainer, "seed": seed, "after": after, "update1_kl": kl}
+
+    rows = [row("scratch-ppo", 1, 0.5, 0.0), row("trl-ppo", 1, 0.6, 0.15), row("scratch-ppo", 2, 0.7, 0.0),
+            row("trl-ppo", 2, 0.6, 0.02)]
+    comparisons = [{"rows": ["scratch-ppo", "trl-ppo"], "kind": "pair", "seeds": [1, 2],
+                    "invocations": [{"invocation": "i1", "ratio": 0.9}]}]
+    lines = plan_targets({"rows": rows, "comparisons": comparisons})
+    assert lines == ["| scratch-ppo >= trl-ppo on the mean | 0.600 vs 0.600 | yes |",
+                     "| scratch-ppo >= trl-ppo on at least 2 of 2 seeds | 1 of 2 | no |",
+                     "| scratch-ppo s/update <= 0.7x trl-ppo's, invocation i1 | 0.90x | no |",
+                     "| every PPO row's update-1 KL within 0.1 of 0 (4 rows) | largest +0.150 (trl-ppo, seed 1) | no |"]
