@@ -244,11 +244,22 @@ def test_an_environment_trains_with_per_turn_rewards(model_path):
 @pytest.mark.parametrize("estimator", ["gae", "grpo", "rloo", "reinforce_pp"])
 @pytest.mark.parametrize("sampler", ["loop", "generate", "static"])  # static: eager on a CPU
 def test_every_estimator_and_sampler_runs_multi_turn(model_path, estimator, sampler):
+    _trains_two_turns(model_path, estimator, sampler)
+
+
+@pytest.mark.needs_vllm
+def test_multi_turn_runs_on_vllm(tmp_path):
+    # vLLM's engine samples the model's second turn, after the tool's tokens: its own copy of the weights, synced
+    _trains_two_turns(tiny_tool_model(tmp_path / "tool-model-vllm", hidden_size=64, heads=2), "gae", "vllm")
+
+
+def _trains_two_turns(model_path, estimator, sampler):
     def length(completions, **_):
         return [float(len(c[-1]["content"])) for c in completions]
 
     trainer = _trainer(model_path, environment_factory=Counter, reward_funcs=[length], advantage_estimator=estimator,
                        sampler=sampler, response_length=200, max_tool_calling_iterations=2)
+    assert type(trainer.sampler).__name__.lower().startswith(sampler)
     # the first turn calls the tool (a tiny random model writes no parseable call); the next is the engine's own
     scripted = ScriptedSampler(trainer.tokenizer, [call_text("increment", {"step": 1})], engine=trainer.sampler)
     trainer.sampler = scripted

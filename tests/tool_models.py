@@ -18,15 +18,15 @@ def tool_tokenizer():
     return tok
 
 
-def tiny_tool_model(path, seed: int = 0):
+def tiny_tool_model(path, seed: int = 0, hidden_size: int = 32, heads: int = 4):
     """A tiny Qwen2 and its tool tokenizer saved in ``path``; 2048 positions (the tools' schemas are long in
-    characters)."""
+    characters). vLLM's CPU attention needs a head size it knows (32 and up: ``hidden_size=64, heads=2``)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = tool_tokenizer()
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                      num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=2048,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
                       tie_word_embeddings=False)
     Qwen2ForCausalLM(cfg).save_pretrained(path)
