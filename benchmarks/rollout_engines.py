@@ -330,6 +330,35 @@ def speedups(rows: list[dict]) -> list[dict]:
     return found
 
 
+def results_table(data: dict, name: str) -> str:
+    """The file's table: per shape and engine, the rollout and the whole update in seconds, their phases, tokens/s and
+    the distance to the compute floor; then vLLM's speed-ups, each with the non-rollout ratio that checks the load."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.tables import source_line
+
+    command = "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`" + (
+        f" ({data['seconds'] / 60:.0f} min)" if data.get("seconds") else "")
+    lines = [source_line(name, command), "",
+             f"SmolLM2-135M-Instruct bf16 with LoRA inside the trainer, {data['settings']['threads']} thread, "
+             f"{data['settings']['updates']} timed updates a row after {data['settings']['warmup']} untimed, the rows "
+             "of a shape taking turns one update at a time. Seconds are means over the timed updates.", "",
+             "| shape | engine | rollout s | rollout tokens/s | generate / reward / experience / update s | whole update "
+             "s | first update s | rollout over the compute floor |", "|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        phases = " / ".join(f"{r['phases_seconds'].get(p, 0.0):.2f}"
+                            for p in ("generate", "reward", "experience", "update"))
+        lines.append(f"| {r['prompts']}x{r['response_tokens']} | {r['engine']} | {r['rollout_seconds']:.2f} | "
+                     f"{r['rollout_tokens_per_second']:.0f} | {phases} | {r['update_seconds']:.2f} | "
+                     f"{r['first_update_seconds']:.0f} | {r['rollout_over_floor']:.0f}x |")
+    for f in data.get("failed", []):
+        lines.append(f"| {f.get('shape', '?')} | {f.get('engine', '?')} | failed | | | | | |")
+    lines += ["", "| shape | vLLM over | rollout | whole update | non-rollout phases (a check: about 1) |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {s['shape']} | {s['vllm_over']} | {s['rollout']}x | {s['update']}x | {s['non_rollout']}x |"
+              for s in data["speedups"]]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(default_model()), help="bf16 SmolLM2-135M-Instruct checkpoint folder")
@@ -383,7 +412,8 @@ def main(argv=None) -> int:
                               "order": schedules},
               "failed": failed}
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    Path(args.out).with_suffix(".md").write_text(results_table(result, Path(args.out).name) + "\n")
+    print(f"wrote {args.out} and its table")
     for s in result["speedups"]:
         print(f"{s['shape']}: vLLM over {s['vllm_over']}: rollout x{s['rollout']}, whole update x{s['update']} "
               f"(non-rollout phases x{s['non_rollout']})")
