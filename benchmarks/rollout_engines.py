@@ -369,9 +369,14 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the documented figures: one)")
     parser.add_argument("--row-timeout", type=int, default=1800, help="seconds a row may take for one update")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rollout-engines-cpu.json"))
+    parser.add_argument("--table", action="store_true", help="only rewrite the table (.md) from the --out JSON")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--lockstep", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.table:
+        data = json.loads(Path(args.out).read_text())
+        Path(args.out).with_suffix(".md").write_text(results_table(data, Path(args.out).name) + "\n")
+        return 0
     if args.one:
         batch, tokens = map(int, args.shapes.split("x"))
         print(RESULT + json.dumps(measure(args.one, batch, tokens, args)), flush=True)
