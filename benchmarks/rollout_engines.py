@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -278,6 +279,9 @@ class Row:
 
     def _why(self) -> str:
         self.proc.wait()
+        if self.proc.returncode < 0:  # a signal: SIGKILL is most often the kernel's out-of-memory killer
+            name = signal.Signals(-self.proc.returncode).name
+            return f"killed by {name}" + (" (out of memory? see dmesg)" if name == "SIGKILL" else "")
         lines = [line for line in self.log.read_text().splitlines() if line.strip()]
         errors = [line for line in lines if "Error" in line or "error:" in line]
         return ((errors or lines or [f"exit code {self.proc.returncode}"])[-1])[:500]
@@ -351,7 +355,8 @@ def results_table(data: dict, name: str) -> str:
                      f"{r['rollout_tokens_per_second']:.0f} | {phases} | {r['update_seconds']:.2f} | "
                      f"{r['first_update_seconds']:.0f} | {r['rollout_over_floor']:.0f}x |")
     for f in data.get("failed", []):
-        lines.append(f"| {f.get('shape', '?')} | {f.get('engine', '?')} | failed | | | | | |")
+        error = " ".join(str(f.get("error", "")).split()).replace("|", "\\|")
+        lines.append(f"| {f.get('shape', '?')} | {f.get('engine', '?')} | failed: {error} | | | | | |")
     lines += ["", "| shape | vLLM over | rollout | whole update | non-rollout phases (a check: about 1) |",
               "|---|---|---|---|---|"]
     lines += [f"| {s['shape']} | {s['vllm_over']} | {s['rollout']}x | {s['update']}x | {s['non_rollout']}x |"
@@ -375,7 +380,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.table:
         data = json.loads(Path(args.out).read_text())
-        Path(args.out).with_suffix(".md").write_text(results_table(data, Path(args.out).name) + "\n")
+        Path(args.out).with_suffix(".md").write_text(results_table(data, args.out) + "\n")
         return 0
     if args.one:
         batch, tokens = map(int, args.shapes.split("x"))
@@ -417,7 +422,7 @@ def main(argv=None) -> int:
                               "order": schedules},
               "failed": failed}
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    Path(args.out).with_suffix(".md").write_text(results_table(result, Path(args.out).name) + "\n")
+    Path(args.out).with_suffix(".md").write_text(results_table(result, args.out) + "\n")
     print(f"wrote {args.out} and its table")
     for s in result["speedups"]:
         print(f"{s['shape']}: vLLM over {s['vllm_over']}: rollout x{s['rollout']}, whole update x{s['update']} "
