@@ -56,6 +56,7 @@ ROWS = {
     # Issue 40: a user's first run is short, and the linear schedule takes the rate to 0 within it; and the recipe
     # whitens its advantages (gae's default), which a saturating reward may not want.
     "concise-constant-lr": ("concise", {"lr_scheduler_type": "constant"}),
+    "number-constant-lr": ("number", {"lr_scheduler_type": "constant"}),
     "positivity-constant-lr": ("positivity", {"lr_scheduler_type": "constant"}),
     "concise-unwhitened": ("concise", {"whiten_advantages": False}),
 }
