@@ -33,7 +33,8 @@ MADE_BY = {
     "real-model-fair-gpu-h100.json": "`bash benchmarks/gpu_run.sh --real-model benchmarks/plans/real-model-fair-gpu.json "
                                      "--out $OUT/real-model-fair-gpu-h100` at commit a4efc94 on a lent H100 (after "
                                      "`gpu_run.sh --install`, which carried the wheels and the first part of the "
-                                     "SmolLM2 wheel), one invocation",
+                                     "SmolLM2 wheel), one invocation (the JSON's `commit` reads the device copy's git base, "
+                                     "0b1d8e3, plus the working tree's changes: a4efc94's tree)",
 }
 
 
