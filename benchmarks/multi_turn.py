@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/multi_turn.py --warm-start          # make and measure the warm start
     OMP_NUM_THREADS=1 python benchmarks/multi_turn.py --quick               # smoke run: 1 seed, 1 update, 4 prompts
     OMP_NUM_THREADS=1 python benchmarks/multi_turn.py                       # full: PLAN's seeds, updates, rows
+    bash benchmarks/gpu_run.sh --multi-turn --jobs 12 --out DIR/multi-turn-gpu  # the same on a lent GPU
 
 The task (``trl_ext.tasks.real_model.tool_task``): a person's four-digit code that only the environment holds; the
 tool ``lookup_code(name)`` returns it; ``right_code`` pays 1.0 for the code as the final answer. The base model
@@ -18,7 +19,8 @@ Rows (every one from the warm start, with SETTINGS; the plan is fixed in benchma
 * ``grpo``       trl-ext PPOTrainer with ``advantage_estimator='grpo'``, 4 generations a prompt, ``SecretCodes``;
 * ``trl-grpo``   TRL's GRPOTrainer (the newest TRL, ``.venv-latest``) with ``environment_factory=SecretCodes``.
 
-Each row is a subprocess with one torch thread. Per row: the held-out score (32 prompts, 16 names never trained on,
+Each row is a subprocess with one torch thread (``--jobs`` side by side, a seed's rows starting together; the
+results are rewritten after every row, so a run stopped early keeps the rows that ended). Per row: the held-out score (32 prompts, 16 names never trained on,
 greedy and sampled at T=0.7) after training, parseable calls, the reward and tool calls per update against
 seconds. Writes benchmarks/results/multi-turn-cpu.json (quick: multi-turn-cpu-quick.json) and a .md beside it;
 ``--warm-start`` writes multi-turn-warm-start.json/.md.
@@ -31,7 +33,6 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +61,51 @@ NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
 WARM_START = dict(conversations=48, steps=10, batch_size=8, learning_rate=2e-4, seed=0)
 QUICK = dict(seeds=[0], updates=1, heldout=4)
 FULL = dict(seeds=[0, 1, 2], updates=20, heldout=32)
+MEASURED = "held-out-before-rl.json"  # the warm start's own measurement, kept in its folder for the rows' table
+REACHED = 0.5  # "episodes to a held-out score": the first evaluation at or above this (plan, fixed before the run)
+TARGET_GAIN, TARGET_SPEED = 0.4, 0.7  # issue 43: +0.4 over the warm start on every seed; <= 0.7x TRL's s/update
+
+
+def warm_start_measured(warm_dir: Path) -> dict | None:
+    path = Path(warm_dir) / MEASURED
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def episodes_to_reach(row: dict, threshold: float = REACHED) -> int | None:
+    """Episodes at the first held-out evaluation (during training, then after it) at or above ``threshold``."""
+    scores = [(c["update"], c["held_out"]) for c in row["curve"] if "held_out" in c] + [(row["updates"], row["after"])]
+    per_update = row["episodes"] // max(1, row["updates"])
+    return next((u * per_update for u, score in scores if score >= threshold), None)
+
+
+def summary_lines(result: dict) -> list[str]:
+    """Each trainer's mean over its seeds, against the issue's targets."""
+    rows, measured = result["rows"], result.get("warm_start_measured")
+    before = measured["warm"]["sampled"]["score"] if measured else None
+    by = {}
+    for r in rows:
+        by.setdefault(r["trainer"], []).append(r)
+    trl = by.get("trl-grpo")
+    trl_speed = sum(r["seconds_per_update"] for r in trl) / len(trl) if trl else None
+    trl_score = sum(r["after"] for r in trl) / len(trl) if trl else None
+    lines = ["", f"Means over seeds. Warm start before RL (this machine): "
+             f"{'not measured here' if before is None else f'{before:.3f} sampled'}; targets (issue 43): "
+             f"gain >= +{TARGET_GAIN} on every seed, mean >= TRL's GRPO, s/update <= {TARGET_SPEED}x TRL's in this "
+             f"invocation; episodes to a held-out score >= {REACHED} (evaluations every {result.get('eval_every') or '-'} "
+             "updates and after).", "",
+             "| trainer | seeds | held-out after | least gain over the warm start | >= TRL's GRPO | s/update | x TRL's "
+             "| episodes to >= 0.5, per seed |", "|---|---|---|---|---|---|---|---|"]
+    for name, group in by.items():
+        mean = sum(r["after"] for r in group) / len(group)
+        greedy = sum(r["after_greedy"] for r in group) / len(group)
+        speed = sum(r["seconds_per_update"] for r in group) / len(group)
+        gain = None if before is None else min(r["after"] for r in group) - before
+        reach = ", ".join(str(episodes_to_reach(r) or "not reached") for r in sorted(group, key=lambda r: r["seed"]))
+        lines.append(f"| {name} | {','.join(str(r['seed']) for r in group)} | {mean:.3f} ({greedy:.3f}) | "
+                     f"{'-' if gain is None else f'{gain:+.3f}' + (' yes' if gain >= TARGET_GAIN else ' no')} | "
+                     f"{'-' if trl_score is None or name == 'trl-grpo' else ('yes' if mean >= trl_score else 'no')} | "
+                     f"{speed:.2f} | {'-' if not trl_speed else f'{speed / trl_speed:.2f}'} | {reach} |")
+    return lines
 
 
 def settings_of(name: str) -> dict:
@@ -87,7 +133,10 @@ def load(folder):
     from trl_ext.tasks.real_model.tool_task import tool_tokenizer
 
     torch.set_num_threads(1)
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16), tool_tokenizer(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    if torch.cuda.is_available():  # the trainers run on the accelerator's device; evaluate there before as after
+        model.to("cuda")
+    return model, tool_tokenizer(folder)
 
 
 def make_warm_start(heldout: int) -> dict:
@@ -117,6 +166,8 @@ def make_warm_start(heldout: int) -> dict:
     tuned.save_pretrained(WARM_DIR, safe_serialization=True)
     tokenizer.save_pretrained(WARM_DIR)
     warm = held_out(tuned, tokenizer, rows, seed=0)
+    measured = {"held_out_prompts": len(rows), "base": brief(base), "warm": brief(warm)}
+    (WARM_DIR / MEASURED).write_text(json.dumps(measured, indent=2) + "\n")
     losses = [h["loss"] for h in history if "loss" in h]
     return {"benchmark": "multi-turn-warm-start", "warm_start": WARM_START, "sft_rows": len(data),
             "sft_seconds": round(sft_seconds, 1), "losses": losses, "held_out_prompts": len(rows),
@@ -124,8 +175,10 @@ def make_warm_start(heldout: int) -> dict:
             "seconds": round(time.perf_counter() - t0, 1), "folder": str(WARM_DIR.relative_to(ROOT))}
 
 
-def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_dir: Path = WARM_DIR) -> None:
-    """One row, in this process: train from the warm start, evaluate after, write its JSON to ``out``."""
+def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_dir: Path = WARM_DIR,
+            eval_every: int = 0) -> None:
+    """One row, in this process: train from the warm start, evaluate after (and, sampled, after every
+    ``eval_every``-th update, left out of the seconds), write its JSON to ``out``."""
     import torch
     from peft import LoraConfig
 
@@ -140,18 +193,34 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     factory = getattr(tool_task, environment)
     prompts = updates * SETTINGS["batch_size"] // generations
     dataset = tool_task.train_dataset(prompts, seed)
-    curve, start = [], time.perf_counter()
+    curve, start, evaluated = [], time.perf_counter(), [0.0]
 
     def record(update: int, reward: float, calls: float, stats: dict) -> None:
-        curve.append({"update": update, "seconds": round(time.perf_counter() - start, 2), "reward": round(reward, 4),
+        curve.append({"update": update, "seconds": round(time.perf_counter() - start - evaluated[0], 2),
+                      "reward": round(reward, 4),
                       "tool_calls_per_rollout": round(calls, 4),
                       **{k: round(float(v), 4) for k, v in stats.items()
                          if k.startswith(("timing/", "turns/", "tokens/")) or k in ("objective/kl",)}})
         print(f"[{name} seed {seed}] update {update} reward {reward:.3f} calls {calls:.2f} at {curve[-1]['seconds']} s",
               flush=True)
 
+    def evaluate(update: int, policy) -> None:
+        """The sampled held-out score after ``update``, on the update's curve entry."""
+        if not eval_every or update % eval_every or update >= updates:
+            return
+        from benchmarks.real_model import evaluating
+
+        t0 = time.perf_counter()
+        with evaluating(policy):
+            score = tool_task.score_tool_rows(policy, tokenizer, rows, temperature=SETTINGS["temperature"],
+                                              seed=seed + 1, budget=SETTINGS["response_length"], examples=0,
+                                              max_iterations=SETTINGS["max_tool_calling_iterations"])["score"]
+        evaluated[0] += time.perf_counter() - t0
+        next(c for c in curve if c["update"] == update)["held_out"] = score
+
     if estimator == "trl":
-        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record)
+        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record,
+                                evaluate)
     else:
         from trl_ext.ppo import PPOConfig, PPOTrainer
 
@@ -165,6 +234,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
         def on_update(update, stats):
             record(int(update), float(stats["objective/scores"]), float(stats.get("tools/call_frequency", 0.0)),
                    stats)
+            evaluate(int(update), trainer.policy)
 
         trainer.train(on_update)
         policy = trainer.policy
@@ -177,13 +247,14 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
            "episodes": len(curve) * SETTINGS["batch_size"], "held_out_prompts": len(rows),
            "after": after["sampled"]["score"], "after_greedy": after["greedy"]["score"],
            "after_calls": after["sampled"]["parseable_calls"], "after_detail": after,
-           "train_seconds": round(train_s, 1), "seconds_per_update": round(train_s / max(1, len(curve)), 2),
+           "train_seconds": round(train_s - evaluated[0], 1), "eval_seconds_during": round(evaluated[0], 1), "seconds_per_update": round((train_s - evaluated[0]) / max(1, len(curve)), 2),
            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+           "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
            "settings": dict(SETTINGS), "curve": curve, "trl": trl.__version__, "torch": torch.__version__}
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
-def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record):
+def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record, evaluate):
     """TRL's GRPOTrainer with the environment, configured as trl-ext's GRPO row (its iterations our epochs)."""
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -209,6 +280,10 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
             if logs and "reward" in logs and (state.global_step - 1) % epochs == 0:
                 record(state.global_step // epochs + (state.global_step % epochs > 0), float(logs["reward"]),
                        float(logs.get("tools/call_frequency", 0.0)), {})
+
+        def on_step_end(self, _args, state, _control, model=None, **_):
+            if state.global_step % epochs == 0:  # the generation's last optimizer step: an update done
+                evaluate(state.global_step // epochs, model)
 
     trainer = GRPOTrainer(model=model, reward_funcs=[right_code], args=args, train_dataset=dataset,
                           processing_class=tokenizer, environment_factory=factory, peft_config=lora,
@@ -250,6 +325,7 @@ def write_table(result: dict, stem: Path) -> None:
                          f"({g['right_lookups']:.3f}) | {r['seconds_per_update']} | {c[0]['reward']:.3f} -> "
                          f"{c[-1]['reward']:.3f} | {c[0]['tool_calls_per_rollout']:.2f} -> "
                          f"{c[-1]['tool_calls_per_rollout']:.2f} |")
+        lines += summary_lines(result)
         for f in result.get("failed", []):
             lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -262,7 +338,8 @@ def machine() -> dict:
     from trl_ext.runs.machine import cpu_name
 
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "trl": trl.__version__, "platform": platform.platform(), "python": platform.python_version()}
+            "trl": trl.__version__, "platform": platform.platform(), "python": platform.python_version(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def main(argv=None) -> int:
@@ -273,6 +350,9 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int)
     parser.add_argument("--seeds", help="comma-separated")
     parser.add_argument("--heldout", type=int)
+    parser.add_argument("--jobs", type=int, default=1, help="rows side by side (default 1)")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="also the sampled held-out score after every N-th update (not counted in the seconds)")
     parser.add_argument("--out", help="results stem (default benchmarks/results/multi-turn-cpu[-quick])")
     parser.add_argument("--warm-dir", type=Path, default=WARM_DIR, help="the warm start the rows train from")
     parser.add_argument("--row", help=argparse.SUPPRESS)
@@ -282,9 +362,11 @@ def main(argv=None) -> int:
     updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
     sys.path.insert(0, str(ROOT))
+    from benchmarks.real_model import run_jobs
+
     command = "OMP_NUM_THREADS=1 python benchmarks/multi_turn.py " + " ".join(argv or sys.argv[1:])
     if args.row:
-        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir)
+        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every)
         return 0
     if args.warm_start:
         result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine(),
@@ -299,32 +381,27 @@ def main(argv=None) -> int:
         parser.error(f"unknown rows {unknown}; known: {list(ROWS)}")
     stem = Path(args.out) if args.out else RESULTS / ("multi-turn-cpu-quick" if args.quick else "multi-turn-cpu")
     logs = Path(tempfile.mkdtemp(prefix="multi-turn-rows-"))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=str(ROOT), TRL_EXPERIMENTAL_SILENCE="1")
-    rows, failed, start = [], [], time.perf_counter()
-    for name in names:
-        for seed in seeds:
-            out = logs / f"{name}-{seed}.json"
-            cmd = [str(VENVS / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
-                   "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
-                   "--warm-dir", str(args.warm_dir)]
-            t0 = time.perf_counter()
-            with open(logs / f"{name}-{seed}.log", "w") as log:
-                rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-            print(f"{name} seed {seed}: exit {rc} after {time.perf_counter() - t0:.0f} s (log {logs}/{name}-{seed}.log)",
-                  flush=True)
-            if rc == 0 and out.exists():
-                rows.append(json.loads(out.read_text()))
-            else:
-                tail = (logs / f"{name}-{seed}.log").read_text().strip().splitlines()[-1:] or [""]
-                failed.append({"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]})
-    result = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
-              "machine": machine(),
-              "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
-              "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
-              "seeds": seeds, "held_out_prompts": heldout, "rows": rows, "failed": failed,
-              "wall_seconds": round(time.perf_counter() - start, 1)}
-    write_table(result, stem)
+    start = time.perf_counter()
+    meta = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
+            "machine": machine(), "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
+            "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
+            "seeds": seeds, "held_out_prompts": heldout, "jobs": args.jobs, "eval_every": args.eval_every,
+            "warm_start_measured": warm_start_measured(args.warm_dir)}
+
+    def command_of(name, seed, out):
+        return [str(VENVS / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
+                "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
+                "--warm-dir", str(args.warm_dir), f"--eval-every={args.eval_every}"]
+
+    def write(results, wall=None):
+        rows, failed = [r for r, _ in results if r], [f for _, f in results if f]
+        write_table({**meta, "rows": rows, "failed": failed, "wall_seconds": wall}, stem)
+        return rows, failed
+
+    jobs = [(name, seed) for seed in seeds for name in names]  # a seed's rows start together
+    print(f"{len(jobs)} rows, {args.jobs} at a time; row files and logs in {logs}", flush=True)
+    results = run_jobs(jobs, args.jobs, command_of, logs, on_done=write)
+    rows, failed = write(results, round(time.perf_counter() - start, 1))
     print(f"written {stem}.json/.md: {len(rows)} rows measured, {len(failed)} failed")
     return 0 if rows else 1
 

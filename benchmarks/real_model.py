@@ -53,6 +53,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,21 +303,28 @@ def comparisons(rows: list[dict], plan: dict) -> list[dict]:
     return found
 
 
-def held_out_during(policy, tokenizer, rows, seed: int) -> float:
-    """The sampled held-out score in the middle of training, leaving the random state and train mode as they were
-    (TRL's trainers sample from torch's global generator: an evaluation must not change their run)."""
+@contextmanager
+def evaluating(policy):
+    """Score ``policy`` in the middle of training, leaving the random state and train mode as they were (TRL's
+    trainers sample from torch's global generator: an evaluation must not change their run)."""
     import torch
 
     cpu, cuda = torch.random.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     training = policy.training
     policy.eval()
     try:
-        return sampled_score(policy, tokenizer, rows, seed, examples=0)["score"]
+        yield policy
     finally:
         policy.train(training)
         torch.random.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
+
+
+def held_out_during(policy, tokenizer, rows, seed: int) -> float:
+    """The sampled held-out score in the middle of training (``evaluating``)."""
+    with evaluating(policy):
+        return sampled_score(policy, tokenizer, rows, seed, examples=0)["score"]
 
 
 def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_every: int = 0, *,

@@ -53,3 +53,46 @@ def test_rows_need_a_warm_start(bench, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--quick", "--warm-dir", str(tmp_path / "none")])
     assert "run with --warm-start first" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("row", ["ppo-turn", "trl-grpo"])
+def test_held_out_scores_during_training_leave_the_run_unchanged(bench, tmp_path, row):
+    if row == "trl-grpo" and not _has_environments():
+        pytest.skip("this TRL's GRPOTrainer takes no environment_factory (the row runs in the newest TRL)")
+    warm = tiny_tool_model(tmp_path / "warm")
+    records = []
+    for eval_every in (0, 1):
+        out = tmp_path / f"row-{eval_every}.json"
+        bench.run_row(row, seed=0, updates=2, heldout=2, out=out, warm_dir=warm, eval_every=eval_every)
+        records.append(json.loads(out.read_text()))
+    plain, evaluated = records
+    assert "held_out" in evaluated["curve"][0] and "held_out" not in evaluated["curve"][1]  # the last: `after`
+    def sampled(curve):  # what the run sampled and measured, not how long it took
+        return [{k: v for k, v in c.items() if k not in ("seconds", "held_out") and not k.startswith("timing/")}
+                for c in curve]
+
+    assert sampled(plain["curve"]) == sampled(evaluated["curve"])
+    assert [plain["after_detail"][m]["examples"] for m in ("greedy", "sampled")] == \
+        [evaluated["after_detail"][m]["examples"] for m in ("greedy", "sampled")]
+
+
+def _row(trainer, seed, after, curve_scores, seconds=1.0):
+    curve = [{"update": u + 1, "reward": 0.0, "tool_calls_per_rollout": 0.0, **({} if s is None else {"held_out": s})}
+             for u, s in enumerate(curve_scores)]
+    sampled = {"parseable_calls": 1.0, "right_lookups": 1.0}
+    return {"trainer": trainer, "seed": seed, "updates": len(curve), "episodes": 16 * len(curve), "after": after,
+            "after_greedy": after, "after_detail": {"sampled": sampled, "greedy": sampled}, "curve": curve,
+            "seconds_per_update": seconds}
+
+
+def test_the_summary_holds_each_row_to_the_issues_targets(bench):
+    assert bench.episodes_to_reach(_row("ppo-turn", 0, 0.9, [0.2, 0.6, None])) == 32
+    assert bench.episodes_to_reach(_row("ppo-turn", 0, 0.9, [0.2, 0.3, None])) == 48  # only after training
+    assert bench.episodes_to_reach(_row("ppo-turn", 0, 0.4, [0.2, 0.3, None])) is None
+    rows = [_row("ppo-turn", 0, 0.9, [0.6, None], seconds=1.0), _row("ppo-turn", 1, 0.3, [0.1, None], seconds=2.0),
+            _row("trl-grpo", 0, 0.5, [0.1, None], seconds=3.0)]
+    result = {"rows": rows, "eval_every": 1, "warm_start_measured": {"warm": {"sampled": {"score": 0.1}}}}
+    lines = "\n".join(bench.summary_lines(result))
+    # ppo-turn: mean 0.6 >= 0.5, but seed 1 gained +0.2 only; 1.5 s against TRL's 3.0 s
+    assert "| ppo-turn | 0,1 | 0.600 (0.600) | +0.200 no | yes | 1.50 | 0.50 | 16, not reached |" in lines
+    assert "| trl-grpo | 0 | 0.500 (0.500) | +0.400 yes | - | 3.00 | 1.00 | 32 |" in lines
