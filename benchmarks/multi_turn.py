@@ -328,6 +328,13 @@ def write_table(result: dict, stem: Path) -> None:
         lines += summary_lines(result)
         for f in result.get("failed", []):
             lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
+        ended = {(r["trainer"], r["seed"]) for r in result["rows"] + result.get("failed", [])}
+        unfinished = [(name, seed) for name, seed in result.get("planned", []) if (name, seed) not in ended]
+        if unfinished:
+            lines.append(f"\nDid not end before the run stopped ({result.get('stopped', 'stopped early')}): "
+                         + ", ".join(f"{name} seed {seed}" for name, seed in unfinished) + ".")
+            lines += [f"- {log['trainer']} seed {log['seed']}, its last logged update: `{log['line']}`"
+                      for log in result.get("last_logged", [])]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
@@ -339,7 +346,7 @@ def machine() -> dict:
 
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "trl": trl.__version__, "platform": platform.platform(), "python": platform.python_version(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            **({"device": torch.cuda.get_device_name(0)} if torch.cuda.is_available() else {})}
 
 
 def main(argv=None) -> int:
@@ -355,6 +362,7 @@ def main(argv=None) -> int:
                         help="also the sampled held-out score after every N-th update (not counted in the seconds)")
     parser.add_argument("--out", help="results stem (default benchmarks/results/multi-turn-cpu[-quick])")
     parser.add_argument("--warm-dir", type=Path, default=WARM_DIR, help="the warm start the rows train from")
+    parser.add_argument("--table", metavar="STEM", help="write STEM.md again from STEM.json, then stop")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -365,6 +373,9 @@ def main(argv=None) -> int:
     from benchmarks.real_model import run_jobs
 
     command = "OMP_NUM_THREADS=1 python benchmarks/multi_turn.py " + " ".join(argv or sys.argv[1:])
+    if args.table:
+        write_table(json.loads(Path(args.table).with_suffix(".json").read_text()), Path(args.table))
+        return 0
     if args.row:
         run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every)
         return 0
@@ -399,6 +410,7 @@ def main(argv=None) -> int:
         return rows, failed
 
     jobs = [(name, seed) for seed in seeds for name in names]  # a seed's rows start together
+    meta["planned"] = jobs
     print(f"{len(jobs)} rows, {args.jobs} at a time; row files and logs in {logs}", flush=True)
     results = run_jobs(jobs, args.jobs, command_of, logs, on_done=write)
     rows, failed = write(results, round(time.perf_counter() - start, 1))

@@ -96,3 +96,14 @@ def test_the_summary_holds_each_row_to_the_issues_targets(bench):
     # ppo-turn: mean 0.6 >= 0.5, but seed 1 gained +0.2 only; 1.5 s against TRL's 3.0 s
     assert "| ppo-turn | 0,1 | 0.600 (0.600) | +0.200 no | yes | 1.50 | 0.50 | 16, not reached |" in lines
     assert "| trl-grpo | 0 | 0.500 (0.500) | +0.400 yes | - | 3.00 | 1.00 | 32 |" in lines
+
+
+def test_rows_that_did_not_end_are_named(bench, tmp_path):
+    result = {"held_out_prompts": 2, "rows": [_row("trl-grpo", 0, 0.5, [None])], "failed": [],
+              "planned": [["ppo-turn", 0], ["trl-grpo", 0]], "stopped": "the call's time ran out",
+              "last_logged": [{"trainer": "ppo-turn", "seed": 0, "line": "update 3 reward 0.1"}],
+              "command": "multi_turn.py", "machine": {}}
+    bench.write_table(result, tmp_path / "table")
+    table = (tmp_path / "table.md").read_text()
+    assert "Did not end before the run stopped (the call's time ran out): ppo-turn seed 0." in table
+    assert "- ppo-turn seed 0, its last logged update: `update 3 reward 0.1`" in table

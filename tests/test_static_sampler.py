@@ -112,7 +112,31 @@ def test_one_sampler_reuses_its_cache_across_batch_and_prompt_sizes():
         ids, mask = ids[:, 2:], mask[:, 2:]  # 7 columns -> prompt length 16
         loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, top_k=10)
         assert torch.equal(static, loop)
-    assert sorted(sampler._caches) == [(3, 16 + 12), (6, 16 + 12)]
+    assert sorted(sampler._caches) == [(6, 16 + 16)]  # 3 rows fit the 6-row cache; 12 new tokens round to 16
+
+
+def _prompts(rows: int, width: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(width // 2, width + 1, (rows,), generator=g)
+    lengths[0] = width
+    ids = torch.randint(2, VOCAB, (rows, width), generator=g)
+    mask = (torch.arange(width) >= width - lengths[:, None]).long()
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def test_the_turns_of_a_tool_loop_reuse_a_few_caches():
+    """A multi-turn rollout asks for fewer rows, longer prompts and fewer new tokens turn after turn: each a new
+    shape (and on a GPU a new compile) unless a kept cache holds it. """
+    model = _qwen2()
+    sampler = StaticSampler()
+    turns = [(6, 9, 40), (2, 15, 25), (4, 14, 31), (6, 9, 40), (3, 16, 18), (1, 30, 9), (5, 12, 27), (2, 40, 50)]
+    for seed, (rows, width, new) in enumerate(turns):
+        ids, mask = _prompts(rows, width, seed)
+        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0,
+                                max_new_tokens=new)
+        assert torch.equal(static, loop), (rows, width, new)
+    # all but the last fit the first turn's cache; the last's 40-token prompt and 50 new tokens do not
+    assert sorted(sampler._caches) == [(2, 64 + 64), (6, 16 + 64)]
 
 
 def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():

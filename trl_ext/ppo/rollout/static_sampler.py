@@ -4,8 +4,10 @@
 every token, so on a GPU each token costs hundreds of kernel launches and a host sync. Here the
 cache is allocated once, sized to the padded prompt plus the response; every decode step has the
 same shapes and no value leaves the device, so ``torch.compile(mode="reduce-overhead")`` captures
-the forward and the sampling as one CUDA graph. Batch sizes and prompt lengths are rounded up to a
-few buckets, so a run compiles a handful of times, not every update. On CPU the same code runs
+the forward and the sampling as one CUDA graph. Batch sizes, prompt lengths and response lengths are
+rounded up to a few buckets, and a cache that already holds a request is reused, so a run compiles a
+handful of times, not every update (nor every turn of a multi-turn rollout, whose later turns have
+fewer rows, longer prompts and what is left of the budget). On CPU the same code runs
 eagerly and draws exactly as the loop does: a test holds the two token-for-token equal.
 """
 
@@ -72,8 +74,12 @@ def _next(logits, done, noise, *, temperature, top_k, top_p, eos_token_id, pad_t
 class StaticSampler:
     """The ``static`` sampler: the contract of ``sample_responses``, for one policy over a run.
 
-    It keeps one static cache per (batch bucket, cache length), reused (zeroed) across rollouts so a
-    captured graph keeps its addresses, and calls the model it is handed, so it decodes with the
+    It keeps a few static caches, each ``(batch, length)``, reused (zeroed) across rollouts so a
+    captured graph keeps its addresses: a request takes the smallest cache that holds it (its batch
+    bucket and its padded prompt plus its new tokens; a larger batch costs a decode step about what
+    a smaller one does while the step is bound by kernel launches, and no more than the run's largest
+    rollout already cost), else a new one for its batch bucket and its prompt plus its new tokens
+    rounded up to a power of two, and calls the model it is handed, so it decodes with the
     policy's own parameter tensors (a PEFT model's adapters included; under FSDP/ZeRO-3 the caller
     gathers them once around the call). ``compile``: compile the decode step, by default on CUDA
     only, with ``compile_options`` (default: ``mode="reduce-overhead"``, i.e. CUDA graphs, shapes fixed;
@@ -96,6 +102,15 @@ class StaticSampler:
         if self._compiled is None:
             self._compiled = torch.compile(decode_step, **self.compile_options)
         return self._compiled
+
+    def _shape(self, rows: int, prompt_len: int, max_new_tokens: int) -> tuple[int, int]:
+        """The cache ``(batch, length)`` for ``rows`` rows: the smallest kept one that holds them, else a new
+        one for their batch bucket and the prompt plus the new tokens rounded up to a power of two."""
+        batch = bucket(rows)
+        fitting = [key for key in self._caches if key[0] >= batch and key[1] >= prompt_len + max_new_tokens]
+        if fitting:
+            return min(fitting, key=lambda key: key[0] * key[1])
+        return batch, prompt_len + max(16, 1 << (max_new_tokens - 1).bit_length())
 
     def _cache(self, model, batch: int, length: int):
         from transformers import StaticCache
@@ -122,8 +137,8 @@ class StaticSampler:
         rows, prompt = query_ids.shape
         device, on_cuda = query_ids.device, query_ids.is_cuda
         # Prompts to a power of two (at least 16): a longer prompt costs one prefill, a new length a compile.
-        batch, prompt_len = bucket(rows), max(16, 1 << (prompt - 1).bit_length())
-        length = prompt_len + max_new_tokens
+        prompt_len = max(16, 1 << (prompt - 1).bit_length())
+        batch, length = self._shape(rows, prompt_len, max_new_tokens)
         # Extra rows repeat row 0 and start done; extra prompt columns are left padding.
         ids = torch.full((batch, prompt_len), pad_token_id, dtype=query_ids.dtype, device=device)
         mask = torch.zeros((batch, length), dtype=torch.long, device=device)
