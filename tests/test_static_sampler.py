@@ -136,7 +136,7 @@ def test_the_turns_of_a_tool_loop_reuse_a_few_caches():
                                 max_new_tokens=new)
         assert torch.equal(static, loop), (rows, width, new)
     # all but the last fit the first turn's cache; the last's 40-token prompt and 50 new tokens do not
-    assert sorted(sampler._caches) == [(2, 64 + 64), (6, 16 + 64)]
+    assert sorted(sampler._caches) == [(6, 16 + 64), (6, 64 + 64)]  # the new one as wide as the widest so far
 
 
 def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():

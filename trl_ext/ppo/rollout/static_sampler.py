@@ -78,8 +78,8 @@ class StaticSampler:
     captured graph keeps its addresses: a request takes the smallest cache that holds it (its batch
     bucket and its padded prompt plus its new tokens; a larger batch costs a decode step about what
     a smaller one does while the step is bound by kernel launches, and no more than the run's largest
-    rollout already cost), else a new one for its batch bucket and its prompt plus its new tokens
-    rounded up to a power of two, and calls the model it is handed, so it decodes with the
+    rollout already cost), else a new one for the largest batch so far and its prompt plus its new
+    tokens rounded up to a power of two, and calls the model it is handed, so it decodes with the
     policy's own parameter tensors (a PEFT model's adapters included; under FSDP/ZeRO-3 the caller
     gathers them once around the call). ``compile``: compile the decode step, by default on CUDA
     only, with ``compile_options`` (default: ``mode="reduce-overhead"``, i.e. CUDA graphs, shapes fixed;
@@ -105,12 +105,13 @@ class StaticSampler:
 
     def _shape(self, rows: int, prompt_len: int, max_new_tokens: int) -> tuple[int, int]:
         """The cache ``(batch, length)`` for ``rows`` rows: the smallest kept one that holds them, else a new
-        one for their batch bucket and the prompt plus the new tokens rounded up to a power of two."""
+        one for the largest batch so far (a tool loop's later turns grow as the policy learns to call) and the
+        prompt plus the new tokens rounded up to a power of two."""
         batch = bucket(rows)
         fitting = [key for key in self._caches if key[0] >= batch and key[1] >= prompt_len + max_new_tokens]
         if fitting:
             return min(fitting, key=lambda key: key[0] * key[1])
-        return batch, prompt_len + max(16, 1 << (max_new_tokens - 1).bit_length())
+        return max([batch] + [key[0] for key in self._caches]), prompt_len + max(16, 1 << (max_new_tokens - 1).bit_length())
 
     def _cache(self, model, batch: int, length: int):
         from transformers import StaticCache
