@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python benchmarks/multi_turn.py --warm-start          # make and measure the warm start
     OMP_NUM_THREADS=1 python benchmarks/multi_turn.py --quick               # smoke run: 1 seed, 1 update, 4 prompts
     OMP_NUM_THREADS=1 python benchmarks/multi_turn.py                       # full: PLAN's seeds, updates, rows
-    bash benchmarks/gpu_run.sh --multi-turn --jobs 12 --out DIR/multi-turn-gpu  # the same on a lent GPU
+    bash benchmarks/gpu_run.sh --multi-turn DIR/multi-turn-gpu --jobs 12 --eval-every 5  # on a lent GPU
 
 The task (``trl_ext.tasks.real_model.tool_task``): a person's four-digit code that only the environment holds; the
 tool ``lookup_code(name)`` returns it; ``right_code`` pays 1.0 for the code as the final answer. The base model
@@ -78,6 +78,10 @@ def episodes_to_reach(row: dict, threshold: float = REACHED) -> int | None:
     return next((u * per_update for u, score in scores if score >= threshold), None)
 
 
+def seeds_of(rows: list[dict]) -> list[int]:
+    return sorted(r["seed"] for r in rows)
+
+
 def summary_lines(result: dict) -> list[str]:
     """Each trainer's mean over its seeds, against the issue's targets."""
     rows, measured = result["rows"], result.get("warm_start_measured")
@@ -103,7 +107,8 @@ def summary_lines(result: dict) -> list[str]:
         reach = ", ".join(str(episodes_to_reach(r) or "not reached") for r in sorted(group, key=lambda r: r["seed"]))
         lines.append(f"| {name} | {','.join(str(r['seed']) for r in group)} | {mean:.3f} ({greedy:.3f}) | "
                      f"{'-' if gain is None else f'{gain:+.3f}' + (' yes' if gain >= TARGET_GAIN else ' no')} | "
-                     f"{'-' if trl_score is None or name == 'trl-grpo' else ('yes' if mean >= trl_score else 'no')} | "
+                     f"{'-' if trl_score is None or name == 'trl-grpo' else ('yes' if mean >= trl_score else 'no')}"
+                     f"{' (other seeds)' if trl and name != 'trl-grpo' and seeds_of(group) != seeds_of(trl) else ''} | "
                      f"{speed:.2f} | {'-' if not trl_speed else f'{speed / trl_speed:.2f}'} | {reach} |")
     return lines
 
@@ -296,6 +301,12 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
 
 def write_table(result: dict, stem: Path) -> None:
     """The results JSON and its table (NAME.md beside NAME.json, shown by docs/results.md)."""
+    versions = {}
+    for r in result.get("rows", []):  # the rows' own TRL (trl-grpo runs the newest), not the launcher's
+        if "trl" in r:
+            versions.setdefault(r["trl"], set()).add(r["trainer"])
+    if len(versions) > 1:
+        result["machine"]["trl"] = ", ".join(f"{v} ({', '.join(sorted(names))})" for v, names in sorted(versions.items()))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.tables import source_line

@@ -94,12 +94,13 @@ def test_the_summary_holds_each_row_to_the_issues_targets(bench):
     result = {"rows": rows, "eval_every": 1, "warm_start_measured": {"warm": {"sampled": {"score": 0.1}}}}
     lines = "\n".join(bench.summary_lines(result))
     # ppo-turn: mean 0.6 >= 0.5, but seed 1 gained +0.2 only; 1.5 s against TRL's 3.0 s
-    assert "| ppo-turn | 0,1 | 0.600 (0.600) | +0.200 no | yes | 1.50 | 0.50 | 16, not reached |" in lines
+    assert "| ppo-turn | 0,1 | 0.600 (0.600) | +0.200 no | yes (other seeds) | 1.50 | 0.50 | 16, not reached |" in lines
     assert "| trl-grpo | 0 | 0.500 (0.500) | +0.400 yes | - | 3.00 | 1.00 | 32 |" in lines
 
 
 def test_rows_that_did_not_end_are_named(bench, tmp_path):
-    result = {"held_out_prompts": 2, "rows": [_row("trl-grpo", 0, 0.5, [None])], "failed": [],
+    rows = [dict(_row("trl-grpo", 0, 0.5, [None]), trl="1.16.0"), dict(_row("grpo", 0, 0.5, [None]), trl="1.12.0")]
+    result = {"held_out_prompts": 2, "rows": rows, "failed": [],
               "planned": [["ppo-turn", 0], ["trl-grpo", 0]], "stopped": "the call's time ran out",
               "last_logged": [{"trainer": "ppo-turn", "seed": 0, "line": "update 3 reward 0.1"}],
               "command": "multi_turn.py", "machine": {}}
@@ -107,3 +108,24 @@ def test_rows_that_did_not_end_are_named(bench, tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "Did not end before the run stopped (the call's time ran out): ppo-turn seed 0." in table
     assert "- ppo-turn seed 0, its last logged update: `update 3 reward 0.1`" in table
+    assert "trl 1.12.0 (grpo), 1.16.0 (trl-grpo)" in table.splitlines()[0]  # each row's own TRL
+
+
+def test_evaluating_gives_back_the_random_state_and_train_mode():
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.real_model import evaluating
+
+    policy = torch.nn.Linear(2, 2)
+    policy.train()
+    torch.manual_seed(3)
+    state = torch.random.get_rng_state()
+    with evaluating(policy) as evaluated:
+        assert not evaluated.training
+        torch.rand(5)  # an evaluation that samples
+    assert policy.training and torch.equal(torch.random.get_rng_state(), state)
+    policy.eval()
+    with evaluating(policy):
+        pass
+    assert not policy.training  # as it was, not always train
