@@ -28,6 +28,11 @@ def bucket(n: int) -> int:
     return three_quarters if power >= 4 and n <= three_quarters else power
 
 
+def padded_length(n: int) -> int:
+    """A prompt or response length ``n`` rounded up to a power of two, at least 16: a new length is a compile."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
 def pick_tokens(logits: torch.Tensor, noise: torch.Tensor | None, *, temperature: float, top_k: int,
                 top_p: float) -> torch.Tensor:
     """``(B, V)`` float logits and ``(B, V)`` Exp(1) noise -> ``(B,)`` tokens, with static shapes.
@@ -111,7 +116,7 @@ class StaticSampler:
         fitting = [key for key in self._caches if key[0] >= batch and key[1] >= prompt_len + max_new_tokens]
         if fitting:
             return min(fitting, key=lambda key: key[0] * key[1])
-        return max([batch] + [key[0] for key in self._caches]), prompt_len + max(16, 1 << (max_new_tokens - 1).bit_length())
+        return max([batch] + [key[0] for key in self._caches]), prompt_len + padded_length(max_new_tokens)
 
     def _cache(self, model, batch: int, length: int):
         from transformers import StaticCache
@@ -138,7 +143,7 @@ class StaticSampler:
         rows, prompt = query_ids.shape
         device, on_cuda = query_ids.device, query_ids.is_cuda
         # Prompts to a power of two (at least 16): a longer prompt costs one prefill, a new length a compile.
-        prompt_len = max(16, 1 << (prompt - 1).bit_length())
+        prompt_len = padded_length(prompt)
         batch, length = self._shape(rows, prompt_len, max_new_tokens)
         # Extra rows repeat row 0 and start done; extra prompt columns are left padding.
         ids = torch.full((batch, prompt_len), pad_token_id, dtype=query_ids.dtype, device=device)
