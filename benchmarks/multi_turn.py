@@ -61,14 +61,29 @@ NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
 WARM_START = dict(conversations=48, steps=10, batch_size=8, learning_rate=2e-4, seed=0)
 QUICK = dict(seeds=[0], updates=1, heldout=4)
 FULL = dict(seeds=[0, 1, 2], updates=20, heldout=32)
-MEASURED = "held-out-before-rl.json"  # the warm start's own measurement, kept in its folder for the rows' table
+MEASURED = {"heldout": "held-out-before-rl.json",  # the warm start's own measurements, kept in its folder
+            "test": "test-before-rl.json"}
 REACHED = 0.5  # "episodes to a held-out score": the first evaluation at or above this (plan, fixed before the run)
 TARGET_GAIN, TARGET_SPEED = 0.4, 0.7  # issue 43: +0.4 over the warm start on every seed; <= 0.7x TRL's s/update
 
 
-def warm_start_measured(warm_dir: Path) -> dict | None:
-    path = Path(warm_dir) / MEASURED
+def warm_start_measured(warm_dir: Path, split: str = "heldout") -> dict | None:
+    path = Path(warm_dir) / MEASURED[split]
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def measure_warm_start(warm_dir: Path, split: str, heldout: int) -> dict:
+    """The warm start's score on ``split`` before RL, measured once and kept in its folder."""
+    from trl_ext.tasks.real_model.tool_task import eval_rows
+
+    rows, kept = eval_rows(split)[:heldout], warm_start_measured(warm_dir, split)
+    if kept and kept["held_out_prompts"] == len(rows):
+        return kept
+    model, tokenizer = load(warm_dir)
+    measured = {"split": split, "held_out_prompts": len(rows), "warm": brief(held_out(model, tokenizer, rows, 0))}
+    if kept is None:  # a smaller measurement (--quick) never replaces the whole split's
+        (Path(warm_dir) / MEASURED[split]).write_text(json.dumps(measured, indent=2) + "\n")
+    return measured
 
 
 def episodes_to_reach(row: dict, threshold: float = REACHED) -> int | None:
@@ -172,7 +187,7 @@ def make_warm_start(heldout: int) -> dict:
     tokenizer.save_pretrained(WARM_DIR)
     warm = held_out(tuned, tokenizer, rows, seed=0)
     measured = {"held_out_prompts": len(rows), "base": brief(base), "warm": brief(warm)}
-    (WARM_DIR / MEASURED).write_text(json.dumps(measured, indent=2) + "\n")
+    (WARM_DIR / MEASURED["heldout"]).write_text(json.dumps(measured, indent=2) + "\n")
     losses = [h["loss"] for h in history if "loss" in h]
     return {"benchmark": "multi-turn-warm-start", "warm_start": WARM_START, "sft_rows": len(data),
             "sft_seconds": round(sft_seconds, 1), "losses": losses, "held_out_prompts": len(rows),
@@ -181,7 +196,7 @@ def make_warm_start(heldout: int) -> dict:
 
 
 def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_dir: Path = WARM_DIR,
-            eval_every: int = 0) -> None:
+            eval_every: int = 0, split: str = "heldout") -> None:
     """One row, in this process: train from the warm start, evaluate after (and, sampled, after every
     ``eval_every``-th update, left out of the seconds), write its JSON to ``out``."""
     import torch
@@ -192,7 +207,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     _, estimator, generations, environment, _ = ROWS[name]
     SETTINGS.update(settings_of(name))
     model, tokenizer = load(warm_dir)
-    rows = tool_task.heldout_rows()[:heldout]
+    rows = tool_task.eval_rows(split)[:heldout]
     lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
                       lora_dropout=0.0, target_modules="all-linear")
     factory = getattr(tool_task, environment)
@@ -248,7 +263,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     import trl
 
     row = {"trainer": name, "advantage_estimator": estimator, "environment": environment,
-           "num_generations": generations, "seed": seed, "updates": len(curve),
+           "num_generations": generations, "seed": seed, "updates": len(curve), "split": split,
            "episodes": len(curve) * SETTINGS["batch_size"], "held_out_prompts": len(rows),
            "after": after["sampled"]["score"], "after_greedy": after["greedy"]["score"],
            "after_calls": after["sampled"]["parseable_calls"], "after_detail": after,
@@ -312,8 +327,8 @@ def write_table(result: dict, stem: Path) -> None:
     from benchmarks.tables import source_line
 
     made_by = "; ".join(f"`{c}`" for c in result.get("commands") or [result.get("command", "not recorded")])
-    lines = [source_line(stem.with_suffix(".json"), made_by), "", f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} held-out prompts "
-             f"through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
+    lines = [source_line(stem.with_suffix(".json"), made_by), "", f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} "
+             f"{'test-split' if result.get('split') == 'test' else 'held-out'} prompts through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
              "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
              "the share that looked up the asked name.", ""]
     if "warm" in result:
@@ -367,7 +382,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
     parser.add_argument("--updates", type=int)
     parser.add_argument("--seeds", help="comma-separated")
-    parser.add_argument("--heldout", type=int)
+    parser.add_argument("--heldout", type=int, help="the first N prompts of the split (default 32: all)")
+    parser.add_argument("--split", default="heldout", choices=("heldout", "test"),
+                        help="where the rows are scored: the held-out set (it chose the warm start) or the test split")
     parser.add_argument("--jobs", type=int, default=1, help="rows side by side (default 1)")
     parser.add_argument("--eval-every", type=int, default=0,
                         help="also the sampled held-out score after every N-th update (not counted in the seconds)")
@@ -388,7 +405,7 @@ def main(argv=None) -> int:
         write_table(json.loads(Path(args.table).with_suffix(".json").read_text()), Path(args.table))
         return 0
     if args.row:
-        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every)
+        run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every, args.split)
         return 0
     if args.warm_start:
         result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine(),
@@ -407,13 +424,13 @@ def main(argv=None) -> int:
     meta = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
             "machine": machine(), "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
             "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
-            "seeds": seeds, "held_out_prompts": heldout, "jobs": args.jobs, "eval_every": args.eval_every,
-            "warm_start_measured": warm_start_measured(args.warm_dir)}
+            "seeds": seeds, "split": args.split, "held_out_prompts": heldout, "jobs": args.jobs,
+            "eval_every": args.eval_every, "warm_start_measured": measure_warm_start(args.warm_dir, args.split, heldout)}
 
     def command_of(name, seed, out):
         return [str(VENVS / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
                 "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
-                "--warm-dir", str(args.warm_dir), f"--eval-every={args.eval_every}"]
+                "--warm-dir", str(args.warm_dir), f"--eval-every={args.eval_every}", "--split", args.split]
 
     def write(results, wall=None):
         rows, failed = [r for r, _ in results if r], [f for _, f in results if f]

@@ -48,6 +48,25 @@ def test_a_row_trains_from_the_warm_start_and_writes_its_record(bench, tmp_path,
     assert f"| {row} | 0 | 4 |" in table and json.loads((tmp_path / "table.json").read_text())["rows"]
 
 
+def test_the_test_split_scores_the_row_and_the_warm_start_once(bench, tmp_path, monkeypatch):
+    from trl_ext.tasks.real_model.tool_task import eval_rows
+
+    warm = tiny_tool_model(tmp_path / "warm")
+    out = tmp_path / "row.json"
+    bench.run_row("ppo-turn", seed=0, updates=1, heldout=2, out=out, warm_dir=warm, split="test")
+    record = json.loads(out.read_text())
+    asked = [r["prompt"][0]["content"] for r in eval_rows("test")[:2]]
+    assert record["split"] == "test" and [e["prompt"] for e in record["after_detail"]["greedy"]["examples"]] == asked
+    measured = bench.measure_warm_start(warm, "test", 2)
+    assert measured["split"] == "test" and measured["held_out_prompts"] == 2
+    assert (warm / bench.MEASURED["test"]).is_file() and not (warm / bench.MEASURED["heldout"]).exists()
+    monkeypatch.setattr(bench, "load", lambda _: pytest.fail("measured again"))
+    assert bench.measure_warm_start(warm, "test", 2) == measured  # kept in the warm start's folder
+    monkeypatch.undo()
+    assert bench.measure_warm_start(warm, "test", 1)["held_out_prompts"] == 1  # a smaller one is measured ...
+    assert bench.warm_start_measured(warm, "test") == measured  # ... and replaces nothing
+
+
 def test_rows_need_a_warm_start(bench, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["multi_turn.py"])
     with pytest.raises(SystemExit):

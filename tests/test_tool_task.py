@@ -24,6 +24,17 @@ def test_the_held_out_names_are_fixed_and_never_trained_on():
     assert all(len(r["code"]) == 4 and r["code"].isdigit() and r["name"] in r["prompt"][0]["content"] for r in stream)
 
 
+def test_the_test_split_is_fixed_and_apart_from_every_other_name():
+    test = tt.eval_rows("test")
+    assert len(test) == 32 and test == tt.eval_rows("test") and tt.eval_rows("heldout") == tt.heldout_rows()
+    names = {r["name"] for r in test}
+    assert len(names) == 16 and not names & set(tt.NAMES)  # neither trained on nor used to choose a setting
+    assert len({r["code"] for r in test}) > 16 and all(len(r["code"]) == 4 and r["code"].isdigit() for r in test)
+    assert [(r["name"], r["code"]) for r in test[:3]] == [("Amara", "6764"), ("Boris", "2024"), ("Chloe", "8048")]  # pinned
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        tt.eval_rows("dev")
+
+
 def test_the_code_is_the_environments_and_the_per_turn_reward_comes_once():
     env = tt.SecretCodes()
     env.reset(**tt.heldout_rows()[0])

@@ -11,7 +11,9 @@ else). ``right_code`` is the reward function (it sees the answer; TRL's ``get_re
 final assistant turn holds the code and no other number, else 0. A guess is right 1 time in 9,000.
 
 Splits: 48 first names, 16 of them held out for good (``heldout_rows``: each held-out name with two fixed codes,
-32 prompts); the training stream (``train_stream(seed)``) draws the other 32 names with fresh codes.
+32 prompts); the training stream (``train_stream(seed)``) draws the other 32 names with fresh codes. The held-out
+set chose the warm start's length; the test split (``eval_rows("test")``: 16 further names, in no other split, two
+fixed codes each) judges runs whose settings were fixed before it was first used.
 
 SmolLM2 speaks plain ChatML with no tool support: the task gives its tokenizer TRL's Qwen2.5 tool template by
 name (``tool_tokenizer``, ``trl_ext.agents.with_tool_template``), never silently. The base model writes no
@@ -41,6 +43,9 @@ NAMES = ("Maria Ahmed John Sofia Liam Emma Noah Olivia Lucas Mia Ethan Ava Mateo
 HELDOUT_NAMES = 16
 SPLIT_SEED = 43  # fixes the held-out names and codes for good
 CODES_PER_HELDOUT_NAME = 2
+# The test split: names in no other split (nor in NAMES, whose order fixes the held-out draw), codes of their own.
+TEST_NAMES = "Amara Boris Chloe Daniel Esme Farid Gemma Henrik Isla Jonas Kira Lars Mina Nikolai Priya Rafael".split()
+TEST_SPLIT_SEED = 47
 INSTRUCTION = "Answer with just the code."
 QUESTION = "What is {name}'s secret code? " + INSTRUCTION
 LOOKUP_REWARD = 0.5  # the per-turn reward of the first right lookup (SecretCodesPerTurn)
@@ -122,6 +127,21 @@ def heldout_rows() -> list[dict]:
     """The fixed held-out set: 16 names never trained on, two fixed codes each (32 prompts)."""
     rng = random.Random(SPLIT_SEED + 1)
     return [_row(n, _code(rng)) for _ in range(CODES_PER_HELDOUT_NAME) for n in heldout_names()]
+
+
+def _test_rows() -> list[dict]:
+    rng = random.Random(TEST_SPLIT_SEED)
+    return [_row(n, _code(rng)) for _ in range(CODES_PER_HELDOUT_NAME) for n in TEST_NAMES]
+
+
+SPLITS = {"heldout": heldout_rows, "test": _test_rows}
+
+
+def eval_rows(split: str) -> list[dict]:
+    """An evaluation split's 32 prompts: ``heldout`` (the selection set, ``heldout_rows()``) or ``test``."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    return SPLITS[split]()
 
 
 def train_stream(seed: int) -> Iterator[dict]:
