@@ -54,7 +54,8 @@ ROWS = {  # name -> (virtual environment, advantage estimator, generations per p
 # 64 tokens for all turns (a call ~25, the result ~15, the answer ~5), one round of tool calls.
 SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
                 response_length=64, num_ppo_epochs=2, value_head_init="zero", whiten_advantages=False,
-                scale_rewards="none", max_tool_calling_iterations=1, lora_r=16, lora_alpha=32, dtype="bfloat16")
+                scale_rewards="none", max_tool_calling_iterations=1, max_grad_norm=1.0, lora_r=16, lora_alpha=32,
+                dtype="bfloat16")
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
 # 10 steps of 8 (the plan's revision 2). 24 steps (2 epochs of the 96 rows) left RL nothing to learn: held-out 0.969
 # sampled, 1.000 greedy; 6 steps taught no parseable call (0 of 32): benchmarks/results/multi-turn-warm-start-*-steps.json
@@ -289,7 +290,7 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
                       max_steps=updates * epochs, num_iterations=epochs, learning_rate=SETTINGS["learning_rate"],
                       lr_scheduler_type=SETTINGS["lr_scheduler_type"], temperature=SETTINGS["temperature"],
                       max_completion_length=SETTINGS["response_length"], beta=SETTINGS["kl_coef"],
-                      scale_rewards=SETTINGS["scale_rewards"],
+                      scale_rewards=SETTINGS["scale_rewards"], max_grad_norm=SETTINGS["max_grad_norm"],
                       max_tool_calling_iterations=SETTINGS["max_tool_calling_iterations"],
                       **launch_training_arguments(), report_to="none", logging_steps=1, save_strategy="no",
                       disable_tqdm=True, disable_dropout=True, **checkpointing_training_argument(False))

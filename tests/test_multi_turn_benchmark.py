@@ -67,6 +67,29 @@ def test_the_test_split_scores_the_row_and_the_warm_start_once(bench, tmp_path, 
     assert bench.warm_start_measured(warm, "test") == measured  # ... and replaces nothing
 
 
+def test_trl_gets_every_setting_both_trainers_express(bench, tmp_path, monkeypatch):
+    import trl
+
+    given = {}
+
+    class Stop(Exception):
+        pass
+
+    def config(**kwargs):
+        given.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(trl, "GRPOConfig", config)
+    monkeypatch.setattr(bench, "SETTINGS", bench.settings_of("trl-grpo"))  # as run_row sets them for the row
+    with pytest.raises(Stop):
+        bench.train_trl_grpo(None, None, None, None, None, 0, 1, 4, None, None)
+    s = bench.SETTINGS
+    assert (given["max_grad_norm"], given["learning_rate"], given["temperature"]) == \
+        (s["max_grad_norm"], s["learning_rate"], s["temperature"])
+    assert (given["num_iterations"], given["max_completion_length"], given["per_device_train_batch_size"]) == \
+        (s["num_ppo_epochs"], s["response_length"], s["batch_size"])
+
+
 def test_rows_need_a_warm_start(bench, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["multi_turn.py"])
     with pytest.raises(SystemExit):
