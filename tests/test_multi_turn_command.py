@@ -49,8 +49,17 @@ def _files(tmp_path):
     return tiny_tool_model(tmp_path / "policy"), prompts
 
 
-def test_rlhf_trains_with_tools_and_an_environment(tmp_path):
+def test_rlhf_trains_with_tools_and_an_environment(tmp_path, monkeypatch):
+    from trl_ext.agents.tools import Toolbox
     from trl_ext.commands.cli import main
+
+    offered, made = set(), Toolbox.__post_init__
+
+    def spy(box):
+        made(box)
+        offered.update(box.by_name)
+
+    monkeypatch.setattr(Toolbox, "__post_init__", spy)
 
     policy, prompts = _files(tmp_path)
     code_file = tmp_path / "agent_code.py"
@@ -63,6 +72,7 @@ def test_rlhf_trains_with_tools_and_an_environment(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 1 and summary["first_score"] == 0.0  # get_reward alone: no call, counter 0
     assert summary["config"]["agents"]["environment"].endswith("agent_code.py:Counter")
+    assert offered == {"multiply", "increment"}  # the --tools function reached the rollouts beside the environment's
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert "tools/call_frequency" in metrics[-1] and "turns/per_rollout" in metrics[-1]
 

@@ -103,6 +103,26 @@ def test_a_tool_tokens_logprob_or_value_changes_no_loss(estimator):
         assert one.item() == two.item()
 
 
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_truncate", "sequence_mask"])
+def test_importance_weights_and_entropy_read_the_models_tokens_only(mode):
+    batch, config = _batch(), _config(advantage_estimator="grpo", num_generations=2, ent_coef=0.01)
+    sampling = batch["logprobs"] - 0.1
+    changed = sampling.clone()
+    changed[TOOL] = -float("inf")  # what an engine may report for tokens it did not sample
+    one = core.importance_sampling_weights(batch["logprobs"], sampling, MODEL_MASK, mode)
+    two = core.importance_sampling_weights(batch["logprobs"], changed, MODEL_MASK, mode)
+    assert torch.isfinite(two).all() and torch.equal(one * MODEL_MASK if one.shape[1] > 1 else one,
+                                                     two * MODEL_MASK if two.shape[1] > 1 else two)
+    advantages = _outcome(batch, config).advantages
+    losses_ = [losses.policy_loss(batch["logprobs"] + 0.05, batch["logprobs"], batch["ref_logprobs"], advantages,
+                                  MODEL_MASK, config, w)[0] for w in (one, two)]
+    assert losses_[0].item() == losses_[1].item()
+    entropy = torch.rand(2, 8)
+    louder = entropy.clone()
+    louder[TOOL] += 4.0
+    assert core.masked_mean(entropy, MODEL_MASK) == core.masked_mean(louder, MODEL_MASK)
+
+
 def test_per_turn_reward_lands_on_the_turns_last_token():
     config = _config(advantage_estimator="gae", whiten_advantages=False, kl_coef=0.0)
     turn_rewards = torch.zeros(2, 8)

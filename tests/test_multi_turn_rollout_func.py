@@ -79,6 +79,7 @@ def test_env_mask_leaves_environment_tokens_out_of_the_loss(tokenizer):
     stats = trainer.train()[0]
     exp = captured["exp"]
     assert stats["tokens/environment_per_rollout"] == 1.0 and stats["val/response_length"] == 2.75
+    assert stats["turns/per_rollout"] == 2.0  # model tokens, one environment token, model tokens: two turns
     plus = torch.zeros_like(exp.mask, dtype=torch.bool)
     plus[:, 1] = True
     assert exp.mask[plus].sum() == 0 and exp.attention_mask[:, exp.query_length:][plus].all()

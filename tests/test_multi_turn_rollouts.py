@@ -156,6 +156,10 @@ def test_a_tool_result_reward_lands_on_its_turns_last_token(tok):
     first_turn = len(tok(turns[0] + "<|im_end|>", add_special_tokens=False)["input_ids"])
     assert t.turn_rewards == [(first_turn - 1, 0.5)]
     assert t.ids[first_turn - 1] == tok.eos_token_id and t.messages[1]["content"] == "found"
+    # a result too long for the budget is dropped, but the tool ran: its turn keeps the reward
+    [t], counts = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [lookup])], [Toolbox([lookup])],
+                            budget=first_turn + 2)
+    assert counts.overlong == 1 and t.turn_rewards == [(first_turn - 1, 0.5)] and len(t.ids) == first_turn
 
 
 def test_tool_suffix_ids_are_what_the_template_adds_after_eos(tok):
@@ -225,8 +229,21 @@ def test_an_environment_trains_with_per_turn_rewards(model_path):
     trainer = _trainer(model_path, environment_factory=Counter, reward_funcs=[answered])
     trainer.sampler = ScriptedSampler(trainer.tokenizer, [call_text("increment", {"step": 2}), "done"])
     before = [p.detach().clone() for p in trainer.policy.parameters()]
+    captured, update = {}, trainer._update
+
+    def spy(exp, forward=None):
+        captured["exp"] = exp
+        return update(exp, forward)
+
+    trainer._update = spy
     history = trainer.train()
     stats = history[0]
+    # the turn's reward reaches GAE on the calling turn's last token (its eos), the score on the last model token
+    exp = captured["exp"]
+    placed = exp.outcome.rewards - exp.outcome.non_score_rewards
+    first_eos = (exp.responses == trainer.tokenizer.eos_token_id).int().argmax(-1)
+    assert torch.allclose(placed.gather(-1, first_eos[:, None]).squeeze(-1), torch.full((4,), 0.2))
+    assert ((placed != 0).sum(-1) == 2).all()
     assert stats["tools/call_frequency"] == 1.0 and stats["tools/failure_frequency"] == 0.0
     assert stats["turns/per_rollout"] == 2.0 and stats["turns/reward_per_rollout"] == pytest.approx(0.2)
     assert stats["tokens/environment_per_rollout"] > 0 and stats["tokens/model_per_rollout"] > 0

@@ -32,10 +32,14 @@ class Trajectory:
         if self.logprobs is not None:
             self.logprobs = None if logprobs is None else self.logprobs + list(logprobs)
 
-    def add_tool_results(self, suffix: list[int], messages: list[dict], reward: float) -> None:
-        """The tool messages after the last model turn: their tokens (context only) and that turn's reward."""
+    def add_turn_reward(self, reward: float) -> None:
+        """A reward for the last model turn, on its last token."""
         if reward:
             self.turn_rewards.append((len(self.ids) - 1, reward))
+
+    def add_tool_results(self, suffix: list[int], messages: list[dict], reward: float) -> None:
+        """The tool messages after the last model turn: their tokens (context only) and that turn's reward."""
+        self.add_turn_reward(reward)
         self.ids += suffix
         self.model_mask += [0] * len(suffix)
         if self.logprobs is not None:

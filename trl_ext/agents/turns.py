@@ -54,6 +54,7 @@ def run_turns(sample: SampleFn, tokenizer, prompt_ids: list[list[int]], toolboxe
             suffix = templates.tool_suffix_ids(tokenizer, tool_messages)
             if len(t.ids) + len(suffix) > budget or len(t.prompt_ids) + len(t.ids) + len(suffix) >= max_positions:
                 counts.overlong += 1  # TRL rolls these results back and ends the rollout
+                t.add_turn_reward(sum(r for _, r in results))  # the tools did run: the calling turn keeps its reward
                 continue
             t.add_tool_results(suffix, tool_messages, sum(r for _, r in results))
             going.append(i)

@@ -319,7 +319,7 @@ def importance_sampling_weights(logprobs: torch.Tensor, sampling_logprobs: torch
     ``[clip_min, clip_max]``, ``*_mask`` zeroes ratios outside it. No gradient flows through the weights.
     """
     level, rule = mode.split("_")
-    diff = ((logprobs - sampling_logprobs) * mask).detach()
+    diff = torch.where(mask.bool(), logprobs - sampling_logprobs, 0.0).detach()  # a tool token's -inf stays out
     if level == "sequence":
         diff = diff.sum(-1, keepdim=True)
     ratio = torch.exp(diff)
@@ -349,12 +349,12 @@ def model_token_order(model_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 def compact_tokens(values: torch.Tensor, index: torch.Tensor, compact_mask: torch.Tensor) -> torch.Tensor:
     """``(B, T)`` values at the model's tokens, moved to the front of each row (``model_token_order``); 0 after."""
-    return values.gather(-1, index) * compact_mask.to(values.dtype)
+    return torch.where(compact_mask.bool(), values.gather(-1, index), 0.0)  # where: a -inf elsewhere stays out
 
 
 def expand_tokens(compact: torch.Tensor, index: torch.Tensor, compact_mask: torch.Tensor) -> torch.Tensor:
     """The inverse of ``compact_tokens``: each value back at its model token's position, 0 on every other one."""
-    compact = compact * compact_mask.to(compact.dtype)
+    compact = torch.where(compact_mask.bool(), compact, 0.0)
     return torch.zeros_like(compact).scatter(-1, index, compact)
 
 

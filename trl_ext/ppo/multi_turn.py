@@ -148,7 +148,7 @@ class MultiTurn:
             if not any(mask):
                 raise InputError(f"rollout_func completion {i} has no model token (env_mask all 0)")
             t = Trajectory(list(output["prompt_ids"][i]), ids, mask, logprobs)
-            t.model_turns = 1
+            t.model_turns = sum(1 for k, m in enumerate(mask) if m and (k == 0 or not mask[k - 1]))  # runs of 1s
             t.messages = self._decoded(ids, t.prompt_ids, prompts[i])
             trajectories.append(t)
         extra = {k: v for k, v in output.items() if k not in (*ROLLOUT_FUNC_KEYS, "env_mask")}
