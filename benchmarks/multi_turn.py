@@ -133,10 +133,22 @@ def settings_of(name: str) -> dict:
     return {**SETTINGS, **ROWS[name][4]}
 
 
+def tool_loop() -> dict:
+    """The tool loop's bounds, as the trainers run it: one budget for all turns, the rounds of tool calls."""
+    return dict(budget=SETTINGS["response_length"], max_iterations=SETTINGS["max_tool_calling_iterations"])
+
+
+def lora_config():
+    from peft import LoraConfig
+
+    return LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
+                      lora_dropout=0.0, target_modules="all-linear")
+
+
 def held_out(model, tokenizer, rows, seed: int) -> dict:
     from trl_ext.tasks.real_model.tool_task import score_tool_rows
 
-    common = dict(budget=SETTINGS["response_length"], max_iterations=SETTINGS["max_tool_calling_iterations"])
+    common = tool_loop()
     return {"greedy": score_tool_rows(model, tokenizer, rows, **common),
             "sampled": score_tool_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"], seed=seed + 1,
                                        **common)}
@@ -164,7 +176,6 @@ def make_warm_start(heldout: int) -> dict:
     """SFT on the task's tool-calling conversations (the rlhf pipeline's SFT stage), saved into WARM_DIR; the base
     model and the warm start measured on the held-out set."""
     from datasets import Dataset
-    from peft import LoraConfig
 
     from trl_ext.stages.sft import supervised_finetune
     from trl_ext.tasks.real_model.checkpoint import fetch_smollm2
@@ -176,8 +187,7 @@ def make_warm_start(heldout: int) -> dict:
     t0 = time.perf_counter()
     base = held_out(model, tokenizer, rows, seed=0)
     data = Dataset.from_list(sft_rows(WARM_START["conversations"], WARM_START["seed"]))
-    lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
-                      lora_dropout=0.0, target_modules="all-linear")
+    lora = lora_config()
     t1 = time.perf_counter()
     tuned, history = supervised_finetune(model, tokenizer, data, output_dir=tempfile.mkdtemp(prefix="warm-"),
                                          steps=WARM_START["steps"], batch_size=WARM_START["batch_size"],
@@ -201,7 +211,6 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     """One row, in this process: train from the warm start, evaluate after (and, sampled, after every
     ``eval_every``-th update, left out of the seconds), write its JSON to ``out``."""
     import torch
-    from peft import LoraConfig
 
     from trl_ext.tasks.real_model import tool_task
 
@@ -209,8 +218,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     SETTINGS.update(settings_of(name))
     model, tokenizer = load(warm_dir)
     rows = tool_task.eval_rows(split)[:heldout]
-    lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
-                      lora_dropout=0.0, target_modules="all-linear")
+    lora = lora_config()
     factory = getattr(tool_task, environment)
     prompts = updates * SETTINGS["batch_size"] // generations
     dataset = tool_task.train_dataset(prompts, seed)
@@ -234,8 +242,7 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
         t0 = time.perf_counter()
         with evaluating(policy):
             score = tool_task.score_tool_rows(policy, tokenizer, rows, temperature=SETTINGS["temperature"],
-                                              seed=seed + 1, budget=SETTINGS["response_length"], examples=0,
-                                              max_iterations=SETTINGS["max_tool_calling_iterations"])["score"]
+                                              seed=seed + 1, examples=0, **tool_loop())["score"]
         evaluated[0] += time.perf_counter() - t0
         next(c for c in curve if c["update"] == update)["held_out"] = score
 

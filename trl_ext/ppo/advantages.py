@@ -130,9 +130,6 @@ def compute_model_token_advantages(scores: torch.Tensor, logprobs: torch.Tensor,
     rewards, whitening and GAE see the model's tokens only, and the value before a tool result bootstraps from
     the value at the model's next token. ``turn_rewards`` ``(B, T)``: per-turn rewards on each turn's last token.
     """
-    if config.score_position != "last_token":
-        raise InputError("multi-turn rollouts need score_position='last_token': the position after a response is "
-                         "no model token when the environment spoke last")
     index, compact_mask = core.model_token_order(model_mask)
 
     def compact(x):

@@ -41,7 +41,8 @@ class MultiTurn:
             raise InputError("rollout_func makes the whole rollout: give it alone, or tools / environment_factory "
                              "without it (trl-ext does not run the tool loop after a rollout_func)")
         if trainer.config.score_position != "last_token":
-            raise InputError("multi-turn rollouts need score_position='last_token'")
+            raise InputError("multi-turn rollouts need score_position='last_token': the position after a response "
+                             "is no model token when the environment spoke last")
         if self.uses_tools:
             check_tools(self.tools + self.pool.probe_tools() if self.pool else self.tools)
             templates.prepare_tokenizer(trainer.tokenizer)
