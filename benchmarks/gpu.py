@@ -116,7 +116,7 @@ class Clock:
 
     def count(self, responses) -> None:
         """``responses``: ``(B, R)`` sampled ids; counts the ids up to and including each row's first eos."""
-        from trl_ext.ppo.rollout.interface import response_mask
+        from trl_ext.data.sequences import response_mask
 
         self.steps += responses.shape[1]
         self.tokens += int(response_mask(responses, self.eos_token_id).sum())

@@ -8,7 +8,7 @@ import torch
 from trl_ext.ppo import core, losses
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.registry import Registry
+from trl_ext.settings.registry import Registry
 
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
 

@@ -25,6 +25,7 @@ EXAMPLES = {
     ("docs/rewards.md", "def too_long("): "test_rewards_example_runs",
     ("docs/algorithms.md", 'OURS = "recipes/extensions/"'): "test_algorithms_example_runs",
     ("docs/multi-turn.md", "environment_factory=SecretDigit"): "test_multi_turn_example_runs",
+    ("docs/multi-turn.md", "step_environment.py:guess_the_number"): "test_own_rollout_example_runs",
 }
 
 
@@ -163,6 +164,18 @@ def test_multi_turn_example_runs():
     assert done.returncode == 0, done.stderr[-3000:]
     first, last = (float(x) for x in re.search(r"calls per rollout ([\d.]+) -> ([\d.]+)", done.stdout).groups())
     assert last > first and last >= 0.5
+
+
+def test_own_rollout_example_runs():
+    """The worked rollout of one's own (recipes/extensions/step_environment.py): observations come back as user
+    turns (environment tokens in the completions), and the reward it declares reaches scoring."""
+    done = subprocess.run([sys.executable, "-c", example("docs/multi-turn.md", "step_environment.py:guess_the_number")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = re.findall(r"turns per rollout ([\d.]+), environment tokens per rollout ([\d.]+), return ([\d.]+)",
+                      done.stdout)
+    assert len(rows) == 2
+    assert all(float(turns) > 1.0 and float(tokens) > 0.0 for turns, tokens, _ in rows)
 
 
 # ---------------------------------------------------------------------------------------------- commands

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trl_ext.ppo import core, losses
-from trl_ext.ppo.advantages import compute_advantages, compute_model_token_advantages
+from trl_ext.ppo.advantages import _contiguous_advantages, compute_advantages
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 # two rollouts: model turn, tool result, model turn (row 0); model turn, tool result, padding (row 1)
@@ -28,9 +28,9 @@ def _config(**options):
 
 
 def _outcome(batch, config, turn_rewards=None):
-    return compute_model_token_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"],
-                                          batch["values"], MODEL_MASK, torch.tensor([True, False]),
-                                          torch.zeros(2, dtype=torch.long), config, turn_rewards=turn_rewards)
+    return compute_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], MODEL_MASK,
+                              torch.tensor([True, False]), torch.zeros(2, dtype=torch.long), config,
+                              token_rewards=turn_rewards)
 
 
 def test_compact_and_expand_are_inverse_on_model_tokens():
@@ -138,14 +138,15 @@ def test_per_turn_reward_lands_on_the_turns_last_token():
 
 
 @pytest.mark.parametrize("estimator", ["gae", "grpo", "rloo", "reinforce_pp"])
-def test_without_tool_tokens_the_advantages_are_todays(estimator):
+def test_without_tool_tokens_the_advantages_are_the_rules_own(estimator):
+    """A single-turn loss mask (no holes): compaction is the identity, the rules run on the rows as they are."""
     mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]])
     batch, config = _batch(3), _config(advantage_estimator=estimator, num_generations=2)
     ended = torch.tensor([True, False])
-    today = compute_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], mask,
-                               ended, torch.zeros(2, dtype=torch.long), config)
-    masked = compute_model_token_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"],
-                                            batch["values"], mask, ended, torch.zeros(2, dtype=torch.long), config)
+    today = _contiguous_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], mask,
+                                   mask, ended, torch.zeros(2, dtype=torch.long), config, None, None)
+    masked = compute_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], mask,
+                                ended, torch.zeros(2, dtype=torch.long), config)
     for name in ("advantages", "returns", "values", "kl", "rewards", "non_score_rewards"):
         a, b = getattr(today, name), getattr(masked, name)
         if a is not None:

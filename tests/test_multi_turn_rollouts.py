@@ -46,8 +46,8 @@ def _scripted_sample(tok, turns):
 
     def sample(queries, max_new_tokens):
         from trl_ext.data.batching import pad_batch
-        from trl_ext.ppo.multi_turn import completion_token_ids, trimmed
-        from trl_ext.ppo.rollout.interface import SamplingOptions
+        from trl_ext.data.sequences import completion_token_ids
+        from trl_ext.ppo.rollout.interface import SamplingOptions, trimmed
 
         ids, mask = pad_batch(queries, tok.pad_token_id, side="left")
         options = SamplingOptions(max_new_tokens, tok.eos_token_id, tok.pad_token_id)

@@ -135,10 +135,11 @@ def test_one_multi_turn_update_equals_trl_grpo_with_tools(case, tmp_path, monkey
 
     real_experience = PPOTrainer._experience
 
-    def recording_experience(self, query_ids, query_mask, responses, mask, *args, **kwargs):
-        exp, forward = real_experience(self, query_ids, query_mask, responses, mask, *args, **kwargs)
+    def recording_experience(self, batch, scores):
+        exp, forward = real_experience(self, batch, scores)
         rows = []
-        for q, qm, r, a, m in zip(query_ids, query_mask, responses, kwargs["attention"], mask):
+        for q, qm, r, a, m in zip(batch.query_ids, batch.query_mask, batch.responses, batch.attention_mask,
+                                  batch.loss_mask):
             n = int(a.sum())
             rows.append((tuple(q[qm.bool()].tolist()), tuple(r[:n].tolist()), tuple(m[:n].tolist())))
         recorded["rows"], recorded["advantages"] = rows, exp.outcome.advantages.clone()

@@ -6,6 +6,7 @@ import torch
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.trainer import PPOError, PPOTrainer
+from trl_ext.rollouts import RolloutBatch
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 
@@ -80,7 +81,9 @@ def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
     query_ids, query_mask = trainer._pad_queries(queries)
     responses = torch.tensor([finished + [tok.pad_token_id], cut])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
-    experience, _ = trainer._experience(query_ids, query_mask, responses, mask, torch.tensor([1.0, 1.0]))
+    batch = RolloutBatch(query_ids, query_mask, responses, loss_mask=mask, attention_mask=mask, prompts=queries,
+                         completions=["24E", "2444"], completion_ids=[finished, cut])
+    experience, _ = trainer._experience(batch, torch.tensor([1.0, 1.0]))
     assert experience.outcome.scores.tolist() == [1.0, -0.5]
     with pytest.raises(ValueError, match="missing_eos_penalty must not be negative"):
         PPOConfig(missing_eos_penalty=-1.0)

@@ -117,8 +117,7 @@ class ShiftedLogprobs(LoopSampler):
         self.shift, self.temperature, self.changes = shift, temperature, 0
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        from trl_ext.ppo.rollout.interface import response_mask
-        from trl_ext.ppo.rollout.loop import positions_from_mask
+        from trl_ext.data.sequences import positions_from_mask, response_mask
 
         ids = super().sample(model, query_ids, query_mask, options, generator).ids
         mask = torch.cat([query_mask, response_mask(ids, options.eos_token_id)], dim=1)

@@ -22,9 +22,10 @@ import torch
 from tiny_models import DEBERTA_V2_VOCAB, QWEN2_VOCAB, char_tokenizer, tiny_deberta_reward
 
 from trl_ext.data.batching import pad_batch
+from trl_ext.data.sequences import positions_from_mask, response_mask
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.rollout.interface import SamplingOptions, response_mask
-from trl_ext.ppo.rollout.loop import filter_logits, positions_from_mask
+from trl_ext.ppo.rollout.interface import SamplingOptions
+from trl_ext.ppo.rollout.loop import filter_logits
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # float32: vLLM's log-probs of its samples against the policy's own forward

@@ -7,7 +7,8 @@ the gap to its own log-probs (``sampling/sampling_logp_difference/*``) and, with
 
 import torch
 
-from trl_ext.ppo.rollout.interface import Completions, Sampler, response_mask
+from trl_ext.data.sequences import response_mask
+from trl_ext.ppo.rollout.interface import Completions, Sampler
 from trl_ext.ppo.rollout.samplers import SAMPLERS
 
 

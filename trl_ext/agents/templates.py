@@ -84,25 +84,32 @@ def prepare_tokenizer(tokenizer) -> None:
 
 def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
     """The tokens the template renders for ``tool_messages`` after an assistant turn that ended with eos, up to
-    and including the next assistant turn's header.
-
-    Found as TRL finds it: a short conversation rendered with and without the tool messages, the shorter cut
-    after its last eos. Where the longer is not the shorter plus a suffix, the template rewrites earlier turns
-    when a tool result follows them, and appending tokens turn by turn would train on ids the template would not
-    produce: that is an error, not a fallback.
-    """
+    and including the next assistant turn's header (``turn_suffix_ids`` after a turn that called the tool)."""
     call = {"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}
-    head = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    return turn_suffix_ids(tokenizer, tool_messages, {"role": "assistant", "content": "", "tool_calls": [call]})
+
+
+def turn_suffix_ids(tokenizer, messages: list[dict], assistant: dict | None = None) -> list[int]:
+    """The tokens the template renders for ``messages`` (tool results, an environment's user turn) after the
+    assistant turn ``assistant`` (default: plain text) ended with eos, up to and including the next assistant
+    turn's header.
+
+    Found as TRL finds it: a short conversation rendered with and without the messages, the shorter cut after its
+    last eos. Where the longer is not the shorter plus a suffix, the template rewrites earlier turns when a message
+    follows them, and appending tokens turn by turn would train on ids the template would not produce: that is an
+    error, not a fallback.
+    """
+    head = [{"role": "user", "content": "dummy"}, assistant or {"role": "assistant", "content": "dummy"}]
     before = _ids(tokenizer.apply_chat_template(head, add_generation_prompt=False, tokenize=True))
-    after = _ids(tokenizer.apply_chat_template(head + tool_messages, add_generation_prompt=True, tokenize=True))
+    after = _ids(tokenizer.apply_chat_template(head + messages, add_generation_prompt=True, tokenize=True))
     eos = [i for i, token in enumerate(before) if token == tokenizer.eos_token_id]
     if eos:  # the assistant turn as sampled ends at eos; a template's newline after it belongs to the suffix
         before = before[:eos[-1] + 1]
     if after[:len(before)] != before:
         raise ChatTemplateError(
-            f"the chat template of {_name(tokenizer)!r} does not render a tool result as a pure suffix of the "
-            "conversation so far (it rewrites earlier turns), so multi-turn ids cannot be built turn by turn; use a "
-            f"prefix-preserving template ({', '.join(TOOL_TEMPLATES)})")
+            f"the chat template of {_name(tokenizer)!r} does not render a {messages[0]['role']} turn as a pure suffix "
+            "of the conversation so far (it rewrites earlier turns), so multi-turn ids cannot be built turn by turn; "
+            f"use a prefix-preserving template ({', '.join(TOOL_TEMPLATES)})")
     return after[len(before):]
 
 

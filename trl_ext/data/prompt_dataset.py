@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trl_ext.data.sequences import is_conversation
 from trl_ext.errors import InputError
-from trl_ext.rewards.classifier import is_conversation
 
 
 class DatasetError(InputError):

@@ -15,7 +15,7 @@ import torch
 
 from trl_ext.errors import InputError
 from trl_ext.ppo import core
-from trl_ext.ppo.registry import Registry
+from trl_ext.settings.registry import Registry
 
 ADVANTAGE_ESTIMATORS = Registry("advantage_estimator", needs_values=False, whiten=False)
 
@@ -81,27 +81,48 @@ def needs_values(config) -> bool:
 
 
 def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
-                       values: torch.Tensor | None, mask: torch.Tensor, ended: torch.Tensor,
+                       values: torch.Tensor | None, loss_mask: torch.Tensor, ended: torch.Tensor,
                        group_ids: torch.Tensor, config, kl_coef: float | None = None,
                        token_rewards: torch.Tensor | None = None) -> Advantages:
-    """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the
-    response mask, ``ended`` ``(B,)`` (the response holds eos) and group ids ``(B,)`` -> ``Advantages``.
+    """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the loss mask,
+    ``ended`` ``(B,)`` (the last model token is eos) and group ids ``(B,)`` -> ``Advantages``.
     ``kl_coef``: the KL weight of this batch (an adaptive one's current value); default ``config.kl_coef``.
     ``token_rewards``: ``(B, T)`` rewards on given tokens besides the score (a multi-turn rollout's per-turn
-    rewards, on each turn's last token), added to the shaped rewards: GAE credits them where they are,
-    a sequence estimator sums them into the row's return.
+    rewards, on each turn's last token): GAE credits them where they are, a sequence estimator sums them.
 
-    In order: per-token KL; the missing-eos penalty; the value mask (the score on the last token, or one
-    past it); KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening.
+    ``loss_mask`` is 1 on the tokens the policy sampled. A multi-turn rollout's has holes (the environment's
+    tokens): the model's tokens are moved to the front of each row (``core.model_token_order``; a single-turn
+    row is already there), every rule runs there (``_contiguous_advantages``) and the results go back to their
+    positions, 0 elsewhere. So KL, rewards, whitening and GAE see the model's tokens only, and the value before a
+    tool result bootstraps from the value at the model's next token.
     """
+    index, mask = core.model_token_order(loss_mask)
+    # the score on the last model token, or one past it (TRL 1.12's p1: refused where an environment speaks last)
+    value_mask = core.mask_one_past_last(mask) if config.score_position == "after_last_token" else mask
+
+    def compact(x):
+        return None if x is None else core.compact_tokens(x, index, value_mask)
+
+    outcome = _contiguous_advantages(scores, compact(logprobs), compact(ref_logprobs), compact(values), mask,
+                                     value_mask, ended, group_ids, config, kl_coef, compact(token_rewards))
+    expand = {name: None if getattr(outcome, name) is None else
+              core.expand_tokens(getattr(outcome, name), index, value_mask)
+              for name in ("advantages", "returns", "values", "kl", "rewards", "non_score_rewards", "value_mask")}
+    return Advantages(scores=outcome.scores, **expand)
+
+
+def _contiguous_advantages(scores, logprobs, ref_logprobs, values, mask, value_mask, ended, group_ids, config,
+                           kl_coef, token_rewards) -> Advantages:
+    """The rules over rows whose tokens are contiguous from the start, in order: per-token KL; the missing-eos
+    penalty; KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening."""
     estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
     if estimator.needs_values and values is None:
         raise InputError(f"advantage_estimator {config.advantage_estimator!r} needs values, but there is no critic")
     mask = mask.to(logprobs.dtype)
+    value_mask = value_mask.to(logprobs.dtype)
     kl = core.kl_estimate(logprobs, ref_logprobs, config.kl_estimator) * mask
     if config.missing_eos_penalty is not None:
         scores = torch.where(ended, scores, scores - config.missing_eos_penalty)
-    value_mask = core.mask_one_past_last(mask) if config.score_position == "after_last_token" else mask
     if values is not None:
         values = values * value_mask
     rewards, non_score = core.KL_SHAPINGS[config.kl_mode].fn(scores, kl, value_mask,
@@ -116,28 +137,3 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
         advantages = core.masked_whiten(advantages, mask) * mask
     return Advantages(advantages=advantages, returns=returns, values=values, scores=scores, kl=kl,
                       rewards=rewards, non_score_rewards=non_score, value_mask=value_mask)
-
-
-def compute_model_token_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
-                                   values: torch.Tensor | None, model_mask: torch.Tensor, ended: torch.Tensor,
-                                   group_ids: torch.Tensor, config, kl_coef: float | None = None,
-                                   turn_rewards: torch.Tensor | None = None) -> Advantages:
-    """``compute_advantages`` over the model's own tokens of multi-turn rollouts, tool results skipped.
-
-    ``model_mask`` ``(B, T)``: 1 on the tokens the policy sampled, 0 on the environment's and on padding. The
-    model's tokens are moved to the front of each row (``core.model_token_order``), every rule runs there as on
-    a single-turn response, and the results go back to their positions, 0 on the environment's tokens: so KL,
-    rewards, whitening and GAE see the model's tokens only, and the value before a tool result bootstraps from
-    the value at the model's next token. ``turn_rewards`` ``(B, T)``: per-turn rewards on each turn's last token.
-    """
-    index, compact_mask = core.model_token_order(model_mask)
-
-    def compact(x):
-        return None if x is None else core.compact_tokens(x, index, compact_mask)
-
-    outcome = compute_advantages(scores, compact(logprobs), compact(ref_logprobs), compact(values), compact_mask,
-                                 ended, group_ids, config, kl_coef, token_rewards=compact(turn_rewards))
-    expand = {name: None if getattr(outcome, name) is None else
-              core.expand_tokens(getattr(outcome, name), index, compact_mask)
-              for name in ("advantages", "returns", "values", "kl", "rewards", "non_score_rewards", "value_mask")}
-    return Advantages(scores=outcome.scores, **expand)

@@ -10,9 +10,10 @@ from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, check_policy_loss_settings
 from trl_ext.ppo.model import VALUE_HEAD_INITS
-from trl_ext.ppo.registry import Registry
 from trl_ext.ppo.rollout import samplers
+from trl_ext.rollouts import ROLLOUTS
 from trl_ext.settings.fields import field, require_positive
+from trl_ext.settings.registry import Registry
 
 LR_SCHEDULES = ("linear", "constant")
 VLLM_MODES = ("colocate",)
@@ -71,6 +72,9 @@ class PPOConfig:
                                                choices=IMPORTANCE_SAMPLING_MODES)
     vllm_importance_sampling_clip_max: float = field(3.0, help="upper bound of the importance-sampling ratio")
     vllm_importance_sampling_clip_min: float | None = field(None, help="lower bound of the ratio (default: none)")
+    rollout: str = field("single_turn", help="what makes a batch's rollouts, by its name in "
+                         "trl_ext.rollouts.ROLLOUTS or your own Rollout as module:name ('single_turn': one completion "
+                         "a prompt; tools, environment_factory and rollout_func make their own)", choices=ROLLOUTS)
     max_tool_calling_iterations: int | None = field(None, help="multi-turn rollouts (tools, environment_factory): "
                                                     "rounds of tool calls a rollout may make (TRL's option; None: "
                                                     "no limit but response_length, one token budget for all turns)")

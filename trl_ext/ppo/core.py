@@ -13,7 +13,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from trl_ext.errors import InputError
-from trl_ext.ppo.registry import Registry
+from trl_ext.settings.registry import Registry
 
 # Rows of (tokens, V) logits taken at once below: the float32 working copies stay under about
 # 2**24 elements (64 MB) whatever the vocabulary, instead of one float32 copy of the whole batch.

@@ -9,10 +9,11 @@ from dataclasses import dataclass, fields, is_dataclass
 
 import torch
 
+from trl_ext.data.sequences import positions_from_mask
 from trl_ext.ppo import core
-from trl_ext.ppo.advantages import Advantages, compute_advantages, compute_model_token_advantages
+from trl_ext.ppo.advantages import Advantages, compute_advantages
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
-from trl_ext.ppo.rollout.loop import positions_from_mask
+from trl_ext.rollouts.record import RolloutBatch
 
 
 def _rows(record, index: torch.Tensor):
@@ -56,27 +57,36 @@ class Experience:
         return _rows(self, index)
 
 
-@torch.no_grad()
-def make_experience(passes: ForwardPasses, config, query_ids, query_mask, responses, mask, scores, eos_token_id: int,
-                    needs_reference: bool, one_forward: bool, sampling_logprobs=None, kl_coef: float | None = None,
-                    attention=None, turn_rewards=None) -> tuple[Experience, PolicyOutput | None]:
-    """The no-grad passes over the rollouts and the estimator's advantages -> ``Experience``.
+@dataclass(frozen=True)
+class ExperienceOptions:
+    """How this update's experience is made (the trainer's state at this update, beside its config)."""
 
-    ``one_forward``: the update's first step is one forward over the whole batch, so (as TRL's GRPO with
+    eos_token_id: int
+    needs_reference: bool  # a KL term somewhere: the reference's log-probs are needed
+    one_forward: bool  # the update's first step is one forward over the whole batch (``Learner.one_forward``)
+    kl_coef: float | None = None  # this batch's KL weight (an adaptive one's current value); None: config.kl_coef
+
+
+@torch.no_grad()
+def make_experience(passes: ForwardPasses, batch: RolloutBatch, scores: torch.Tensor, config,
+                    options: ExperienceOptions) -> tuple[Experience, PolicyOutput | None]:
+    """The no-grad passes over one rollout record and the estimator's advantages -> ``Experience``.
+
+    ``options.one_forward``: the update's first step is one forward over the whole batch, so (as TRL's GRPO with
     ``num_iterations=1``) the old log-probs and values are that forward's own, detached: it runs here, with its
     graph, and is returned beside the record for the learner instead of a no-grad pass of its own.
 
-    Multi-turn rollouts (``trl_ext.agents``): ``mask`` is the loss mask (the model's tokens), ``attention``
-    ``(B, R)`` 1 on every completion token, the environment's too, and ``turn_rewards`` ``(B, R)`` the per-turn
-    rewards; advantages then run over the model's tokens alone (``compute_model_token_advantages``).
+    Every rollout is read the same way: the attention mask covers every completion token (a multi-turn rollout's
+    tool results too), the loss mask the model's own, and advantages run over the model's tokens alone.
     """
+    query_ids, responses, mask = batch.query_ids, batch.responses, batch.loss_mask
     query_response = torch.cat([query_ids, responses], dim=1)
-    attention_mask = torch.cat([query_mask.long(), mask if attention is None else attention.long()], dim=1)
+    attention_mask = torch.cat([batch.query_mask.long(), batch.attention_mask.long()], dim=1)
     inputs = (query_response, attention_mask, positions_from_mask(attention_mask))
     # The reference first: a policy pass that is the update's keeps its graph until the backward.
-    ref_logprobs = passes.reference(inputs, responses) if needs_reference else None
+    ref_logprobs = passes.reference(inputs, responses) if options.needs_reference else None
     forward = values = None
-    if one_forward:
+    if options.one_forward:
         passes.model.train()
         with torch.enable_grad():
             forward = passes.policy_pass(*inputs, responses)
@@ -88,15 +98,11 @@ def make_experience(passes: ForwardPasses, config, query_ids, query_mask, respon
     if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy
         ref_logprobs = old_logprobs
     group_ids = torch.arange(len(responses), device=responses.device) // config.num_generations
-    if attention is None:
-        ended = (responses == eos_token_id).logical_and(mask.bool()).any(-1)
-        outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config,
-                                     kl_coef)
-    else:  # multi-turn: the last turn ended with eos; advantages over the model's tokens
-        ended = core.ends_with(responses, mask, eos_token_id)
-        outcome = compute_model_token_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids,
-                                                 config, kl_coef, turn_rewards)
+    ended = core.ends_with(responses, mask, options.eos_token_id)
+    outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config,
+                                 options.kl_coef, batch.turn_rewards)
     weights = None
+    sampling_logprobs = batch.sampling_logprobs
     if sampling_logprobs is not None and config.vllm_importance_sampling_correction:
         weights = core.importance_sampling_weights(
             old_logprobs, sampling_logprobs, mask, config.vllm_importance_sampling_mode,

@@ -15,7 +15,7 @@ import torch
 
 from trl_ext.errors import InputError
 from trl_ext.ppo import core
-from trl_ext.ppo.registry import Registry
+from trl_ext.settings.registry import Registry
 
 POLICY_LOSSES = Registry("policy_loss", stats_over="tokens")
 LOSS_AGGREGATIONS = Registry("loss_type", normaliser="tokens")

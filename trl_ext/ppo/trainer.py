@@ -23,21 +23,24 @@ from torch import nn
 
 from trl_ext.data.batching import pad_batch
 from trl_ext.data.prompt_dataset import prepare_prompt_dataset
+from trl_ext.data.sequences import completion_token_ids, response_mask
 from trl_ext.errors import InputError, TrainingError
 from trl_ext.ppo import builder, checkpoint, core, precision
 from trl_ext.ppo.config import PPOConfig, num_updates, trackers
-from trl_ext.ppo.experience import Experience, make_experience
+from trl_ext.ppo.experience import Experience, ExperienceOptions, make_experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 from trl_ext.ppo.learner import Learner
 from trl_ext.ppo.model import ActorCritic
 from trl_ext.ppo.prompt_batches import prompt_batches
-from trl_ext.ppo.rollout.interface import check_correction, completion_token_ids, response_mask
+from trl_ext.ppo.rollout.interface import check_correction
 from trl_ext.ppo.rollout.samplers import Completions, SamplingOptions, build_sampler, resolve_sampler, trimmed
+from trl_ext.ppo.sampling import TrainerSampling
 from trl_ext.ppo.sharding import gathered_for_rollout
 from trl_ext.ppo.timing import PhaseClock
 from trl_ext.ppo.update_metrics import numeric_metrics, update_metrics
 from trl_ext.rewards.base import place_reward
-from trl_ext.rewards.scoring import RewardScorer, as_completions, resolve_reward_funcs
+from trl_ext.rewards.scoring import RewardScorer, resolve_reward_funcs
+from trl_ext.rollouts import RolloutBatch, build_rollout
 
 
 class PPOError(TrainingError):
@@ -53,12 +56,13 @@ class PPOTrainer:
     ``input_ids`` column, plus any columns the reward functions read. ``train()`` runs the whole
     loop; ``generate`` and ``step`` are the classic step-wise API (bring your own scores).
     ``tools``, ``environment_factory``, ``rollout_func``: multi-turn rollouts, with the meanings of TRL
-    GRPOTrainer's arguments (``trl_ext.agents``, docs/multi-turn.md).
+    GRPOTrainer's arguments (``trl_ext.agents``, docs/multi-turn.md). ``rollout``: a ``trl_ext.rollouts.Rollout``
+    (or its registered name; default ``args.rollout``) for any other kind of rollout.
     """
 
     def __init__(self, model, reward_funcs=None, args: PPOConfig | None = None, train_dataset=None,
                  processing_class=None, peft_config=None, ref_model=None, accelerator=None, tools=None,
-                 environment_factory=None, rollout_func=None):
+                 environment_factory=None, rollout_func=None, rollout=None):
         from accelerate import Accelerator
         from transformers import TrainerState
 
@@ -99,11 +103,14 @@ class PPOTrainer:
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
-        self.multi_turn = None  # multi-turn rollouts: tools, environments or a rollout function (trl_ext.agents)
-        if tools or environment_factory is not None or rollout_func is not None:
-            from trl_ext.ppo.multi_turn import MultiTurn
-
-            self.multi_turn = MultiTurn(self, tools, environment_factory, rollout_func)
+        # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or config.rollout's name)
+        self.rollout = build_rollout(rollout if rollout is not None else config.rollout, tools, environment_factory,
+                                     rollout_func)
+        self.rollout.check(config, self.tokenizer)
+        if self.rollout.reward_funcs:  # rewards the rollout brings (an environment's get_reward): weight 1 each
+            self.rewards = RewardScorer(self.rewards.funcs + list(self.rollout.reward_funcs),
+                                        self.rewards.weights + [1.0] * len(self.rollout.reward_funcs))
+        self.sampling = TrainerSampling(self)
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
             self._load_checkpoint(self.resumed_from)
@@ -177,8 +184,11 @@ class PPOTrainer:
         scores = torch.as_tensor([float(s) for s in scores], dtype=torch.float32, device=device)
         if not torch.isfinite(scores).all():
             raise InputError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
+        given = [list(r) for r in responses]  # the step-wise API's one-turn rollouts, as the record holds any
+        batch = RolloutBatch(query_ids, query_mask, response_ids, loss_mask=mask, attention_mask=mask,
+                             prompts=[list(q) for q in queries], completions=given, completion_ids=given)
         with precision.explained_dtype_errors(device):
-            return self._update(*self._experience(query_ids, query_mask, response_ids, mask, scores))
+            return self._update(*self._experience(batch, scores))
 
     # ------------------------------------------------------------------ the training loop
 
@@ -234,37 +244,38 @@ class PPOTrainer:
             return self._rollout_and_update(rows)
 
     def _rollout_and_update(self, rows: dict) -> dict:
-        if self.multi_turn is not None:  # tools and environments: its own rollout and scoring, then the same update
-            return self.multi_turn.train_step(rows)
         clock = PhaseClock(self.accelerator.device)
-        lap = clock.lap
-        query_ids, query_mask = self._pad_queries(rows["input_ids"])  # 1. generate
-        sampled = self._sample(query_ids, query_mask)
-        lap("generate")
-        responses, mask, sampling_logprobs = trimmed(sampled, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
-        prompts = rows.get("prompt") or self.tokenizer.batch_decode(rows["input_ids"])  # 2. score
-        completion_ids = completion_token_ids(responses, mask)
-        completions = as_completions(prompts, self.tokenizer.batch_decode(
-            completion_ids, skip_special_tokens=self.config.skip_special_tokens))
-        self.state.global_step = self.update_index
-        scores, stats = self.rewards.score(rows, prompts, completions, completion_ids, self.state)
+        batch = self.rollout.rollout(rows, self.sampling)  # 1. roll out (sample, and run any environment)
+        clock.lap("generate")
+        self.state.global_step = self.update_index  # 2. score, as TRL's GRPO calls reward functions
+        scores, stats = self.rewards.score({**rows, **batch.columns}, batch.prompts, batch.completions,
+                                           batch.completion_ids, self.state)
         scores = torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device)
-        lap("reward")
-        experience = self._experience(query_ids, query_mask, responses, mask, scores, sampling_logprobs)  # 3.-5.
-        lap("experience")
+        clock.lap("reward")
+        experience = self._experience(batch, scores)  # 3.-5. log-probs, values, advantages
+        clock.lap("experience")
         stats.update(self._update(*experience))  # 6.
-        lap("update")
+        clock.lap("update")
+        stats.update(self._rollout_metrics(batch))
         stats.update(clock.timings)
-        stats["samples"] = [(p, c) for p, c in zip(prompts[:2], completions[:2])]
+        stats["samples"] = [(p, c) for p, c in zip(batch.prompts[:2], batch.completions[:2])]
         return stats
 
-    def _experience(self, query_ids, query_mask, responses, mask, scores, sampling_logprobs=None, attention=None,
-                    turn_rewards=None) -> tuple[Experience, PolicyOutput | None]:
-        """``attention``, ``turn_rewards``: a multi-turn batch's (``make_experience``); ``mask`` is then its loss mask."""
-        one_forward = self.learner.one_forward(responses, self._warming_up())
-        return make_experience(self.passes, self.config, query_ids, query_mask, responses, mask, scores,
-                               self.tokenizer.eos_token_id, builder.needs_reference(self.config), one_forward,
-                               sampling_logprobs, self.kl_coef, attention, turn_rewards)
+    def _experience(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[Experience, PolicyOutput | None]:
+        options = ExperienceOptions(self.tokenizer.eos_token_id, builder.needs_reference(self.config),
+                                    self.learner.one_forward(batch.responses, self._warming_up()), self.kl_coef)
+        return make_experience(self.passes, batch, scores, self.config, options)
+
+    def _rollout_metrics(self, batch: RolloutBatch) -> dict:
+        """The rollout's counters summed over every process, as its metrics."""
+        if not batch.counters:
+            return {}
+        names = sorted(batch.counters)
+        local = torch.tensor([float(batch.counters[n]) for n in names], dtype=torch.float64,
+                             device=self.accelerator.device)
+        if self.accelerator.num_processes > 1:
+            local = self.accelerator.reduce(local, reduction="sum")
+        return batch.rollout_metrics(dict(zip(names, local.tolist())))
 
     def _update(self, exp: Experience, forward: PolicyOutput | None = None) -> dict:
         self.model.train()

@@ -7,12 +7,8 @@ from pathlib import Path
 
 import torch
 
+from trl_ext.data.sequences import is_conversation
 from trl_ext.rewards.base import RewardError, RewardFunction, require_column
-
-
-def is_conversation(value) -> bool:
-    """TRL's conversational format: a list of ``{"role", "content"}`` messages."""
-    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
 
 
 def message_text(messages: list[dict]) -> str:

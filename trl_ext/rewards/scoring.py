@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from trl_ext.data.sequences import is_conversation
 from trl_ext.errors import InputError
 from trl_ext.rewards.base import call_reward, combine_rewards, reward_name
-from trl_ext.rewards.classifier import is_conversation
 
 
 def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:

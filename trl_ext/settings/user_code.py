@@ -1,5 +1,5 @@
 """User code named in an option: ``"package.module:name"`` or ``"path/to/file.py:name"``, as TRL's
-``reward_funcs`` strings and ``--reward-fn`` name it. A registry (``trl_ext.ppo.registry``) takes such a name for a
+``reward_funcs`` strings and ``--reward-fn`` name it. A registry (``trl_ext.settings.registry``) takes such a name for a
 sampler, an estimator, a policy loss or a KL shaping; the reward loader takes it for a reward function."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trl_ext.data.jsonl import check_messages
+from trl_ext.data.sequences import is_conversation
 from trl_ext.errors import InputError
-from trl_ext.rewards.classifier import is_conversation
 
 
 class PreferenceError(InputError):

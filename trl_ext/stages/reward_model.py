@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trl_ext.rewards.classifier import ClassifierReward, is_conversation, message_text
+from trl_ext.data.sequences import is_conversation
+from trl_ext.rewards.classifier import ClassifierReward, message_text
 from trl_ext.stages.preferences import PreferenceError, check_preferences
 
 

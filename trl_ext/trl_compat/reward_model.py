@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from trl_ext.data.sequences import is_conversation
 from trl_ext.rewards.base import RewardError, call_reward, reward_name
-from trl_ext.rewards.classifier import is_conversation
 
 
 class PromptIndex:

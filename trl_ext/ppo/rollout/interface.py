@@ -9,20 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trl_ext.data.sequences import response_mask
 from trl_ext.errors import InputError
-
-
-def response_mask(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-    """1 on every token up to and including the first eos; 0 after it (the seed's answer_length)."""
-    is_eos = (responses == eos_token_id).long()
-    after_eos = (is_eos.cumsum(-1) - is_eos) > 0
-    return (~after_eos).long()
-
-
-def completion_token_ids(responses: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-    """Each row's response tokens up to and including eos, as lists (GRPO's ``completion_ids``)."""
-    lengths = mask.long().sum(1).tolist()
-    return [row[:n] for row, n in zip(responses.tolist(), lengths)]
 
 
 @dataclass(frozen=True)

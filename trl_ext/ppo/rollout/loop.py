@@ -7,16 +7,12 @@ from importlib.metadata import version
 import torch
 from packaging.version import Version
 
-from trl_ext.ppo.rollout.interface import response_mask
+from trl_ext.data.sequences import positions_from_mask, response_mask
 
 # transformers 5.24 renamed the KV-cache argument and output field `past_key_values` to `cache` (the old name
 # warns, and goes in 5.40): the name the installed transformers takes.
 CACHE_ARG = "cache" if Version(version("transformers")).release[:2] >= (5, 24) else "past_key_values"
 
-
-def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that start at 0 on the first real token of a left-padded row."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def last_positions(length: int, count: int, device: torch.device | None = None) -> torch.Tensor:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from trl_ext.ppo.registry import Registry
 from trl_ext.ppo.rollout.interface import Completions, Sampler, SamplingOptions, trimmed
 from trl_ext.ppo.rollout.loop import generate_responses, sample_responses
 from trl_ext.ppo.rollout.static_sampler import StaticSampler
+from trl_ext.settings.registry import Registry
 
 __all__ = ["SAMPLERS", "Completions", "Sampler", "SamplingOptions", "build_sampler", "resolve_sampler", "trimmed"]
 

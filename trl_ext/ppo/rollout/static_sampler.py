@@ -17,7 +17,8 @@ import warnings
 
 import torch
 
-from trl_ext.ppo.rollout.loop import CACHE_ARG, last_positions, positions_from_mask
+from trl_ext.data.sequences import positions_from_mask
+from trl_ext.ppo.rollout.loop import CACHE_ARG, last_positions
 
 
 def bucket(n: int) -> int:

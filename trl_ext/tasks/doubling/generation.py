@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from trl_ext.data.batching import pad_batch
-from trl_ext.ppo.rollout.interface import completion_token_ids, response_mask
+from trl_ext.data.sequences import completion_token_ids, response_mask
 
 
 def completion_texts(tokenizer, response_ids: torch.Tensor) -> list[str]:

@@ -1,0 +1,8 @@
+"""Rollouts: every kind (single-turn, the tool loop, TRL's ``rollout_func``, a user's own) behind one method that
+returns one record (``RolloutBatch``); the trainer reads only the record (docs/architecture.md)."""
+
+from trl_ext.rollouts.base import ROLLOUTS, Rollout, Sampling
+from trl_ext.rollouts.build import build_rollout
+from trl_ext.rollouts.record import RolloutBatch
+
+__all__ = ["ROLLOUTS", "Rollout", "RolloutBatch", "Sampling", "build_rollout"]
