@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from trl_ext.agents.tools import environment_tools
+from trl_ext.agents.tools import check_tool_schema, environment_tools
 from trl_ext.errors import InputError
 
 
@@ -39,8 +39,12 @@ class EnvironmentPool:
             raise EnvironmentFailure(f"environment_factory failed: {type(error).__name__}: {error}") from error
 
     def probe_tools(self) -> list[Callable]:
-        """The tools of one environment (their schemas go in every prompt)."""
-        return environment_tools(self.instances[0])
+        """The tools of one environment (their schemas go in every prompt), each checked as a method of its class
+        (the errors name ``Class.method``)."""
+        tools = environment_tools(self.instances[0])
+        for tool in tools:
+            check_tool_schema(tool, f"environment method '{self.env_type.__name__}.{tool.__name__}'")
+        return tools
 
     def take(self, count: int) -> list:
         """``count`` instances, one per rollout of a batch (made as needed, reused across batches)."""

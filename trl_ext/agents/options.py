@@ -3,12 +3,12 @@ what they name."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from trl_ext.agents.templates import TOOL_TEMPLATES
 from trl_ext.errors import InputError
 from trl_ext.settings.fields import field
+from trl_ext.settings.user_code import import_callable
 
 
 @dataclass
@@ -34,18 +34,23 @@ class AgentOptions:
         return bool(self.tools or self.environment)
 
 
-def import_object(spec: str, what: str) -> Callable:
-    """``"package.module:name"`` or ``"path/to/file.py:name"`` -> that callable; errors name ``what`` and ``spec``."""
-    from trl_ext.rewards.base import RewardError, import_reward_function
+def load_agent(options: AgentOptions, policy: str) -> dict:
+    """The trainer's keyword arguments: ``tools`` (a list) and ``environment_factory`` (or None).
 
-    try:
-        return import_reward_function(spec)
-    except RewardError as error:
-        raise InputError(str(error).replace("reward function", what, 1)) from None
+    Checked here as the trainer checks them, so that a run refused for them writes nothing: each tool's schema,
+    the environment (one instance made and dropped) and its methods' schemas, and the chat template of the
+    ``policy`` directory's tokenizer (with ``--tool-template``), on a copy: the trainer prepares its own.
+    """
+    from trl_ext.agents.environments import EnvironmentPool
+    from trl_ext.agents.templates import prepare_tokenizer, with_tool_template
+    from trl_ext.agents.tools import check_tools
+    from trl_ext.models.directory import load_tokenizer
 
-
-def load_agent(options: AgentOptions) -> dict:
-    """The trainer's keyword arguments: ``tools`` (a list) and ``environment_factory`` (or None)."""
-    tools = [import_object(s.strip(), "tool") for s in (options.tools or "").split(",") if s.strip()]
-    factory = import_object(options.environment, "environment") if options.environment else None
+    tools = [import_callable(s.strip(), "tool") for s in (options.tools or "").split(",") if s.strip()]
+    factory = import_callable(options.environment, "environment") if options.environment else None
+    check_tools(tools + (EnvironmentPool(factory).probe_tools() if factory is not None else []))
+    tokenizer = load_tokenizer(policy, "policy")
+    if options.tool_template:
+        with_tool_template(tokenizer, options.tool_template)
+    prepare_tokenizer(tokenizer)
     return {"tools": tools, "environment_factory": factory}

@@ -10,6 +10,7 @@ the turn that called it (trl-ext's addition: with a critic it lands on that turn
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,7 +46,8 @@ def environment_tools(environment) -> list[Callable]:
 
 
 def check_tools(tools: list) -> None:
-    """Each tool a named callable, no name twice, none a coroutine function (not supported here)."""
+    """Each tool a named callable, no name twice, none a coroutine function (not supported here), each one whose
+    schema transformers can build (``check_tool_schema``)."""
     names = set()
     for tool in tools:
         name = getattr(tool, "__name__", None)
@@ -56,6 +58,45 @@ def check_tools(tools: list) -> None:
         if name in names:
             raise InputError(f"two tools are named {name!r}: the model calls tools by name")
         names.add(name)
+        check_tool_schema(tool, f"tool {name!r}")
+
+
+def check_tool_schema(tool: Callable, label: str) -> None:
+    """Build the tool's schema as the chat template will (transformers' ``get_json_schema``), so that a tool it
+    cannot describe is refused in one line, ``label`` and what the tool lacks, not by a traceback at the first
+    rollout."""
+    from transformers.utils import DocstringParsingException, TypeHintParsingException, get_json_schema
+
+    try:
+        get_json_schema(tool)
+    except DocstringParsingException as error:
+        raise InputError(f"{label} {_docstring_lack(tool, error)}") from error
+    except TypeHintParsingException as error:
+        raise InputError(f"{label} {_type_hint_lack(tool, error)}") from error
+    except NameError as error:  # a string annotation (``from __future__ import annotations``) that names nothing
+        raise InputError(f"{label} has a type hint that cannot be resolved: {error}") from error
+
+
+GOOGLE_ARGS = "a Google-style docstring: a summary, then 'Args:' with a line 'name: what it is' for each argument"
+
+
+def _docstring_lack(tool: Callable, error: Exception) -> str:
+    if not inspect.getdoc(tool):
+        return f"has no docstring: the model sees a tool through its schema, built from {GOOGLE_ARGS}"
+    undescribed = re.search(r"no description for the argument '(\w+)'", str(error))
+    if undescribed:
+        return (f"has no description of its argument {undescribed[1]!r} in its docstring: add '{undescribed[1]}: "
+                "what it is' under 'Args:' (transformers requires one for every argument)")
+    return f"has a docstring transformers cannot read ({GOOGLE_ARGS}): {str(error).splitlines()[0]}"
+
+
+def _type_hint_lack(tool: Callable, error: Exception) -> str:
+    unhinted = [name for name, parameter in inspect.signature(tool).parameters.items()
+                if parameter.annotation is inspect.Parameter.empty and name not in ("self", "cls")]
+    if unhinted:
+        return (f"has no type hint on its argument {unhinted[0]!r}: the schema the model sees gives every "
+                f"argument's type ('{unhinted[0]}: int', '{unhinted[0]}: str', ...)")
+    return f"has a type hint transformers cannot turn into a JSON schema: {str(error).splitlines()[0]}"
 
 
 @dataclass

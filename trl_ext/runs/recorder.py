@@ -80,12 +80,11 @@ class RunRecorder:
         self.setup_seconds = 0.0
         self.probe_seconds = 0.0
         self.reached: dict | None = None
-        # Resuming: the log keeps the updates up to the checkpoint, trimmed at the first new record
-        # (only once the trainer has accepted the checkpoint: a refused resume changes nothing).
+        # The log starts at the first record, so that a run refused before it (building the trainer) leaves no
+        # log that would refuse the retry; a resumed log keeps the updates up to the checkpoint (only once the
+        # trainer has accepted the checkpoint: a refused resume changes nothing).
         self.resume_after = resume_after
-        if self.log_path is not None and resume_after is None:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self.log_path.write_text("")
+        self.log_started = False
         # A live bar on a terminal (main process only); logs and CI get the periodic lines alone.
         self.bar = tqdm(total=total_updates, desc=backend, leave=False, mininterval=1.0,
                         disable=None if log_path is not None else True)
@@ -130,11 +129,13 @@ class RunRecorder:
         self.bar.set_postfix(score=f"{row.get('objective/scores', float('nan')):.3f}",
                              kl=f"{row.get('objective/kl', float('nan')):.3f}", refresh=False)
         self.history.add(row, stats.get("samples"))
-        if self.log_path is not None and self.resume_after is not None:
-            kept = [line for line in (self.log_path.read_text().splitlines() if self.log_path.exists() else [])
-                    if json.loads(line).get("update", 0) <= self.resume_after]
+        if self.log_path is not None and not self.log_started:
+            kept = [] if self.resume_after is None else [
+                line for line in (self.log_path.read_text().splitlines() if self.log_path.exists() else [])
+                if json.loads(line).get("update", 0) <= self.resume_after]
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log_path.write_text("".join(line + "\n" for line in kept))
-            self.resume_after = None
+            self.log_started = True
         if self.log_path is not None:
             with self.log_path.open("a") as handle:
                 handle.write(json.dumps(row) + "\n")

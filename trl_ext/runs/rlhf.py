@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trl_ext.agents.options import AgentOptions, load_agent
 from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES, PromptFile, describe, read_prompt_file, uses_chat_template
+from trl_ext.data.reasoning_gym import SPEC_PREFIX
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.runs.run import ModelOptions, OutputOptions, train_options
@@ -59,15 +60,27 @@ class RLHFStages:
 
 @dataclass
 class PromptOptions:
-    prompts: str = field(help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of role/content "
-                         "messages), or a text file, a prompt a line")
+    prompts: str | None = field(None, help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of "
+                                "role/content messages), or a text file, a prompt a line (or give --task)")
+    task: str | None = field(None, help="a public task instead of --prompts: a reasoning-gym task or weighted mix, "
+                             "e.g. 'reasoning-gym:chain_sum' or 'reasoning-gym:chain_sum:2,basic_arithmetic:1'; its "
+                             "questions, after reasoning-gym's system prompt, are the prompts and its verifier a "
+                             "reward, summed with --reward/--reward-fn/--reward-url when given (the reasoning-gym "
+                             "extra; docs/public-tasks.md)")
+    task_size: int = field(1000, help="prompts --task generates: its train stream of --seed, cycled if the run "
+                           "takes more")
     max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
     chat_template: str = field("auto", help="text prompts as user turns in the policy's chat template: 'auto' "
                                "(if it has one), 'always', 'never' (conversations always use it)",
                                choices=CHAT_TEMPLATE_MODES)
 
     def __post_init__(self):
-        require_positive(self, "max_prompt_length")
+        require_positive(self, "max_prompt_length", "task_size")
+        if (self.prompts is None) == (self.task is None):
+            raise InputError("give --prompts or --task, not both: --task makes the prompts" if self.prompts else
+                             "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)")
+        if self.task is not None and not self.task.startswith(SPEC_PREFIX):
+            raise InputError(f"--task {self.task!r}: expected '{SPEC_PREFIX}TASK' or '{SPEC_PREFIX}TASK:WEIGHT,...'")
         if self.chat_template not in CHAT_TEMPLATE_MODES:
             raise InputError(f"chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}; got {self.chat_template!r}")
 
@@ -123,12 +136,22 @@ def _is_conversational(path: str) -> bool | None:
     return any(isinstance(row.get(k), list) for k in ("prompt", "completion", "messages", "chosen", "rejected"))
 
 
-def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str) -> tuple[PromptFile, list[str]]:
-    """The prompt file, checked against the policy's tokenizer before any stage trains, and the lines saying
-    how it will be used (the tokens are made later, with the tokenizer PPO runs with)."""
+def task_prompts(data: PromptOptions, seed: int) -> PromptFile:
+    """``--task``'s train stream of ``seed`` as a prompt file: conversations, and the columns its reward reads."""
+    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+
+    dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed)
+    columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
+    return PromptFile(data.task, list(range(1, len(dataset) + 1)), dataset["prompt"], columns, "conversational")
+
+
+def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str, seed: int = 0) -> tuple[PromptFile, list[str]]:
+    """The prompt file (or ``--task``'s prompts, of ``seed``), checked against the policy's tokenizer before any
+    stage trains, and the lines saying how it will be used (the tokens are made later, with the tokenizer PPO runs
+    with)."""
     from trl_ext.models.directory import load_tokenizer, read_model_config
 
-    prompts = read_prompt_file(data.prompts)
+    prompts = task_prompts(data, seed) if data.task else read_prompt_file(data.prompts)
     read_model_config(policy, "policy")
     templated = uses_chat_template(prompts, load_tokenizer(policy, "policy"), data.chat_template)
     lines = [describe(prompts, templated, data.chat_template)]
@@ -222,10 +245,10 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     backend, models = opts.run.backend, opts.models
     if opts.agents.multi_turn and backend != "scratch":
         raise InputError("--tools and --environment need --backend scratch (TRL's PPO has no multi-turn rollouts)")
-    if not (models.has_reward or opts.stages.preferences or opts.agents.environment):
+    if not (models.has_reward or opts.stages.preferences or opts.agents.environment or opts.data.task):
         raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, "
-                         "--preferences (a preference file to train the reward model on first) or --environment "
-                         "(one whose get_reward scores a rollout)")
+                         "--preferences (a preference file to train the reward model on first), --environment "
+                         "(one whose get_reward scores a rollout) or --task (its verifier scores)")
     if models.reward and opts.stages.preferences:
         raise InputError("give --reward or --preferences, not both: --preferences trains the reward model "
                          "(its base is --reward-base)")
@@ -242,7 +265,9 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
             connect_reward(models.reward_url)
         check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
-        prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy)
+        prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy, opts.train.seed)
+        # tools, environment and chat template checked here too; --policy's tokenizer is the SFT model's
+        agent = load_agent(opts.agents, models.policy) if opts.agents.multi_turn else None
         for line in prompt_lines if run.is_main else ():
             print_fn(line)
         # The stages run once, on the main process; the others wait and read what it wrote.
@@ -252,11 +277,15 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         trained_here = replace(models, policy=policy_dir, reward=reward_dir,
                                pair=models.pair and not opts.stages.preferences)
         policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
+        if opts.data.task:  # the task's verifier, summed with the other rewards given
+            from trl_ext.rewards.loading import summed
+            from trl_ext.rewards.reasoning_gym import ReasoningGymReward
+
+            reward_fn = summed([r for r in (reward_fn, ReasoningGymReward()) if r is not None])
         if opts.agents.tool_template:  # chosen by the user, never silently (docs/multi-turn.md)
             from trl_ext.agents.templates import with_tool_template
 
             with_tool_template(tokenizer, opts.agents.tool_template)
-        agent = load_agent(opts.agents) if opts.agents.multi_turn else None
         # 'prompt' as reward functions get it (a conversation when templated), 'input_ids' as the policy gets it
         prepared = prepare_prompts(prompt_file, tokenizer, opts.data.chat_template, opts.data.max_prompt_length)
         dataset = prepared.dataset  # prepared.truncation: how many prompts were cut, and by up to how many tokens
