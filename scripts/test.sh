@@ -5,8 +5,8 @@
 # `needs_trl_ppo` on 1.12 only. TRL-agnostic tests run once, split between the two sides to balance them
 # (tests/conftest.py, `trl112_side`). The vLLM tests (`needs_vllm`) run in .venv-vllm (vLLM's CPU build) only,
 # on the core the TRL 1.12 side frees (it finishes first); the other two sides deselect them. The logs are
-# printed whole, one after the other. Extra arguments go to every pytest run. The linter runs first (a finding
-# fails the command, after the tests have run).
+# printed whole, one after the other. Extra arguments go to every pytest run. The linter and the type checker run
+# first (a finding fails the command, after the tests have run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 setup_logs=$(mktemp -d)
@@ -23,8 +23,9 @@ if [ $status -ne 0 ]; then
   rm -rf "$setup_logs"
   exit $status
 fi
-echo "== ruff: imports sorted, nothing undefined (pyproject.toml's [tool.ruff])"
+echo "== ruff (pyproject.toml's [tool.ruff]) and mypy (its [tool.mypy] files)"
 .venv/bin/ruff check . || status=1
+.venv/bin/mypy || status=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 logs=$(mktemp -d)
 tmp=${TMPDIR:-/tmp}

@@ -13,7 +13,7 @@ from datasets import Dataset
 from tiny_models import tiny_deberta_reward, tiny_qwen2
 
 from trl_ext.errors import InputError
-from trl_ext.ppo import PPOConfig, PPOError, PPOTrainer
+from trl_ext.ppo import PPOConfig, PPOTrainer
 from trl_ext.rewards import ClassifierReward, RewardError
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 from trl_ext.trl_compat import trl_ppo_available

@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 
 def test_pretraining_loss_falls(tokenizer):

@@ -3,7 +3,6 @@
 Every server here listens on a free port, is stopped by the test that started it, and every wait is bounded.
 """
 
-import json
 import math
 import os
 import signal
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import requests
-import torch
 
 from trl_ext.rewards import RemoteReward, RemoteRewardError, RewardError
 from trl_ext.rewards.server import RewardServer

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from trl_ext.trl_compat import trl_ppo_available
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

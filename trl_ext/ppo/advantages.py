@@ -54,6 +54,7 @@ class Advantages:
 @ADVANTAGE_ESTIMATORS.register("gae", needs_values=True, whiten=True)
 def gae(batch: EstimatorInputs, config):
     """Generalised advantage estimation over the critic's values (PPO)."""
+    assert batch.values is not None  # needs_values: compute_advantages refuses a batch without them
     return core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, config.lam)
 
 
@@ -105,10 +106,13 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
 
     outcome = _contiguous_advantages(scores, compact(logprobs), compact(ref_logprobs), compact(values), mask,
                                      value_mask, ended, group_ids, config, kl_coef, compact(token_rewards))
-    expand = {name: None if getattr(outcome, name) is None else
-              core.expand_tokens(getattr(outcome, name), index, value_mask)
-              for name in ("advantages", "returns", "values", "kl", "rewards", "non_score_rewards", "value_mask")}
-    return Advantages(scores=outcome.scores, **expand)
+    def expand(x):
+        return None if x is None else core.expand_tokens(x, index, value_mask)
+
+    return Advantages(advantages=expand(outcome.advantages), returns=expand(outcome.returns),
+                      values=expand(outcome.values), scores=outcome.scores, kl=expand(outcome.kl),
+                      rewards=expand(outcome.rewards), non_score_rewards=expand(outcome.non_score_rewards),
+                      value_mask=expand(outcome.value_mask))
 
 
 def _contiguous_advantages(scores, logprobs, ref_logprobs, values, mask, value_mask, ended, group_ids, config,

@@ -107,13 +107,9 @@ class RewardFunction:
 
 def import_reward_function(spec: str) -> Callable:
     """``"package.module:function"`` or ``"path/to/file.py:function"`` -> that callable (``--reward-fn``)."""
-    from trl_ext.settings.user_code import import_object
+    from trl_ext.settings.user_code import import_callable
 
-    fn = import_object(spec, "reward function", RewardError)
-    if not callable(fn):
-        raise RewardError(f"reward function {spec!r}: {spec.rpartition(':')[0]!r} has no callable "
-                          f"{spec.rpartition(':')[2]!r}")
-    return fn
+    return import_callable(spec, "reward function", RewardError)
 
 
 def place_reward(fn: Callable, device) -> None:

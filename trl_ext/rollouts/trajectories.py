@@ -13,10 +13,10 @@ from trl_ext.data.batching import pad_batch
 from trl_ext.rollouts.record import RolloutBatch
 
 # metric -> (counter, the counter it is divided by; None: the count itself): TRL's tools/* names where TRL has one
-TURN_RATES = {"tokens/model_per_rollout": ("model_tokens", "rollouts"),
+TURN_RATES: dict[str, tuple[str, str | None]] = {"tokens/model_per_rollout": ("model_tokens", "rollouts"),
               "tokens/environment_per_rollout": ("environment_tokens", "rollouts"),
               "turns/per_rollout": ("turns", "rollouts"), "turns/reward_per_rollout": ("turn_rewards", "rollouts")}
-TOOL_RATES = {"tools/call_frequency": ("calls", "rollouts"), "tools/failure_frequency": ("failures", "calls"),
+TOOL_RATES: dict[str, tuple[str, str | None]] = {"tools/call_frequency": ("calls", "rollouts"), "tools/failure_frequency": ("failures", "calls"),
               "tools/unknown_calls": ("unknown", None), "tools/malformed_calls": ("malformed", None),
               "tools/dropped_results": ("overlong", None)}
 
@@ -32,10 +32,11 @@ def trajectories_record(trajectories: list[Trajectory], prompts: list, pad_token
         for position, reward in t.turn_rewards:
             turn_rewards[row, position] += reward
     sampling = None
-    if all(t.logprobs is not None for t in trajectories):
+    known = [t.logprobs for t in trajectories if t.logprobs is not None]
+    if len(known) == len(trajectories):
         sampling = torch.zeros(responses.shape, dtype=torch.float32)
-        for row, t in enumerate(trajectories):
-            sampling[row, :len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
+        for row, logprobs in enumerate(known):
+            sampling[row, :len(logprobs)] = torch.tensor(logprobs, dtype=torch.float32)
         sampling = sampling.to(device)
     counters = {"rollouts": len(trajectories), "turns": sum(t.model_turns for t in trajectories),
                 "model_tokens": sum(t.model_tokens for t in trajectories),

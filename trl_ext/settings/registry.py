@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from trl_ext.errors import InputError
-from trl_ext.settings.user_code import import_object, is_user_code
+from trl_ext.settings.user_code import import_callable, is_user_code
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,7 @@ class Registry(Mapping):
 
     def _from_user_code(self, spec: str) -> Entry:
         if spec not in self._user_code:
-            fn = import_object(spec, self.kind)
-            if not callable(fn):
-                raise InputError(f"{self.kind} {spec!r} is not callable")
+            fn = import_callable(spec, self.kind)
             registered = [entry for entry in self._entries.values() if entry.fn is fn]
             self._user_code[spec] = registered[0] if registered else Entry(fn, dict(self._defaults))
         return self._user_code[spec]

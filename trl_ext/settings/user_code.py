@@ -31,6 +31,14 @@ def import_object(spec: str, what: str, error: type[Exception] = InputError):
     return getattr(module, attribute)
 
 
+def import_callable(spec: str, what: str, error: type[Exception] = InputError):
+    """``import_object`` of a callable (a function, a class, a factory): ``error`` where it is something else."""
+    found = import_object(spec, what, error)
+    if not callable(found):
+        raise error(f"{what} {spec!r}: {spec.rpartition(':')[0]!r} has no callable {spec.rpartition(':')[2]!r}")
+    return found
+
+
 def _module(spec: str, source: str, what: str, error):
     try:
         return importlib.import_module(source)

@@ -9,8 +9,8 @@ a changed option or input runs the stage again. Nothing is ever deleted.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 STAGE_MARKER = "stage.json"
 

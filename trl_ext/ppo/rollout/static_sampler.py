@@ -191,7 +191,7 @@ class StaticSampler:
                 if step is decode_step:
                     raise
                 warnings.warn(f"static sampler: the compiled decode step failed ({type(error).__name__}: "
-                              f"{str(error)[:300]}); decoding eagerly from now on")
+                              f"{str(error)[:300]}); decoding eagerly from now on", stacklevel=2)
                 self.compile, step = False, decode_step
                 new_tokens, new_done = step(*inputs, **options)  # the cache write it repeats is the same
             tokens, done = new_tokens.clone(), new_done.clone()

@@ -8,11 +8,11 @@ did not change, so an interrupted demo resumes where it stopped. Nothing is ever
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from dataclasses import field as dataclass_field
 from functools import partial
 from pathlib import Path
-from typing import Callable
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig

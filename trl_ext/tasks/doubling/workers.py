@@ -3,8 +3,8 @@ parallel over them (gloo). Why one thread a process: docs/decisions.md, "Data-pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 from trl_ext.tasks.doubling.stages import PretrainConfig, run_pretrain
 
