@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trl_ext.models.activation_checkpointing import checkpointing_training_argument
 from trl_ext.errors import InputError
+from trl_ext.models.activation_checkpointing import checkpointing_training_argument
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from trl_ext.errors import TrainingError
 from trl_ext.ppo.update_metrics import numeric_metrics

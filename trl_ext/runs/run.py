@@ -5,13 +5,14 @@ with, where it writes, the point a resumed run goes on from, and the sequence ``
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trl_ext.errors import InputError
-from trl_ext.settings.fields import field
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.settings.fields import field
 
 
 @dataclass

@@ -9,10 +9,11 @@ doubling commands adds is the task's (``trl_ext.tasks.doubling.presets``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
