@@ -10,8 +10,12 @@ docs/commands.md is generated whole, from the commands' option dataclasses: ever
 
 docs/results.md is written by hand, except its generated blocks, each between ``<!-- BEGIN generated: NAME -->``
 and ``<!-- END generated: NAME -->``: the table ``benchmarks/results/NAME.md`` that a benchmark wrote beside its
-JSON, pasted as it is. A JSON file with no table of its own is listed key by key in the ``other-results`` block, so
-no result is left out. Nothing here knows a benchmark: what a table shows, and what it checks, is the benchmark's.
+JSON, pasted as it is, under the source line it carries (or, where it carries none, one made here from
+``NAME.json``: its command, commit and device). ``<!-- BEGIN generated: NAME tables 1,2 -->`` keeps the text but only
+the tables named (counted from 1), and links the file for the rest. Every result file is on the page: its table in
+a block, or a link to it in the hand-written text; the ``other-results`` block lists, one line each, the files that
+are neither, so no result is left out. Nothing here knows a benchmark: what a table shows, and what it checks, is
+the benchmark's.
 
 tests/test_docs.py runs ``--check`` in a fresh interpreter: a new option, a changed help text or a new
 benchmark table fails the suite until this script is run again and its output committed.
@@ -154,50 +158,77 @@ def commands_page() -> str:
 
 # ---------------------------------------------------------------------------------------------- results.md
 
-BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)",
-                   re.S)
+BLOCK = re.compile(r"(?P<begin><!-- BEGIN generated: (?P<name>[\w.-]+)(?: tables (?P<tables>\d+(?:,\d+)*))? -->\n)"
+                   r"(?P<body>.*?)(?P<end><!-- END generated: (?P=name) -->)", re.S)
+SOURCE = "*Source:"
 
 
-def _flatten(value, prefix: str = "") -> list[tuple[str, object]]:
-    if isinstance(value, dict):
-        return [item for key, sub in value.items() if key not in ("machine", "curve")
-                for item in _flatten(sub, f"{prefix}.{key}" if prefix else str(key))]
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        return [item for i, sub in enumerate(value) for item in _flatten(sub, f"{prefix}[{i}]")]
-    return [(prefix, value)]
+def _link(name: str) -> str:
+    return f"[`benchmarks/results/{name}`](../benchmarks/results/{name})"
 
 
-def _text(value) -> str:
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    if isinstance(value, bool) or value is None:
-        return {True: "yes", False: "no", None: "-"}[value]
-    return repr(value) if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+def _source_line(name: str) -> str:
+    """What a table that carries no source line is pasted under: its JSON, the command(s), commit and device."""
+    data = json.loads((RESULTS / f"{name}.json").read_text())
+    commands = [data["command"]] if data.get("command") else data.get("commands") or []
+    made = ", made by " + "; ".join(f"`{c}`" for c in commands) if commands else ""
+    commit = f" at commit {data['commit']}" if data.get("commit") else ""
+    device = data.get("device") or (data.get("machine") or {}).get("device")
+    return f"{SOURCE} {_link(name + '.json')}{made}{commit}" + (f", on {device}" if device else "") + ".*"
 
 
-def other_results(tables: set[str]) -> str:
-    """Every result file whose benchmark wrote no table (``NAME.md`` or ``NAME.PART.md``), key by key."""
-    others = sorted(p.name for p in RESULTS.glob("*.json") if p.stem not in tables)
+def table(name: str, tables: str | None = None) -> str:
+    """``benchmarks/results/NAME.md`` as the page shows it: under its source line; with ``tables``, only those."""
+    text = (RESULTS / f"{name}.md").read_text().strip()
+    if not text.startswith(SOURCE) and (RESULTS / f"{name}.json").exists():
+        text = _source_line(name) + "\n\n" + text
+    if tables is None:
+        return text
+    keep, kept, count = {int(i) for i in tables.split(",")}, [], 0
+    for chunk in re.split(r"\n[ \t]*\n", text):
+        if any(line.startswith("|") for line in chunk.splitlines()):
+            count += 1
+            if count not in keep:
+                continue
+        kept.append(chunk)
+    every = f"Every row: {_link(name + '.md')}."
+    if kept and kept[0].startswith(SOURCE):
+        return "\n\n".join([kept[0] + " " + every] + kept[1:])
+    return "\n\n".join(kept + [every])
+
+
+def _without_blocks(text: str) -> str:
+    return BLOCK.sub("", text)
+
+
+def other_results(text: str, shown: set[str]) -> str:
+    """One line for each result file that no block shows and the page's own text does not link."""
+    written = _without_blocks(text)
+    left = [p for p in sorted(RESULTS.glob("*.json"))
+            if p.stem not in shown and f"benchmarks/results/{p.name}" not in written]
     lines = []
-    for name in others:
-        data = json.loads((RESULTS / name).read_text())
-        lines += [f"### `{name}`", "", f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}) "
-                  f"(benchmark `{data.get('benchmark', '?')}`: see its script in `benchmarks/`).*", "",
-                  "| key | value |", "|---|---|"]
-        lines += [f"| `{key}` | {_cell(_text(value))} |" for key, value in _flatten(data)[:200]] + [""]
-    return "\n".join(lines).rstrip() or "Every file in `benchmarks/results/` has its table above."
+    for path in left:
+        benchmark = json.loads(path.read_text()).get("benchmark", "?")
+        own = f", its table {_link(path.stem + '.md')}" if (RESULTS / f"{path.stem}.md").exists() else ""
+        lines.append(f"- {_link(path.name)} (benchmark `{benchmark}`{own})")
+    return "\n".join(lines) or "Every file in `benchmarks/results/` is shown or linked above."
 
 
 def results_page(text: str) -> str:
     """The page with every generated block holding the table of its name, ``other-results`` the rest."""
-    names = [m.group("name") for m in BLOCK.finditer(text) if m.group("name") != "other-results"]
+    blocks = list(BLOCK.finditer(text))
+    names = [m.group("name") for m in blocks if m.group("name") != "other-results"]
     missing = [n for n in names if not (RESULTS / f"{n}.md").exists()]
-    if missing or "other-results" not in {m.group("name") for m in BLOCK.finditer(text)}:
+    if missing or "other-results" not in {m.group("name") for m in blocks}:
         raise SystemExit(f"{RESULTS_PAGE.relative_to(ROOT)}: no table benchmarks/results/NAME.md for the block(s) "
                          f"{missing}, or no 'other-results' block")
-    bodies = {n: (RESULTS / f"{n}.md").read_text() for n in names}
-    bodies["other-results"] = other_results({p.name.split(".")[0] for p in RESULTS.glob("*.md")})
-    return BLOCK.sub(lambda m: m.group(1) + bodies[m.group("name")].rstrip() + "\n" + m.group(4), text)
+    shown = {n.split(".")[0] for n in names}
+
+    def body(m: re.Match) -> str:
+        name = m.group("name")
+        return other_results(text, shown) if name == "other-results" else table(name, m.group("tables"))
+
+    return BLOCK.sub(lambda m: m.group("begin") + body(m).rstrip() + "\n" + m.group("end"), text)
 
 
 # ---------------------------------------------------------------------------------------------- main
