@@ -9,7 +9,7 @@ import torch
 
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.rollout.loop import last_positions, sample_responses
-from trl_ext.ppo.rollout.static_sampler import StaticSampler
+from trl_ext.ppo.rollout.static_sampler import StaticDecoder
 from trl_ext.ppo.trainer import PPOTrainer
 
 
@@ -75,5 +75,5 @@ def test_every_pass_of_an_update_and_every_prefill_hands_indices(tokenizer, epoc
     assert len(seen) == 3 and set(seen) == {torch.Tensor}  # the prefill and every decode step
 
     seen.clear()
-    StaticSampler()(trainer.policy, ids, torch.ones_like(ids), **options)
+    StaticDecoder()(trainer.policy, ids, torch.ones_like(ids), **options)
     assert seen[0] is torch.Tensor  # the prefill; a decode step's input is one position, already contiguous

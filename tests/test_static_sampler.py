@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trl_ext.ppo.rollout.loop import sample_responses
-from trl_ext.ppo.rollout.static_sampler import StaticSampler, bucket, pick_tokens
+from trl_ext.ppo.rollout.static_sampler import StaticDecoder, bucket, pick_tokens
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 VOCAB = 96
@@ -52,7 +52,7 @@ def _both(model, ids, mask, sampler=None, **options):
     options = {"max_new_tokens": 12, "pad_token_id": 0, **options}
     g_loop, g_static = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     loop = sample_responses(model, ids, mask, generator=g_loop, **options)
-    static = (sampler or StaticSampler())(model, ids, mask, generator=g_static, **options)
+    static = (sampler or StaticDecoder())(model, ids, mask, generator=g_static, **options)
     return loop, static, torch.equal(g_loop.get_state(), g_static.get_state())
 
 
@@ -106,7 +106,7 @@ def test_static_equals_loop_with_lora_adapters():
 
 def test_one_sampler_reuses_its_cache_across_batch_and_prompt_sizes():
     model = _qwen2()
-    sampler = StaticSampler()
+    sampler = StaticDecoder()
     for rows, seed in ((5, 1), (3, 2), (5, 3)):  # 5 rows -> bucket 6; 3 rows -> bucket 3
         ids, mask = _queries(rows, seed)
         ids, mask = ids[:, 2:], mask[:, 2:]  # 7 columns -> prompt length 16
@@ -128,7 +128,7 @@ def test_the_turns_of_a_tool_loop_reuse_a_few_caches():
     """A multi-turn rollout asks for fewer rows, longer prompts and fewer new tokens turn after turn: each a new
     shape (and on a GPU a new compile) unless a kept cache holds it. """
     model = _qwen2()
-    sampler = StaticSampler()
+    sampler = StaticDecoder()
     turns = [(6, 9, 40), (2, 15, 25), (4, 14, 31), (6, 9, 40), (3, 16, 18), (1, 30, 9), (5, 12, 27), (2, 40, 50)]
     for seed, (rows, width, new) in enumerate(turns):
         ids, mask = _prompts(rows, width, seed)
@@ -149,7 +149,7 @@ def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():
              if all((row == t).any() for row in free)}
     eos = next(t for t in sorted(width, key=width.get) if width[t] % 8)
     loop = sample_responses(model, ids, mask, eos_token_id=eos, generator=torch.Generator().manual_seed(7), **options)
-    static = StaticSampler(check_every=8)(model, ids, mask, eos_token_id=eos,
+    static = StaticDecoder(check_every=8)(model, ids, mask, eos_token_id=eos,
                                           generator=torch.Generator().manual_seed(7), **options)
     assert loop.shape[1] == width[eos] < 30  # every row ended early; the static sampler sees it at a check
     assert static.shape[1] == min(30, -(-loop.shape[1] // 8) * 8)
@@ -167,7 +167,7 @@ def test_the_decode_step_traces_as_one_graph_and_is_not_retraced():
     counters.clear()
     torch.manual_seed(1)
     model = get_peft_model(_qwen2(), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False)).eval()
-    sampler = StaticSampler(compile=True, compile_options={"backend": "eager", "fullgraph": True, "dynamic": False})
+    sampler = StaticDecoder(compile=True, compile_options={"backend": "eager", "fullgraph": True, "dynamic": False})
     for seed in (1, 2):
         ids, mask = _queries(seed=seed)
         loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, top_k=20,
@@ -183,7 +183,7 @@ def test_a_decode_step_that_fails_to_compile_falls_back_to_eager():
     def broken_compiler(graph, example_inputs):
         raise RuntimeError("this compiler always fails")
 
-    sampler = StaticSampler(compile=True, compile_options={"backend": broken_compiler})
+    sampler = StaticDecoder(compile=True, compile_options={"backend": broken_compiler})
     with pytest.warns(UserWarning, match="compiled decode step failed"):
         loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0)
     assert torch.equal(static, loop) and sampler.compile is False

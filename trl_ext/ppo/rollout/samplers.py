@@ -16,7 +16,7 @@ import torch
 
 from trl_ext.ppo.rollout.interface import Completions, Sampler, SamplingOptions, trimmed
 from trl_ext.ppo.rollout.loop import generate_responses, sample_responses
-from trl_ext.ppo.rollout.static_sampler import StaticSampler
+from trl_ext.ppo.rollout.static_sampler import StaticDecoder
 from trl_ext.settings.registry import Registry
 
 __all__ = ["SAMPLERS", "Completions", "Sampler", "SamplingOptions", "build_sampler", "resolve_sampler", "trimmed"]
@@ -48,10 +48,10 @@ class GenerateSampler(Sampler):
 
 @SAMPLERS.register("static")
 class StaticCacheSampler(Sampler):
-    """Static KV cache, decode step compiled to a CUDA graph on GPUs (``static_sampler.StaticSampler``)."""
+    """Static KV cache, decode step compiled to a CUDA graph on GPUs (``static_sampler.StaticDecoder``)."""
 
     def __init__(self):
-        self.engine = StaticSampler()  # holds its caches and compiled step across rollouts
+        self.engine = StaticDecoder()  # holds its caches and compiled step across rollouts
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
         return Completions(self.engine(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,

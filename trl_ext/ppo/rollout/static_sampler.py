@@ -77,8 +77,9 @@ def _next(logits, done, noise, *, temperature, top_k, top_p, eos_token_id, pad_t
     return token, done | (token == eos_token_id)
 
 
-class StaticSampler:
-    """The ``static`` sampler: the contract of ``sample_responses``, for one policy over a run.
+class StaticDecoder:
+    """The decoder behind the ``static`` sampler (``StaticCacheSampler``): the contract of ``sample_responses``, for
+    one policy over a run.
 
     It keeps a few static caches, each ``(batch, length)``, reused (zeroed) across rollouts so a
     captured graph keeps its addresses: a request takes the smallest cache that holds it (its batch

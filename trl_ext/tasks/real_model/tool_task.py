@@ -196,29 +196,25 @@ def sft_rows(conversations: int, seed: int) -> list[dict]:
 
 
 def hf_sampler(model, tokenizer, *, temperature: float, seed: int):
-    """A ``run_turns`` sample function over HF ``generate`` (left-padded; greedy at temperature 0, else the whole
-    distribution as the trainers sample): each query's new ids up to and including eos."""
+    """A ``run_turns`` sample function over HF ``generate`` (``generate_responses``: left-padded; greedy at
+    temperature 0, else the whole distribution as the trainers sample): each query's new ids up to and including
+    eos, each call seeded in turn from ``seed``."""
     import torch
+
+    from trl_ext.data.batching import pad_batch
+    from trl_ext.data.sequences import completion_token_ids, response_mask
+    from trl_ext.ppo.rollout.loop import generate_responses
 
     generator_seed = [seed]
 
-    @torch.no_grad()
     def sample(queries: list[list[int]], max_new_tokens: int):
-        width = max(len(q) for q in queries)
-        pad = tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(q)) + q for q in queries], device=model.device)
-        attention = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in queries], device=model.device)
-        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
-            else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+        ids, attention = pad_batch(queries, tokenizer.pad_token_id, side="left")
         torch.manual_seed(generator_seed[0])
         generator_seed[0] += 1
-        out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-                             pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **sampling)[:, width:].tolist()
-        new = []
-        for row in out:
-            end = row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
-            new.append(row[:end])
-        return new, None
+        responses = generate_responses(model, ids.to(model.device), attention.to(model.device),
+                                       max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                                       pad_token_id=tokenizer.pad_token_id, temperature=temperature)
+        return completion_token_ids(responses, response_mask(responses, tokenizer.eos_token_id)), None
 
     return sample
 
