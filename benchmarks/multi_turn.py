@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import sys
 import tempfile
@@ -372,17 +371,6 @@ def write_table(result: dict, stem: Path) -> None:
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
-def machine() -> dict:
-    import torch
-    import trl
-
-    from trl_ext.runs.machine import cpu_name
-
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "trl": trl.__version__, "platform": platform.platform(), "python": platform.python_version(),
-            **({"device": torch.cuda.get_device_name(0)} if torch.cuda.is_available() else {})}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm-start", action="store_true", help="make and measure the warm start, then stop")
@@ -407,6 +395,7 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
     sys.path.insert(0, str(ROOT))
     from benchmarks.real_model import run_jobs
+    from trl_ext.runs.machine import machine as machine_info
 
     command = "OMP_NUM_THREADS=1 python benchmarks/multi_turn.py " + " ".join(argv or sys.argv[1:])
     if args.table:
@@ -416,7 +405,7 @@ def main(argv=None) -> int:
         run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every, args.split)
         return 0
     if args.warm_start:
-        result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine(),
+        result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine_info(),
                       quick=args.quick)
         write_table(result, Path(args.out) if args.out else RESULTS / "multi-turn-warm-start")
         return 0
@@ -430,7 +419,7 @@ def main(argv=None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="multi-turn-rows-"))
     start = time.perf_counter()
     meta = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
-            "machine": machine(), "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
+            "machine": machine_info(), "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
             "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
             "seeds": seeds, "split": args.split, "held_out_prompts": heldout, "jobs": args.jobs,
             "eval_every": args.eval_every, "warm_start_measured": measure_warm_start(args.warm_dir, args.split, heldout)}
