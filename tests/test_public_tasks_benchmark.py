@@ -1,0 +1,86 @@
+"""benchmarks/public_tasks.py on a tiny chat model, offline: the base panel and a training row (--quick, 1 task,
+1 update) write the JSON fields issue 52 asks for, and their tables render."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_models import tiny_qwen2
+
+pytest.importorskip("reasoning_gym")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("public_tasks_benchmark", ROOT / "benchmarks" / "public_tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(module.QUICK, "tokens", 4)
+    monkeypatch.setitem(module.QUICK, "panel_prompts", 2)
+    monkeypatch.setitem(module.QUICK, "eval_prompts", 2)
+    monkeypatch.setattr(sys, "argv", ["public_tasks.py"])
+    return module
+
+
+def test_base_panel_records_each_models_score_per_task(bench, tmp_path):
+    model = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
+    stem = tmp_path / "panel"
+    assert bench.main(["--base-panel", "--quick", "--models", str(model), "--tasks", "basic_arithmetic",
+                       "--out", str(stem)]) == 0
+    data = json.loads(stem.with_suffix(".json").read_text())
+    assert data["rows"] == [] and data["command"] and data["machine"]["device"] == "cpu"
+    result = data["base_panel"]["chat"]["tasks"]["basic_arithmetic"]
+    for mode in ("greedy", "sampled"):
+        assert 0.0 <= result[mode]["score"] <= 1.0 and result[mode]["answers"] == 2
+        assert 0 <= result[mode]["tagged"] <= 2
+    table = stem.with_suffix(".md").read_text()
+    assert table.startswith("*Source: [`benchmarks/results/panel.json`]")
+    assert "| chat | `basic_arithmetic` | 2 |" in table
+
+
+def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
+    model = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
+
+    def in_process(spec, out, log):  # the row as the subprocess would run it, without a second interpreter
+        bench.run_row(json.loads(json.dumps(spec)), out)
+        return 0
+
+    monkeypatch.setattr(bench, "launch_row", in_process)
+    monkeypatch.setitem(bench.SETTINGS, "batch_size", 4)
+    stem = tmp_path / "train"
+    assert bench.main(["--train", "--quick", "--models", str(model), "--tasks", "chain_sum", "--rows", "ppo",
+                       "--updates", "1", "--out", str(stem)]) == 0
+    data = json.loads(stem.with_suffix(".json").read_text())
+    assert data["base_panel"] == {} and data["failed"] == []
+    [row] = data["rows"]
+    for key in ("model", "task", "trainer", "seed", "before", "after", "seconds_per_update", "peak_rss_mib",
+                "invocation"):
+        assert row[key] is not None, key
+    assert (row["model"], row["task"], row["trainer"], row["updates"]) == ("chat", "chain_sum", "ppo", 1)
+    assert row["invocation"] == data["invocation"] and data["plan"]["sha256"]
+    assert "| chat | `chain_sum` | ppo | 11 | 1 |" in stem.with_suffix(".md").read_text()
+
+
+def test_the_qualifying_rule_and_the_choice_of_candidates(bench):
+    panel = {"m": {"tasks": {t: {"sampled": {"score": s}} for t, s in
+                             (("a", 0.0), ("b", 0.05), ("c", 0.35), ("d", 0.7), ("e", 0.6))}}}
+    assert bench.qualifying(panel, "m") == ["c", "b", "e"]
+    cands = [{"task": t, "sampled": {"score": s}} for t, s in (("a", 0.3), ("a", 0.31), ("b", 0.9), ("c", 0.0))]
+    assert [(c["task"], c["qualifies"]) for c in bench.chosen(cands)] == [("a", True), ("c", False)]
+
+
+def test_the_cost_rows_run_each_model_at_the_same_shapes(bench, tmp_path, monkeypatch):
+    small = tiny_qwen2(tmp_path / "small", chat_template="qwen2.5")
+    large = tiny_qwen2(tmp_path / "large", chat_template="qwen2.5")
+    monkeypatch.setattr(bench, "launch_row", lambda spec, out, log: bench.run_row(spec, out) or 0)
+    stem = tmp_path / "cost"
+    assert bench.main(["--cost", "--quick", "--models", f"{small},{large}", "--out", str(stem)]) == 0
+    data = json.loads(stem.with_suffix(".json").read_text())
+    assert [r["model"] for r in data["rows"]] == ["small", "large"]
+    assert len({json.dumps(r["settings"], sort_keys=True) for r in data["rows"]}) == 1
+    assert all(r["before"] is None and r["seconds_per_update"] > 0 for r in data["rows"])
+    assert "large " in stem.with_suffix(".md").read_text().split("Against small: ")[1]
