@@ -5,6 +5,8 @@
         --policy-loss-kwargs '{"cliprange_high": 0.28}'
 
 ``cliprange_high`` is this loss's own keyword: ``policy_loss_kwargs`` is checked against the signature.
+The same rule is built in as ``PPOConfig(cliprange_high=0.28)`` (``--cliprange-high``) on the default ``clip``
+loss; this file stays as the worked example of a policy loss with a setting of its own.
 """
 
 import torch

@@ -27,6 +27,7 @@ class EstimatorInputs:
     mask: torch.Tensor  # (B, T) response tokens
     value_mask: torch.Tensor  # (B, T) where rewards and values live (mask, or one past it: TRL 1.12's p1)
     group_ids: torch.Tensor  # (B,) completions of one prompt share an id
+    critic_lam: float | None = None  # this batch's lambda of the critic's returns (the warm-up's); None: config's
 
     def sequence_returns(self) -> torch.Tensor:
         """Each row's total shaped reward (score minus its KL penalty): ``(B,)``."""
@@ -53,9 +54,17 @@ class Advantages:
 
 @ADVANTAGE_ESTIMATORS.register("gae", needs_values=True, whiten=True)
 def gae(batch: EstimatorInputs, config):
-    """Generalised advantage estimation over the critic's values (PPO)."""
+    """Generalised advantage estimation over the critic's values (PPO). The policy's advantages with ``lam``, or
+    per row with ``core.length_adaptive_lambda`` (``lam_length_alpha``); the critic's returns with the batch's
+    ``critic_lam``, else ``config.critic_lam``, else ``lam`` (VAPO's decoupled GAE; one pass where they agree)."""
     assert batch.values is not None  # needs_values: compute_advantages refuses a batch without them
-    return core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, config.lam)
+    policy_lam = config.lam if config.lam_length_alpha is None else \
+        core.length_adaptive_lambda(batch.mask, config.lam_length_alpha)
+    critic_lam = next(lam for lam in (batch.critic_lam, config.critic_lam, config.lam) if lam is not None)
+    advantages, returns = core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, policy_lam)
+    if config.lam_length_alpha is not None or critic_lam != config.lam:
+        _, returns = core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, critic_lam)
+    return advantages, returns
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
@@ -84,12 +93,13 @@ def needs_values(config) -> bool:
 def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
                        values: torch.Tensor | None, loss_mask: torch.Tensor, ended: torch.Tensor,
                        group_ids: torch.Tensor, config, kl_coef: float | None = None,
-                       token_rewards: torch.Tensor | None = None) -> Advantages:
+                       token_rewards: torch.Tensor | None = None, critic_lam: float | None = None) -> Advantages:
     """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the loss mask,
     ``ended`` ``(B,)`` (the last model token is eos) and group ids ``(B,)`` -> ``Advantages``.
     ``kl_coef``: the KL weight of this batch (an adaptive one's current value); default ``config.kl_coef``.
     ``token_rewards``: ``(B, T)`` rewards on given tokens besides the score (a multi-turn rollout's per-turn
     rewards, on each turn's last token): GAE credits them where they are, a sequence estimator sums them.
+    ``critic_lam``: this batch's lambda of the critic's returns (the critic warm-up's); default the config's.
 
     ``loss_mask`` is 1 on the tokens the policy sampled. A multi-turn rollout's has holes (the environment's
     tokens): the model's tokens are moved to the front of each row (``core.model_token_order``; a single-turn
@@ -105,7 +115,8 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
         return None if x is None else core.compact_tokens(x, index, value_mask)
 
     outcome = _contiguous_advantages(scores, compact(logprobs), compact(ref_logprobs), compact(values), mask,
-                                     value_mask, ended, group_ids, config, kl_coef, compact(token_rewards))
+                                     value_mask, ended, group_ids, config, kl_coef, compact(token_rewards),
+                                     critic_lam)
     def expand(x):
         return None if x is None else core.expand_tokens(x, index, value_mask)
 
@@ -116,7 +127,7 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
 
 
 def _contiguous_advantages(scores, logprobs, ref_logprobs, values, mask, value_mask, ended, group_ids, config,
-                           kl_coef, token_rewards) -> Advantages:
+                           kl_coef, token_rewards, critic_lam=None) -> Advantages:
     """The rules over rows whose tokens are contiguous from the start, in order: per-token KL; the missing-eos
     penalty; KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening."""
     estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
@@ -135,7 +146,8 @@ def _contiguous_advantages(scores, logprobs, ref_logprobs, values, mask, value_m
         rewards = rewards + token_rewards.to(rewards.dtype) * value_mask
     if config.whiten_rewards:
         rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
-    advantages, returns = estimator.fn(EstimatorInputs(rewards, values, mask, value_mask, group_ids), config)
+    advantages, returns = estimator.fn(EstimatorInputs(rewards, values, mask, value_mask, group_ids, critic_lam),
+                                       config)
     whiten = estimator.whiten if config.whiten_advantages is None else config.whiten_advantages
     if whiten:
         advantages = core.masked_whiten(advantages, mask) * mask

@@ -1,5 +1,6 @@
 """What the scratch trainer trains: the policy and its tokenizer, the frozen reference, the actor-critic
-(value head, or a separate critic) with float32 master weights, the optimizer and the learning-rate schedule.
+(value head, a separate critic, or a critic adapter) with float32 master weights, the optimizer and the
+learning-rate schedule.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from trl_ext.errors import InputError
 from trl_ext.models.activation_checkpointing import enable_activation_checkpointing
 from trl_ext.ppo import precision
 from trl_ext.ppo.advantages import needs_values
-from trl_ext.ppo.model import ActorCritic, load_value_head
+from trl_ext.ppo.model import ActorCritic, load_critic_adapter, load_value_head
 
 
 def disable_dropout(module: nn.Module) -> None:
@@ -80,12 +81,27 @@ def build_models(policy, config, peft_config=None, ref_model=None, saved_at: str
     if config.gradient_checkpointing:
         enable_activation_checkpointing(policy)
     model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init,
-                        critic=needs_values(config), critic_source=critic_source(config.critic_init))
+                        critic=needs_values(config), critic_source=critic_source(config.critic_init),
+                        critic_adapter=config.critic_adapter)
+    if config.gradient_checkpointing and model.critic_adapter:
+        recompute_under_own_adapter(model)
     if saved_at is not None and model.value_head is not None:
         load_value_head(model.value_head, saved_at)  # continuing from a saved PPO policy
+    if saved_at is not None and model.critic_adapter:
+        load_critic_adapter(model.policy, saved_at)
     precision.float32_master_weights(model, uniform=uniform_dtype)
     disable_dropout(model)
     return model, reference
+
+
+def recompute_under_own_adapter(model: ActorCritic) -> None:
+    """Activation checkpointing whose backward-pass recomputation of a layer runs under the adapter its forward ran
+    with (torch's ``context_fn``): the critic's pass is recomputed while the policy's adapter is the active one."""
+    options = {"use_reentrant": False, "context_fn": model.checkpoint_context}
+    if hasattr(model.policy, "activation_checkpointing_enable"):  # transformers >= 5.24's name
+        model.policy.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+    else:
+        model.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
 
 
 def build_optimizer(model: nn.Module, learning_rate: float) -> torch.optim.Optimizer:

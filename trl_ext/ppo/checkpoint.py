@@ -1,8 +1,8 @@
 """Checkpoints of the scratch trainer: all a killed run needs to go on as if it never stopped.
 
 A checkpoint is ``OUTPUT_DIR/checkpoint-<update>/`` holding the trainable weights (the whole policy,
-or only its LoRA adapter, plus the value head and a separate critic), the optimizer and scheduler
-states, every rank's random generators, and ``trainer_state.json`` with the counters (the data
+or only its LoRA adapter, plus the value head and a separate critic or the critic's LoRA adapter), the
+optimizer and scheduler states, every rank's random generators, and ``trainer_state.json`` with the counters (the data
 position is the update count: prompts are read in order) and a fingerprint of the run. The state
 file is written last: a directory without it was cut off while saving and is never resumed from.
 Tensors are stored with safetensors, optimizer/scheduler states with ``torch.save`` and read back

@@ -121,7 +121,12 @@ class PPOConfig:
                                            "estimator's choice: gae and reinforce_pp yes, grpo and rloo no)")
     whiten_rewards: bool = field(False, help="whiten the shaped rewards before GAE")
     gamma: float = field(1.0, help="discount")
-    lam: float = field(0.95, help="GAE lambda")
+    lam: float = field(0.95, help="GAE lambda (gae: of the policy's advantages, and of the critic's returns unless "
+                       "critic_lam is set)")
+    critic_lam: float | None = field(None, help="gae: lambda of the critic's returns alone, the policy's advantages "
+                                     "keeping lam (VAPO's decoupled GAE: 1.0); None: lam")
+    lam_length_alpha: float | None = field(None, help="gae: the policy's lambda per row, 1 - 1/(alpha * its model "
+                                           "tokens), floored at 0 (VAPO's length-adaptive GAE: 0.05); None: lam")
 
     # The policy loss
     policy_loss: str = field("clip", help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
@@ -134,12 +139,20 @@ class PPOConfig:
                            "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
                            "response_length", choices=LOSS_AGGREGATIONS)
     cliprange: float = field(0.2, help="policy ratio clip")
+    cliprange_high: float | None = field(None, help="policy_loss 'clip': the ratio's upper clip, 1 + cliprange_high "
+                                         "(DAPO's clip-higher: 0.28); None: cliprange")
     ent_coef: float = field(0.0, help="entropy bonus weight")
+    positive_lm_coef: float = field(0.0, help="weight of a language-model loss, the mean negative log-likelihood of "
+                                    "the tokens of rows scored above positive_lm_threshold (VAPO: 0.1); 0: none")
+    positive_lm_threshold: float = field(0.0, help="a row's score must exceed this for the positive-sample LM loss")
 
     # The critic (advantage_estimator 'gae')
     vf_coef: float = field(0.1, help="value loss weight")
     cliprange_value: float = field(0.2, help="value clip around the old values")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
+    critic_adapter: bool = field(False, help="with LoRA (peft_config): the value head on a second LoRA adapter of "
+                                 "its own on the policy's frozen base, a separate critic for the price of an adapter "
+                                 "(the reference: the base, adapters off)")
     value_head_init: str = field("linear", help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
                                  "start at V = 0 (docs/decisions.md, 'The KL gap')",
                                  choices=VALUE_HEAD_INITS)
@@ -147,7 +160,14 @@ class PPOConfig:
                                     "e.g. from train-reward-model) whose backbone and score head start the separate "
                                     "critic (the RLHF-derivation tutorial)")
     critic_warmup_steps: int = field(0, help="first updates that train the value function alone, the policy "
-                                     "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic)")
+                                     "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic); "
+                                     "with critic_warmup_patience, the most of them")
+    critic_warmup_patience: int = field(0, help="end the warm-up once this many updates in a row bring no value loss "
+                                        "below (1 - critic_warmup_min_delta) x the lowest before them (VC-PPO's "
+                                        "value pretraining); 0: all critic_warmup_steps")
+    critic_warmup_min_delta: float = field(0.0, help="the relative fall of the value loss that counts as falling")
+    critic_warmup_lam: float | None = field(None, help="lambda of the critic's returns during the warm-up (VC-PPO: "
+                                            "1.0, Monte-Carlo returns); None: as after it")
 
     # Memory and precision
     dtype: str = field("auto", help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
@@ -173,9 +193,18 @@ class PPOConfig:
                          "response_length", "temperature", "num_generations", "kl_horizon")
         for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
                      "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
-                     "vf_coef", "ent_coef", "gamma", "lam", "beta"):
-            if getattr(self, name) < 0:
+                     "vf_coef", "ent_coef", "gamma", "lam", "beta", "cliprange_high", "positive_lm_coef",
+                     "critic_warmup_patience", "critic_warmup_min_delta"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise InputError(f"{name} must not be negative, got {getattr(self, name)}")
+        for name in ("critic_lam", "critic_warmup_lam"):
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1:
+                raise InputError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.lam_length_alpha is not None and self.lam_length_alpha <= 0:
+            raise InputError(f"lam_length_alpha must be positive, got {self.lam_length_alpha}")
+        if self.critic_warmup_min_delta >= 1:
+            raise InputError(f"critic_warmup_min_delta is a fraction of the loss below 1, got "
+                             f"{self.critic_warmup_min_delta}")
         if self.kl_target is not None and (self.kl_target <= 0 or self.kl_coef <= 0):
             raise InputError(f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
                              f"kl_target={self.kl_target}, kl_coef={self.kl_coef}")
@@ -208,12 +237,24 @@ class PPOConfig:
         if self.policy_loss_kwargs is not None and not isinstance(self.policy_loss_kwargs, dict):
             raise InputError(f"policy_loss_kwargs must be a mapping, got {self.policy_loss_kwargs!r}")
         check_policy_loss_settings(self.policy_loss, self.policy_loss_kwargs)
+        if self.cliprange_high is not None and self.policy_loss != "clip":
+            raise InputError(f"cliprange_high is the built-in clip's; policy_loss {self.policy_loss!r} takes its own "
+                             f"settings in policy_loss_kwargs")
         critic = ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_values  # a known name by now
+        gae_only = {"critic_lam": self.critic_lam, "lam_length_alpha": self.lam_length_alpha}
+        if self.advantage_estimator != "gae" and any(v is not None for v in gae_only.values()):
+            raise InputError(f"critic_lam and lam_length_alpha are gae's settings; advantage_estimator is "
+                             f"{self.advantage_estimator!r}")
+        if (self.critic_warmup_patience or self.critic_warmup_lam is not None) and not self.critic_warmup_steps:
+            raise InputError("critic_warmup_patience and critic_warmup_lam need critic_warmup_steps (the warm-up's cap)")
         if (self.critic_warmup_steps or self.critic_init) and not critic:
             raise InputError(f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
                              f"{self.advantage_estimator!r} has none (use gae)")
         if self.critic_init and not self.separate_critic:
             raise InputError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
+        if self.critic_adapter and (self.separate_critic or not critic):
+            raise InputError("critic_adapter gives the critic of advantage_estimator 'gae' a LoRA adapter of its own; "
+                             "not with separate_critic (a copy of the backbone) or a critic-free estimator")
         if self.reward_weights is not None:
             if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
                     not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):

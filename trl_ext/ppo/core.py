@@ -211,13 +211,15 @@ def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tens
 
 
 def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
-                   lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+                   lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016) over right-padded responses.
 
     ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lam A_{t+1}``; values and
-    rewards are zeroed on padding, so the value after the last token is 0. Returns
-    ``(advantages, returns = advantages + values)``, both ``(B, T)``.
+    rewards are zeroed on padding, so the value after the last token is 0. ``lam``: one float, or one per
+    row ``(B,)`` (``length_adaptive_lambda``). Returns ``(advantages, returns = advantages + values)``, both ``(B, T)``.
     """
+    if isinstance(lam, torch.Tensor):
+        lam = lam.to(values.dtype)
     mask = mask.to(values.dtype)
     values, rewards = values * mask, rewards * mask
     steps = rewards.shape[-1]
@@ -231,14 +233,34 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     return advantages, advantages + values
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor,
-                      cliprange: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, negated for minimisation, element-wise: ``max(-A r, -A clip(r, 1-eps, 1+eps))``.
+def length_adaptive_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    """VAPO's policy lambda (Yue et al. 2025, arXiv:2504.05118): ``1 - 1 / (alpha * length)`` per row, ``length``
+    its set positions in ``mask`` ``(B, T)``; ``(B,)``, floored at 0 (a row shorter than ``1 / alpha`` tokens)."""
+    lengths = mask.to(torch.float32).sum(-1).clamp(min=1.0)
+    return (1.0 - 1.0 / (alpha * lengths)).clamp(min=0.0)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """How much of the returns' variance the values explain: ``1 - Var(R - V) / Var(R)`` over ``mask``, ``(B, T)``
+    in, a scalar out (1: perfect, 0: no better than the mean, below 0: worse). Where ``Var(R) = 0``: 1 where
+    ``Var(R - V)`` is 0 too, else 0 (scikit-learn's ``force_finite``). Biased variances (their ratio is the same)."""
+    mask = mask.bool()
+    residual, total = masked_var(returns - values, mask, unbiased=False), masked_var(returns, mask, unbiased=False)
+    if total > 0:
+        return 1.0 - residual / total
+    return (residual == 0).to(returns.dtype)
+
+
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, cliprange: float,
+                      cliprange_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, negated for minimisation, element-wise: ``max(-A r, -A clip(r, 1-eps, 1+eps_high))``;
+    ``eps_high`` is ``cliprange_high``, or ``cliprange`` where it is None (DAPO's clip-higher, Yu et al. 2025).
 
     Returns ``(loss, clipped)`` of the shape of ``ratio``; ``clipped`` is where the clipped term won.
     """
+    high = cliprange if cliprange_high is None else cliprange_high
     unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + high)
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 

@@ -65,6 +65,7 @@ class ExperienceOptions:
     needs_reference: bool  # a KL term somewhere: the reference's log-probs are needed
     one_forward: bool  # the update's first step is one forward over the whole batch (``Learner.one_forward``)
     kl_coef: float | None = None  # this batch's KL weight (an adaptive one's current value); None: config.kl_coef
+    critic_lam: float | None = None  # this batch's lambda of the critic's returns (the warm-up's); None: the config's
 
 
 @torch.no_grad()
@@ -100,7 +101,7 @@ def make_experience(passes: ForwardPasses, batch: RolloutBatch, scores: torch.Te
     group_ids = torch.arange(len(responses), device=responses.device) // config.num_generations
     ended = core.ends_with(responses, mask, options.eos_token_id)
     outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config,
-                                 options.kl_coef, batch.turn_rewards)
+                                 options.kl_coef, batch.turn_rewards, options.critic_lam)
     weights = None
     sampling_logprobs = batch.sampling_logprobs
     if sampling_logprobs is not None and config.vllm_importance_sampling_correction:

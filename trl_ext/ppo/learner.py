@@ -111,16 +111,23 @@ class Learner:
         minibatch's), and its stats weighted likewise (they sum to the minibatch's)."""
         cfg, outcome = self.config, micro.outcome
         pg_loss, pg = losses.policy_loss(forward.logprobs, micro.old_logprobs, micro.ref_logprobs, outcome.advantages,
-                                         micro.mask, cfg, micro.importance_weights)
+                                         micro.mask, cfg, micro.importance_weights, cfg.cliprange_high)
         pg_share, pg_stats_share = losses.policy_loss_shares(cfg, micro.mask, mb.mask)
         tokens = losses.share("tokens", micro.mask, mb.mask)
         entropy = core.masked_mean(forward.entropy, micro.mask)
         loss = pg_share * pg_loss - cfg.ent_coef * tokens * entropy
-        if warming_up:  # stats as usual, but no policy term in the loss
-            loss = pg_loss.new_zeros(())
         stats = {"loss/policy_avg": pg_share * pg_loss, "policy/clipfrac_avg": pg_stats_share * pg["clipfrac"],
                  "policy/approxkl_avg": pg_stats_share * pg["approxkl"], "val/ratio": pg_stats_share * pg["ratio"],
                  "policy/entropy_avg": tokens * entropy}
+        if cfg.positive_lm_coef > 0:  # VAPO: the likelihood of the rows scored above the threshold, raised
+            def positive(exp):
+                return exp.outcome.scores > cfg.positive_lm_threshold
+            whole = (mb.mask.bool() & positive(mb)[:, None]).sum().to(forward.logprobs.dtype)
+            lm_loss = losses.positive_lm_loss(forward.logprobs, micro.mask, positive(micro), whole)
+            loss = loss + cfg.positive_lm_coef * lm_loss
+            stats["loss/positive_lm_avg"] = lm_loss
+        if warming_up:  # stats as usual, but no policy term in the loss
+            loss = pg_loss.new_zeros(())
         if "kl_loss" in pg:
             stats["loss/kl_avg"] = tokens * pg["kl_loss"]
         if forward.values is not None:  # a critic-free estimator trains no value function

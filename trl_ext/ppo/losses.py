@@ -9,6 +9,7 @@ say the same of their stats with ``stats_over``. Register a function to add one.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -24,9 +25,15 @@ LOSS_AGGREGATIONS = Registry("loss_type", normaliser="tokens")
 @POLICY_LOSSES.register("clip")
 def token_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
     """PPO's clipped surrogate with one ratio per token (TRL's PPO and GRPO)."""
+    return clip_higher_loss(logprobs, old_logprobs, advantages, mask, cliprange)
+
+
+def clip_higher_loss(logprobs, old_logprobs, advantages, mask, cliprange, cliprange_high=None):
+    """``clip`` with the ratio clipped to ``[1 - cliprange, 1 + cliprange_high]`` (the config's ``cliprange_high``,
+    DAPO's clip-higher; None: ``cliprange``)."""
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
-    loss, clipped = core.clipped_surrogate(ratio, advantages, cliprange)
+    loss, clipped = core.clipped_surrogate(ratio, advantages, cliprange, cliprange_high)
     with torch.no_grad():
         stats = {"clipfrac": core.masked_mean(clipped.float(), mask),
                  "approxkl": 0.5 * core.masked_mean(log_ratio ** 2, mask),
@@ -70,13 +77,17 @@ def fixed_length_mean(per_token_loss, mask, max_length):
 
 
 def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
-                importance_weights=None) -> tuple[torch.Tensor, dict]:
+                importance_weights=None, cliprange_high=None) -> tuple[torch.Tensor, dict]:
     """``config.policy_loss`` per token, weighted by ``importance_weights`` when the rollout engine's
     log-probs differ from the trainer's (``core.importance_sampling_weights``, ``(B, T)`` or ``(B, 1)``), plus
     ``config.beta`` times the KL to the reference (GRPO's loss term, estimator ``config.kl_loss_estimator``,
-    maybe ratio-weighted), aggregated by ``config.loss_type``."""
-    per_token, stats = POLICY_LOSSES[config.policy_loss].fn(logprobs, old_logprobs, advantages, mask,
-                                                             config.cliprange, **(config.policy_loss_kwargs or {}))
+    maybe ratio-weighted), aggregated by ``config.loss_type``. ``cliprange_high``: the built-in clip's upper
+    bound (``config.cliprange_high``, which PPOConfig allows with 'clip' only; None: ``cliprange``)."""
+    fn = POLICY_LOSSES[config.policy_loss].fn
+    if cliprange_high is not None:
+        fn = functools.partial(clip_higher_loss, cliprange_high=cliprange_high)
+    per_token, stats = fn(logprobs, old_logprobs, advantages, mask, config.cliprange,
+                          **(config.policy_loss_kwargs or {}))
     if importance_weights is not None:  # as TRL's GRPO: on the surrogate, not on the KL term
         per_token = per_token * importance_weights
     if config.beta > 0:
@@ -89,6 +100,15 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
             stats["kl_loss"] = core.masked_mean(weighted, mask)
     loss = LOSS_AGGREGATIONS[config.loss_type].fn(per_token, mask, config.response_length)
     return loss, stats
+
+
+def positive_lm_loss(logprobs: torch.Tensor, mask: torch.Tensor, positive: torch.Tensor,
+                     whole_tokens: torch.Tensor) -> torch.Tensor:
+    """VAPO's positive-example language-model loss (Yue et al. 2025): the negative log-likelihood of the tokens
+    (``mask``, ``(B, T)``) of the rows marked ``positive`` ``(B,)``, summed and divided by ``whole_tokens``: the
+    positive tokens of the whole minibatch, so that micro-batches add up to its token mean. 0 without any."""
+    kept = mask.bool() & positive.bool()[:, None]
+    return -torch.where(kept, logprobs, 0.0).sum() / whole_tokens.clamp(min=1.0)
 
 
 POLICY_LOSS_ARGUMENTS = ("logprobs", "old_logprobs", "advantages", "mask", "cliprange")

@@ -47,6 +47,14 @@ class PPOError(TrainingError):
     """Training cannot go on (a non-finite loss)."""
 
 
+def warmup_plateaued(value_losses: list[float], patience: int, min_delta: float) -> bool:
+    """The critic warm-up's stopping rule: the last ``patience`` value losses hold none below ``(1 - min_delta)``
+    times the lowest before them (``patience`` 0: never, the warm-up runs its count)."""
+    if patience <= 0 or len(value_losses) <= patience:
+        return False
+    return min(value_losses[-patience:]) >= (1.0 - min_delta) * min(value_losses[:-patience])
+
+
 class PPOTrainer:
     """The scratch trainer, constructed like TRL's ``GRPOTrainer``.
 
@@ -102,6 +110,7 @@ class PPOTrainer:
                                policy_changed=lambda: self.sampler.policy_changed())
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
+        self.warmup_value_losses: list[float] = []  # the warm-up's value losses, for critic_warmup_patience
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
         # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or config.rollout's name)
         self.rollout = build_rollout(rollout if rollout is not None else config.rollout, tools, environment_factory,
@@ -262,8 +271,10 @@ class PPOTrainer:
         return stats
 
     def _experience(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[Experience, PolicyOutput | None]:
+        warming_up = self._warming_up()
         options = ExperienceOptions(self.tokenizer.eos_token_id, builder.needs_reference(self.config),
-                                    self.learner.one_forward(batch.responses, self._warming_up()), self.kl_coef)
+                                    self.learner.one_forward(batch.responses, warming_up), self.kl_coef,
+                                    self.config.critic_warmup_lam if warming_up else None)
         return make_experience(self.passes, batch, scores, self.config, options)
 
     def _rollout_metrics(self, batch: RolloutBatch) -> dict:
@@ -286,6 +297,8 @@ class PPOTrainer:
         metrics = update_metrics(exp, learner_stats, self.accelerator, builder.needs_reference(self.config))
         metrics.update(episode=self.episode, update=self.update_index, lr=self.lr_scheduler.get_last_lr()[0],
                        **{"objective/kl_coef": self.kl_coef})
+        if warming_up and self.config.critic_warmup_patience:  # the mean over processes: every rank stops alike
+            self.warmup_value_losses.append(float(metrics["loss/value_avg"]))
         # The next batch's KL weight; not after a warm-up step, whose policy has not moved (KL about 0).
         if self.config.kl_target is not None and "objective/kl" in metrics and not warming_up:
             self.kl_coef = core.adaptive_kl_coef(self.kl_coef, float(metrics["objective/kl"]), self.config.kl_target,
@@ -294,8 +307,11 @@ class PPOTrainer:
         return metrics
 
     def _warming_up(self) -> bool:
-        """Whether this update is one of the critic's warm-up steps (the value function alone learns)."""
-        return self.update_index < self.config.critic_warmup_steps
+        """Whether this update is one of the critic's warm-up steps (the value function alone learns): one of the
+        first ``critic_warmup_steps``, and its value loss still falling where ``critic_warmup_patience`` is set."""
+        cfg = self.config
+        return self.update_index < cfg.critic_warmup_steps and not warmup_plateaued(
+            self.warmup_value_losses, cfg.critic_warmup_patience, cfg.critic_warmup_min_delta)
 
     def _pad_queries(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
@@ -331,7 +347,7 @@ class PPOTrainer:
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             path.mkdir(parents=True, exist_ok=True)
-            self.policy.save_pretrained(path, safe_serialization=True)
+            self.actor_critic.save_policy(path)  # a critic adapter goes beside, with the value head
             self.tokenizer.save_pretrained(path)
             self.actor_critic.save_value_head(path)
         return path

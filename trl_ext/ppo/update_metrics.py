@@ -1,11 +1,12 @@
 """An update's metrics under TRL's names: per-rollout objectives, the learner's averaged stats, and the rollout
 engine's gap to the trainer where the engine reported its log-probs; averaged over processes (extremes taken
-over them)."""
+over them). ``val/explained_variance`` is each process's own, averaged."""
 
 from __future__ import annotations
 
 import torch
 
+from trl_ext.ppo import core
 from trl_ext.ppo.experience import Experience
 
 
@@ -20,6 +21,8 @@ def update_metrics(exp: Experience, learner_stats: dict[str, torch.Tensor], acce
         "val/response_length": exp.mask.sum(1).float().mean(),
         **learner_stats,
     }
+    if outcome.returns is not None and outcome.values is not None:  # the critic's fit before this update
+        local["val/explained_variance"] = core.explained_variance(outcome.values, outcome.returns, outcome.value_mask)
     if not kl_known:
         del local["objective/kl"]
     names = list(local)
