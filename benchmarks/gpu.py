@@ -41,7 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import ROOT, rewrite_table, write_results  # noqa: E402
+
 ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ext/generate-static", "trl-ext/vllm",
         "trl-ext/vllm-sleep", "trl-ppo", "trl-grpo")
 DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
@@ -373,9 +376,8 @@ def main(argv=None) -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a row, in the child process
     parser.add_argument("--table", help="only write the markdown table of this results file beside it")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     if args.table:
-        Path(args.table).with_suffix(".md").write_text(table(json.loads(Path(args.table).read_text())))
+        rewrite_table(Path(args.table), table)
         return 0
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     bad = [s for s in shapes if not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s)]
@@ -415,8 +417,7 @@ def main(argv=None) -> int:
             if not args.tiny:  # after every row: a run cut short keeps what it measured
                 data = {"benchmark": "rlhf-gpu", "machine": machine(), "device": torch.cuda.get_device_name(),
                         "commands": [command()], "settings": settings, "rows": results, "failed": failed}
-                Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
-                Path(args.out).with_suffix(".md").write_text(table(data))
+                write_results(Path(args.out), data, table)
     print(summary(results))
     return 0 if results else 1
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 from pathlib import Path
@@ -65,10 +64,10 @@ def main(argv=None) -> int:
     result = {"benchmark": "ppo-memory", "machine": machine(), "settings": settings, "samples": samples,
               "growth_mb_after_warmup": round(samples[-1]["rss_mb"] - warm["rss_mb"], 1)}
     out = ROOT / "benchmarks" / "results" / f"memory-{'cpu' if result['machine']['device'] == 'cpu' else 'gpu'}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    from benchmarks.tables import invocation, write
+    from benchmarks.harness import write_results
+    from benchmarks.tables import invocation
 
-    write(out.with_suffix(".md"), results_table(out, invocation()))
+    write_results(out, result, lambda _written: results_table(out, invocation()))
     print(f"growth after warm-up: {result['growth_mb_after_warmup']} MB; written {out} and its .md")
     return 0
 

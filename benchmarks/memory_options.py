@@ -122,10 +122,10 @@ def main(argv=None) -> int:
               "measure": "peak GPU memory allocated (MB)" if device == "gpu" else "peak resident set size (MB)",
               "rows": rows}
     out = ROOT / "benchmarks" / "results" / f"memory-options-{device}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    from benchmarks.tables import invocation, write
+    from benchmarks.harness import write_results
+    from benchmarks.tables import invocation
 
-    write(out.with_suffix(".md"), results_table(out, invocation()))
+    write_results(out, result, lambda _written: results_table(out, invocation()))
     print(f"wrote {out} and its .md")
     return 0
 

@@ -30,19 +30,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import ROOT, VENVS, command_line, evaluating, run_jobs, write_results  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 WARM_DIR = ROOT / "runs" / "multi-turn-warm-start"
-# The virtual environments: this checkout's, else the one named by TRL_EXT_VENVS (a folder holding .venv and
-# .venv-latest; a git worktree has none of its own).
-VENVS = Path(os.environ.get("TRL_EXT_VENVS", ROOT))
 ROWS = {  # name -> (virtual environment, advantage estimator, generations per prompt, environment, own settings)
     "ppo-turn": (".venv", "gae", 1, "SecretCodesPerTurn", {}),
     "ppo-final": (".venv", "gae", 1, "SecretCodes", {}),
@@ -236,8 +235,6 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
         """The sampled held-out score after ``update``, on the update's curve entry."""
         if not eval_every or update % eval_every or update >= updates:
             return
-        from benchmarks.real_model import evaluating
-
         t0 = time.perf_counter()
         with evaluating(policy):
             score = tool_task.score_tool_rows(policy, tokenizer, rows, temperature=SETTINGS["temperature"],
@@ -329,8 +326,11 @@ def write_table(result: dict, stem: Path) -> None:
             versions.setdefault(r["trl"], set()).add(r["trainer"])
     if len(versions) > 1:
         result["machine"]["trl"] = ", ".join(f"{v} ({', '.join(sorted(names))})" for v, names in sorted(versions.items()))
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    write_results(stem.with_suffix(".json"), result, lambda written: results_table(written, stem))
+
+
+def results_table(result: dict, stem: Path) -> str:
+    """The table docs/results.md shows of a results file (``stem``.json, written)."""
     from benchmarks.tables import source_line
 
     made_by = "; ".join(f"`{c}`" for c in result.get("commands") or [result.get("command", "not recorded")])
@@ -368,7 +368,7 @@ def write_table(result: dict, stem: Path) -> None:
                          + ", ".join(f"{name} seed {seed}" for name, seed in unfinished) + ".")
             lines += [f"- {log['trainer']} seed {log['seed']}, its last logged update: `{log['line']}`"
                       for log in result.get("last_logged", [])]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -393,11 +393,9 @@ def main(argv=None) -> int:
     mode = QUICK if args.quick else FULL
     updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.real_model import run_jobs
     from trl_ext.runs.machine import machine as machine_info
 
-    command = "OMP_NUM_THREADS=1 python benchmarks/multi_turn.py " + " ".join(argv or sys.argv[1:])
+    command = command_line("benchmarks/multi_turn.py", argv)
     if args.table:
         write_table(json.loads(Path(args.table).with_suffix(".json").read_text()), Path(args.table))
         return 0

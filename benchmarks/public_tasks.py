@@ -20,21 +20,20 @@ machine, and its table beside it (``public_tasks_tables.py``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import ROOT, VENVS, command_line, file_record, new_invocation_id, row_environment, write_results  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 PLAN = ROOT / "benchmarks" / "public_tasks_plan.md"
-VENVS = Path(os.environ.get("TRL_EXT_VENVS", ROOT))
 MODELS = ("SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct")
 PANEL = ("basic_arithmetic", "chain_sum", "leg_counting", "gsm_symbolic", "letter_counting", "spell_backward",
          "number_sorting", "coin_flip")
@@ -60,11 +59,6 @@ LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 SEEDS, UPDATES, EVAL_PROMPTS = [11, 12, 13], 40, 64
 COST = dict(task="basic_arithmetic", updates=3, batch_size=4, response_length=64, trainer="ppo")
 QUICK = dict(seeds=[11], updates=2, eval_prompts=4, panel_prompts=4, tokens=16)
-
-
-def plan_record() -> dict:
-    return {"path": str(PLAN.relative_to(ROOT)),
-            "sha256": hashlib.sha256(PLAN.read_bytes()).hexdigest() if PLAN.exists() else None}
 
 
 def model_label(model: str) -> str:
@@ -278,11 +272,9 @@ def launch_row(spec: dict, out: Path, log: Path) -> int:
     python = VENVS / ROWS[spec["trainer"]][0] / "bin" / "python"
     spec_file = out.with_suffix(".spec.json")
     spec_file.write_text(json.dumps(spec))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=str(ROOT))
     with open(log, "w") as handle:
         return subprocess.run([str(python), str(Path(__file__).resolve()), "--row", str(spec_file), "--row-out",
-                               str(out)], env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+                               str(out)], env=row_environment(), stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
 
 
 def run_rows(specs: list[dict], on_done) -> tuple[list[dict], list[dict]]:
@@ -308,13 +300,11 @@ def run_rows(specs: list[dict], on_done) -> tuple[list[dict], list[dict]]:
 # ---------------------------------------------------------------------------------------- main
 
 
-def write_results(stem: Path, data: dict) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from public_tasks_tables import results_table
+def write_results_and_table(stem: Path, data: dict) -> None:
+    from benchmarks.public_tasks_tables import results_table
 
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    stem.with_suffix(".md").write_text(results_table(data, stem.with_suffix(".json").name) + "\n")
+    json_path = stem.with_suffix(".json")
+    write_results(json_path, data, lambda written: results_table(written, json_path.name))
 
 
 def main(argv=None) -> int:
@@ -339,7 +329,6 @@ def main(argv=None) -> int:
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     if args.row:
         run_row(json.loads(Path(args.row).read_text()), Path(args.row_out))
         return 0
@@ -351,10 +340,10 @@ def main(argv=None) -> int:
     tasks = args.tasks.split(",") if args.tasks else list(PANEL)
     name = "base" if args.base_panel else "select" if args.select else "train" if args.train else "cost"
     stem = Path(args.out) if args.out else RESULTS / f"public-tasks-{name}-{device_tag(info)}{'-quick' * args.quick}"
-    invocation = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    command = "OMP_NUM_THREADS=1 python benchmarks/public_tasks.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    invocation = new_invocation_id()
+    command = command_line("benchmarks/public_tasks.py", argv)
     data = {"benchmark": "public-tasks", "mode": name, "quick": args.quick, "command": command,
-            "invocation": invocation, "plan": plan_record(), "machine": info, "base_panel": {}, "rows": [],
+            "invocation": invocation, "plan": file_record(PLAN), "machine": info, "base_panel": {}, "rows": [],
             "failed": []}
     tokens = QUICK["tokens"] if args.quick else PANEL_TOKENS
     start = time.perf_counter()
@@ -398,11 +387,11 @@ def main(argv=None) -> int:
 
         def on_done(rows, failed):
             data.update(rows=rows, failed=failed, wall_seconds=round(time.perf_counter() - start, 1))
-            write_results(stem, data)
+            write_results_and_table(stem, data)
 
         run_rows(specs, on_done)
     data["wall_seconds"] = round(time.perf_counter() - start, 1)
-    write_results(stem, data)
+    write_results_and_table(stem, data)
     print(f"written {stem}.json/.md ({data['wall_seconds']} s)")
     return 0 if (data["rows"] or data["base_panel"] or data.get("candidates")) else 1
 

@@ -3,7 +3,7 @@ panel (model x task, greedy and sampled, answers in tags), the selection's candi
 
 from __future__ import annotations
 
-from tables import cell, fmt
+from benchmarks.tables import cell, fmt
 
 
 def _source(data: dict, json_name: str) -> str:

@@ -46,20 +46,32 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# The virtual environments the rows run in: this checkout's, or the folder TRL_EXT_VENVS names (holding .venv and
-# .venv-latest: a git worktree has none of its own, a GPU machine has wrappers, benchmarks/gpu_run.sh).
-VENVS = Path(os.environ.get("TRL_EXT_VENVS", ROOT))
+if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import (  # noqa: E402
+    ROOT,
+    VENVS,
+    PlanError,
+    check_pairs_and_extras,
+    check_positive_integers,
+    check_seeds,
+    command_line,
+    comparisons,
+    evaluating,
+    git_commit,
+    new_invocation_id,
+    plan_jobs,
+    read_plan_file,
+    repository_path,
+    run_jobs,
+    write_results,
+)
+
 ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, generations per prompt, settings)
     # Advantages not whitened: over a batch where most answers earn the same score, whitening blows the few
     # failures up to several standard deviations and PPO takes its largest steps there (docs/real-model.md).
@@ -175,20 +187,7 @@ def resolved_settings(kind: str, settings: dict, updates: int) -> tuple[dict, di
     return method, implementation, not_expressible
 
 
-ABSENT = "<absent>"
-
-
-def settings_differences(a: dict, b: dict) -> dict:
-    """``{key: [a's value, b's value]}`` for every key whose values differ (a key one side lacks: ``<absent>``)."""
-    return {k: [a.get(k, ABSENT), b.get(k, ABSENT)] for k in sorted(set(a) | set(b))
-            if a.get(k, ABSENT) != b.get(k, ABSENT)}
-
-
 # ---------------------------------------------------------------------------------------- plans
-
-
-class PlanError(ValueError):
-    """A plan file that cannot be run as written."""
 
 
 def read_plan(path: str | Path) -> dict:
@@ -196,28 +195,13 @@ def read_plan(path: str | Path) -> dict:
     the row's own over them (complete: every key of SETTINGS must be in the common block, so the plan does not
     depend on this file's defaults); every row is in one pair or is an extra; a TRL row asks for nothing its trainer
     cannot run. Adds ``path`` and ``sha256`` (of the file's bytes)."""
-    import hashlib
-
     from trl_ext.tasks.real_model.task import SPLITS, eval_rows
 
-    path = Path(path)
-    raw = path.read_bytes()
-    try:
-        plan = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise PlanError(f"{path}: not JSON ({err})") from None
-    unknown = set(plan) - PLAN_KEYS
-    missing = {"split", "updates", "eval_prompts", "seeds", "jobs", "settings", "rows", "pairs"} - set(plan)
-    if unknown or missing:
-        raise PlanError(f"{path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    plan = read_plan_file(path, PLAN_KEYS, PLAN_KEYS - {"name", "about", "extras"})
     if plan["split"] not in SPLITS:
         raise PlanError(f"{path}: split {plan['split']!r} is not one of {sorted(SPLITS)}")
-    seeds = plan["seeds"]
-    if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds) or len(set(seeds)) != len(seeds):
-        raise PlanError(f"{path}: seeds must be distinct integers, got {seeds!r}")
-    for key in ("updates", "jobs", "eval_prompts"):
-        if not isinstance(plan[key], int) or plan[key] < 1:
-            raise PlanError(f"{path}: {key} must be a positive integer, got {plan[key]!r}")
+    check_seeds(path, plan["seeds"])
+    check_positive_integers(path, plan, ("updates", "jobs", "eval_prompts"))
     if plan["eval_prompts"] > len(eval_rows(plan["split"])):
         raise PlanError(f"{path}: eval_prompts {plan['eval_prompts']} is more than split {plan['split']!r} has")
     common = plan["settings"]
@@ -241,84 +225,8 @@ def read_plan(path: str | Path) -> dict:
                             f"{not_expressible}")
         rows[name] = dict(row, settings=settings)
     pairs, extras = plan["pairs"], plan.get("extras", {})
-    placed = [name for pair in pairs for name in pair["rows"]] + list(extras)
-    if any(len(pair.get("rows", [])) != 2 for pair in pairs):
-        raise PlanError(f"{path}: each pair names two rows")
-    if sorted(placed) != sorted(rows) or len(placed) != len(set(placed)):
-        raise PlanError(f"{path}: every row must be in exactly one pair or be an extra; rows {sorted(rows)}, "
-                        f"placed {sorted(placed)}")
-    for name, extra in extras.items():
-        if extra.get("compare_with") not in rows or not extra.get("about"):
-            raise PlanError(f"{path}: extra {name!r} needs 'about' (why it is not a pair) and 'compare_with' (a row)")
-    return dict(plan, rows=rows, pairs=pairs, extras=extras, path=str(path),
-                sha256=hashlib.sha256(raw).hexdigest())
-
-
-def plan_jobs(plan: dict, seeds: list[int], names: list[str] | None = None) -> list[tuple[str, int]]:
-    """``(row, seed)`` in the order they start: seed by seed, each pair's two rows one after the other (with two
-    jobs they start together, and each row of a pair runs beside one other row throughout), then the extras."""
-    chosen = set(names or plan["rows"])
-    order = [name for pair in plan["pairs"] for name in pair["rows"]] + list(plan["extras"])
-    return [(name, seed) for seed in seeds for name in order if name in chosen]
-
-
-def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
-    """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only (seed for seed
-    where both ran it): a ratio is never taken across invocations. Rows without an invocation id are left out."""
-    found = []
-    for invocation in dict.fromkeys(r.get("invocation") for r in rows):
-        if invocation is None:
-            continue
-        mine = {name: {r["seed"]: r["seconds_per_update"] for r in rows
-                       if r["trainer"] == name and r.get("invocation") == invocation} for name in (a, b)}
-        if not mine[a] or not mine[b]:
-            continue
-        mean = {name: sum(v.values()) / len(v) for name, v in mine.items()}
-        found.append({"invocation": invocation, "seconds_per_update": {k: round(v, 2) for k, v in mean.items()},
-                      "ratio": round(mean[a] / mean[b], 3), "seeds": {name: sorted(v) for name, v in mine.items()},
-                      "per_seed": {str(seed): round(mine[a][seed] / mine[b][seed], 3)
-                                   for seed in sorted(set(mine[a]) & set(mine[b]))}})
-    return found
-
-
-def comparisons(rows: list[dict], plan: dict) -> list[dict]:
-    """Per pair (and per extra beside the row it is compared with): the settings keys in which the two rows
-    differ, computed from what the rows recorded, seed for seed, beside the keys the plan declares; and the
-    ratio of their seconds per update in each invocation."""
-    by = {(r["trainer"], r["seed"]): r for r in rows}
-    entries = [(pair["rows"][0], pair["rows"][1], "pair", pair.get("about", ""), pair.get("differs_in", []))
-               for pair in plan["pairs"]]
-    entries += [(name, extra["compare_with"], "extra", extra["about"], extra.get("differs_in", []))
-                for name, extra in plan["extras"].items()]
-    found = []
-    for a, b, kind, about, declared in entries:
-        seeds = sorted(s for (name, s) in by if name == a and (b, s) in by)
-        differ = {}
-        for seed in seeds:
-            for key, values in settings_differences(by[a, seed]["settings"], by[b, seed]["settings"]).items():
-                differ.setdefault(key, values)
-        found.append({"rows": [a, b], "kind": kind, "about": about, "seeds": seeds, "differing_settings": differ,
-                      "declared": sorted(declared), "as_declared": sorted(differ) == sorted(declared) if seeds else None,
-                      "invocations": invocation_ratios(rows, a, b)})
-    return found
-
-
-@contextmanager
-def evaluating(policy):
-    """Score ``policy`` in the middle of training, leaving the random state and train mode as they were (TRL's
-    trainers sample from torch's global generator: an evaluation must not change their run)."""
-    import torch
-
-    cpu, cuda = torch.random.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    training = policy.training
-    policy.eval()
-    try:
-        yield policy
-    finally:
-        policy.train(training)
-        torch.random.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
+    check_pairs_and_extras(path, pairs, extras, rows)
+    return dict(plan, rows=rows, pairs=pairs, extras=extras)
 
 
 def held_out_during(policy, tokenizer, rows, seed: int) -> float:
@@ -436,15 +344,11 @@ def row_settings(rows: list[dict]) -> dict:
 
 def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
                   found: list[dict] | None = None) -> None:
-    extra = {} if found is None else {"comparisons": found}
-    stem.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows, failed=failed, **extra), indent=2,
-                                                    ensure_ascii=False) + "\n")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from real_model_tables import results_table
+    from benchmarks.real_model_tables import results_table
 
-    data = json.loads(stem.with_suffix(".json").read_text())
-    stem.with_suffix(".md").write_text(results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`")
-                                       + "\n")
+    extra = {} if found is None else {"comparisons": found}
+    write_results(stem.with_suffix(".json"), dict(meta, rows=rows, failed=failed, **extra),
+                  lambda data: results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`"))
     try:
         import matplotlib
 
@@ -473,69 +377,6 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
         plt.close(fig)
     except ImportError as err:
         print(f"no curves PNG: {err}")
-
-
-def git_commit() -> str | None:
-    """The working tree's commit, with ``+changes`` when tracked files differ from it (None outside git)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("+changes" if dirty else "")) or None
-
-
-def launch_row(cmd: list[str], log: Path) -> int:
-    """Run one row's subprocess, its output into ``log``; its exit code. (Tests replace it.)"""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=str(ROOT))
-    with open(log, "w") as handle:
-        return subprocess.run(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-
-
-def run_jobs(jobs: list[tuple[str, int]], workers: int, command_of, logs: Path, on_done=None) -> list:
-    """Each ``(row, seed)`` job as a subprocess (``command_of(row, seed, out) -> argv``), ``workers`` at a time, in
-    the order given; ``[(row dict or None, failure or None)]`` in that order. Each row gets ``wall``: when it started
-    and ended, seconds after the first job started, and at the end ``alone``: the seconds no other row ran beside it.
-    ``on_done(results so far)`` after each."""
-    start, lock, done = time.perf_counter(), threading.Lock(), {}
-
-    def one(job):
-        name, seed = job
-        out = logs / f"{name}-{seed}.json"
-        t0 = time.perf_counter()
-        rc = launch_row(command_of(name, seed, out), logs / f"{name}-{seed}.log")
-        t1 = time.perf_counter()
-        print(f"{name} seed {seed}: exit {rc} after {t1 - t0:.0f} s (log {logs}/{name}-{seed}.log)", flush=True)
-        if rc == 0 and out.exists():
-            row = json.loads(out.read_text())
-            row["wall"] = {"started": round(t0 - start, 1), "ended": round(t1 - start, 1)}
-            result = (row, None)
-        else:
-            tail = (logs / f"{name}-{seed}.log").read_text().strip().splitlines()[-1:] or [""]
-            result = (None, {"trainer": name, "seed": seed, "returncode": rc, "error": tail[0][-300:]})
-        with lock:
-            done[job] = result
-            if on_done is not None:
-                on_done([done[j] for j in jobs if j in done])
-        return result
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(one, jobs))
-    walls = [r["wall"] for r, _ in results if r]
-    for wall in walls:  # seconds it ran with no other row beside it: a lighter load (the end of an invocation)
-        wall["alone"] = round(alone_seconds(wall, [w for w in walls if w is not wall]), 1)
-    return results
-
-
-def alone_seconds(wall: dict, others: list[dict]) -> float:
-    """How long ``[started, ended]`` was covered by none of ``others``' intervals."""
-    edges = sorted({wall["started"], wall["ended"], *(t for w in others for t in (w["started"], w["ended"])
-                                                      if wall["started"] < t < wall["ended"])})
-    return sum(b - a for a, b in zip(edges, edges[1:])
-               if not any(w["started"] <= a and b <= w["ended"] for w in others))
 
 
 def main(argv=None) -> int:
@@ -567,7 +408,6 @@ def main(argv=None) -> int:
             OVERRIDES[key] = json.loads(value)
         except json.JSONDecodeError:
             parser.error(f"--set {item!r}: the value must be JSON (false, 2e-4, \"linear\")")
-    sys.path.insert(0, str(ROOT))
     from trl_ext.runs.machine import cpu_name
 
     plan = None
@@ -613,7 +453,7 @@ def main(argv=None) -> int:
     jobs_n = plan["jobs"] if plan else (args.jobs or 2)
     name = (Path(plan["path"]).stem if plan else "real-model") + "-cpu" + ("-quick" if args.quick else "")
     stem = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / name
-    invocation = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    invocation = new_invocation_id()
     logs = Path(tempfile.mkdtemp(prefix="real-model-rows-"))
 
     def command_of(name, seed, out):
@@ -625,7 +465,7 @@ def main(argv=None) -> int:
         return common + [f"--eval-every={args.eval_every}", *(f"--set={item}" for item in args.set)]
 
     meta = {"benchmark": "real-model", "quick": args.quick,
-            "command": "OMP_NUM_THREADS=1 python benchmarks/real_model.py " + " ".join(argv or sys.argv[1:]),
+            "command": command_line("benchmarks/real_model.py", argv),
             "commit": git_commit(), "invocation": None if args.collect else invocation,
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
                         "python": platform.python_version()},
@@ -634,8 +474,7 @@ def main(argv=None) -> int:
             "updates": updates, "seeds": seeds, "split": plan["split"] if plan else "heldout",
             "held_out_prompts": heldout}
     if plan is not None:
-        where = Path(plan["path"]).resolve()
-        meta["plan"] = {"path": str(where.relative_to(ROOT) if where.is_relative_to(ROOT) else where),
+        meta["plan"] = {"path": repository_path(plan["path"]),
                         "sha256": plan["sha256"], "name": plan.get("name"), "rows": names, "jobs": jobs_n}
         meta["settings"] = {"jobs": jobs_n}  # each row records its own, in full
 

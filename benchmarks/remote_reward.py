@@ -19,7 +19,6 @@ Writes ``benchmarks/results/remote-reward-<device>.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -184,11 +183,10 @@ def main(argv=None) -> int:
     result["remote_minus_local_ms_per_update"] = round(remote["reward_ms_per_update"] - local["reward_ms_per_update"], 1)
     result["same_final_scores"] = local["final_scores"] == remote["final_scores"]
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"remote-reward-{device_tag(result['machine'])}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    from benchmarks.tables import invocation, write
+    from benchmarks.harness import write_results
+    from benchmarks.tables import invocation
 
-    write(out.with_suffix(".md"), results_table(out, invocation()))
+    write_results(out, result, lambda _written: results_table(out, invocation()))
     print(f"written {out} and its .md")
     return 0
 

@@ -27,7 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness import ROOT, write_results  # noqa: E402
+
 BUDGET = 6400
 # the rows: the flags a user gives `trl-ext ppo` for each trainer at its documented settings for a short run
 ROWS = {
@@ -127,8 +130,7 @@ def _result(out: Path, row: str, policy: int, seed: int, tag: str) -> dict | Non
 
 
 def _write(results: list[dict], args, extra: list[str]) -> None:
-    sys.path.insert(0, str(ROOT))
-    from trl_ext.runs.machine import device_tag, machine
+    from trl_ext.runs.machine import cpu_name, device_tag, machine
 
     info = machine()
     stem = ROOT / "benchmarks" / "results" / f"robustness-{device_tag(info)}{'-' + args.tag if args.tag else ''}"
@@ -141,13 +143,13 @@ def _write(results: list[dict], args, extra: list[str]) -> None:
         a for a in (f"--rows {args.rows}", f"--policies {args.policies}", f"--seeds {args.seeds}",
                     f"--extra '{args.extra}'" if args.extra else "", f"--tag {args.tag}" if args.tag else "") if a)
     commands = sorted(set(old.get("commands", [])) | {command})
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"benchmark": "robustness", "machine": {**info, "cpu": _cpu()}, "budget_episodes": BUDGET,
-         "extra_flags": extra, "commands": commands, "rows": {r: ROWS[r] for r in summary}, "summary": summary,
-         "runs": runs}, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_source(stem.with_suffix(".json").name, commands, {**info, "cpu": _cpu()})
-                                       + "\n\n" + _table(summary, runs))
+    info["cpu"] = cpu_name() or "unknown"
+    json_path = stem.with_suffix(".json")
+    write_results(json_path, {"benchmark": "robustness", "machine": info, "budget_episodes": BUDGET,
+                              "extra_flags": extra, "commands": commands, "rows": {r: ROWS[r] for r in summary},
+                              "summary": summary, "runs": runs},
+                  lambda data: _source(json_path.name, data["commands"], data["machine"]) + "\n\n"
+                  + _table(data["summary"], data["runs"]))
     print(stem.with_suffix(".md").read_text())
 
 
@@ -186,16 +188,6 @@ def _table(summary: dict, runs: list[dict]) -> str:
                      f"{r['episodes_to_0_99'] or '-'} | {'+'.join(r['charsets_learnt']) or 'none'} | "
                      f"{r['train_seconds']:.0f} |")
     return "\n".join(lines) + "\n"
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ loss; each row gives its trainable parameters (what Adam keeps two more copies o
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -138,16 +137,15 @@ def main(argv=None) -> int:
             by["scratch"]["episodes_per_second"] / by["trl"]["episodes_per_second"], 2)
     device = device_tag(info)
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"throughput-{device}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     for r in rows:
         print(f"{r['backend']:12s} {r['episodes_per_second']:8.1f} episodes/s {r['tokens_per_second']:9.1f} tokens/s "
               f"({r['seconds_per_update']:.3f} s/update, {r['trainable_parameters']:,} trainable parameters)")
     if "scratch_over_trl_episodes_per_second" in result:
         print(f"scratch / trl episodes per second: {result['scratch_over_trl_episodes_per_second']}x")
-    from benchmarks.tables import invocation, write
+    from benchmarks.harness import write_results
+    from benchmarks.tables import invocation
 
-    write(out.with_suffix(".md"), results_table(out, invocation()))
+    write_results(out, result, lambda _written: results_table(out, invocation()))
     print(f"written {out} and its .md")
     return 0
 

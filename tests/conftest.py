@@ -1,6 +1,9 @@
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `from benchmarks import ...`
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
 """benchmarks/: targets.py's verdicts on made-up rows (what is a target and what is only reported), and
 throughput.py's code path on a tiny budget."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,10 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _targets():
-    spec = importlib.util.spec_from_file_location("targets", ROOT / "benchmarks" / "targets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import targets
+
+    return targets
 
 
 def _rows(*sampled, greedy=1.0, eps=100.0):

@@ -2,23 +2,22 @@
 trains through its trainer's tool loop and writes its record, the table is written beside the JSON, and the rows
 need a warm start (the real run's --quick mode is the same code on SmolLM2 from --warm-start)."""
 
-import importlib.util
+import importlib
 import inspect
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from tool_models import tiny_tool_model
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import evaluating
 
 
 @pytest.fixture()
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("multi_turn_benchmark", ROOT / "benchmarks" / "multi_turn.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import benchmarks.multi_turn
+
+    module = importlib.reload(benchmarks.multi_turn)  # SETTINGS as the file sets them (a row updates them)
     monkeypatch.setitem(module.SETTINGS, "batch_size", 4)
     monkeypatch.setitem(module.SETTINGS, "response_length", 24)
     return module
@@ -155,9 +154,6 @@ def test_rows_that_did_not_end_are_named(bench, tmp_path):
 
 def test_evaluating_gives_back_the_random_state_and_train_mode():
     import torch
-
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.real_model import evaluating
 
     policy = torch.nn.Linear(2, 2)
     policy.train()

@@ -1,24 +1,21 @@
 """benchmarks/public_tasks.py on a tiny chat model, offline: the base panel and a training row (--quick, 1 task,
 1 update) write the JSON fields issue 52 asks for, and their tables render."""
 
-import importlib.util
+import importlib
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from tiny_models import tiny_qwen2
 
 pytest.importorskip("reasoning_gym")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("public_tasks_benchmark", ROOT / "benchmarks" / "public_tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import benchmarks.public_tasks
+
+    module = importlib.reload(benchmarks.public_tasks)
     monkeypatch.setitem(module.QUICK, "tokens", 4)
     monkeypatch.setitem(module.QUICK, "panel_prompts", 2)
     monkeypatch.setitem(module.QUICK, "eval_prompts", 2)

@@ -3,7 +3,7 @@ leaves the run as it was, and settings given on the command line win over a row'
 committed plan's pairs are equal where both trainers can express a setting, the reader refuses what cannot run as
 written, the pairs' differing keys and per-invocation time ratios, and a plan run end to end with stand-in rows."""
 
-import importlib.util
+import importlib
 import json
 import re
 import sys
@@ -13,14 +13,16 @@ import pytest
 import torch
 from tiny_models import tiny_qwen2
 
+from benchmarks import harness
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
 def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("real_model_benchmark", ROOT / "benchmarks" / "real_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    import benchmarks.real_model
+
+    module = importlib.reload(benchmarks.real_model)  # OVERRIDES and SETTINGS as the file sets them
     monkeypatch.setitem(module.SETTINGS, "response_length", 3)
     return module
 
@@ -93,12 +95,12 @@ def test_the_committed_plan_is_equal_where_both_can_express_and_judged_on_fresh_
     assert set(pairs) == {("scratch-ppo", "trl-ppo"), ("scratch-grpo-group", "trl-grpo-group"),
                           ("scratch-grpo-none", "trl-grpo-none")}
     for (a, b), pair in pairs.items():  # computed from the settings each trainer runs, TRL's fixed values included
-        assert bench.settings_differences(settings[a], settings[b]) == {} == dict.fromkeys(pair["differs_in"])
+        assert harness.settings_differences(settings[a], settings[b]) == {} == dict.fromkeys(pair["differs_in"])
     assert settings["scratch-ppo"]["whiten_advantages"] is True and settings["trl-ppo"]["whiten_advantages"] is True
     assert {settings[n]["scale_rewards"] for n in ("scratch-grpo-group", "trl-grpo-group")} == {"group"}
     assert {settings[n]["scale_rewards"] for n in ("scratch-grpo-none", "trl-grpo-none")} == {"none"}
     extra = plan["extras"]["scratch-ppo-unwhitened"]
-    differ = bench.settings_differences(settings["scratch-ppo-unwhitened"], settings[extra["compare_with"]])
+    differ = harness.settings_differences(settings["scratch-ppo-unwhitened"], settings[extra["compare_with"]])
     assert differ == {"whiten_advantages": [False, True]} and extra["differs_in"] == ["whiten_advantages"]
     assert "only one side has" in extra["about"]
     # every row's settings are the plan's alone: a changed default in this benchmark would not move them
@@ -138,38 +140,6 @@ def test_the_plan_reader_refuses_a_plan_that_cannot_run_as_written(bench, tmp_pa
         bench.read_plan(_plan_file(tmp_path, rows=rows))
 
 
-def test_settings_differences_name_every_key_either_side_sets_otherwise(bench):
-    a = {"lr": 1e-4, "whiten": True, "only_a": 1, "same": None}
-    b = {"lr": 2e-4, "whiten": True, "only_b": None, "same": None}
-    assert bench.settings_differences(a, b) == {"lr": [1e-4, 2e-4], "only_a": [1, "<absent>"],
-                                                "only_b": ["<absent>", None]}
-    assert bench.settings_differences(a, dict(a)) == {}
-
-
-def test_time_ratios_are_per_invocation_and_never_across(bench):
-    def row(trainer, seed, invocation, seconds):
-        return {"trainer": trainer, "seed": seed, "invocation": invocation, "seconds_per_update": seconds}
-
-    rows = [row("ours", 10, "A", 10.0), row("theirs", 10, "A", 40.0), row("ours", 11, "A", 12.0),
-            row("theirs", 11, "B", 30.0), row("ours", 12, "B", 15.0), row("theirs", 12, "B", 30.0),
-            row("ours", 13, None, 1.0), row("theirs", 13, None, 100.0)]  # no invocation recorded: left out
-    found = bench.invocation_ratios(rows, "ours", "theirs")
-    assert [f["invocation"] for f in found] == ["A", "B"]
-    a, b = found
-    assert a["seconds_per_update"] == {"ours": 11.0, "theirs": 40.0} and a["ratio"] == 0.275
-    assert a["per_seed"] == {"10": 0.25}  # seed 11's rows ran in two invocations: no ratio of them
-    assert b["seconds_per_update"] == {"ours": 15.0, "theirs": 30.0} and b["ratio"] == 0.5
-    assert b["per_seed"] == {"12": 0.5} and b["seeds"] == {"ours": [12], "theirs": [11, 12]}
-
-
-def test_a_rows_time_alone_is_what_no_other_row_covers(bench):
-    wall = {"started": 0.0, "ended": 100.0}
-    assert bench.alone_seconds(wall, []) == 100.0
-    assert bench.alone_seconds(wall, [{"started": 0.0, "ended": 60.0}, {"started": 50.0, "ended": 90.0}]) == 10.0
-    assert bench.alone_seconds(wall, [{"started": -5.0, "ended": 200.0}]) == 0.0
-    assert bench.alone_seconds(wall, [{"started": 20.0, "ended": 30.0}, {"started": 150.0, "ended": 160.0}]) == 90.0
-
-
 def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, tmp_path, monkeypatch, capsys):
     """The plan path end to end with each row's subprocess replaced by a stand-in that writes what a row writes
     (its settings resolved by the same function a row uses): the job order, one invocation id, the results'
@@ -195,12 +165,12 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
                                                                          "reward": 0.2}]}))
         return 0
 
-    monkeypatch.setattr(bench, "launch_row", fake_launch)
+    monkeypatch.setattr(harness, "launch_row", fake_launch)
     monkeypatch.setattr(sys, "argv", ["real_model.py"])
     out = tmp_path / "fair"
     assert bench.main(["--plan", str(PLAN), "--quick", "--out", str(out)]) == 0
     plan = bench.read_plan(PLAN)
-    jobs = bench.plan_jobs(plan, plan["seeds"][:1])
+    jobs = harness.plan_jobs(plan, plan["seeds"][:1])
     assert jobs[:2] == [("scratch-ppo", 10), ("trl-ppo", 10)]  # a pair's rows next to each other: started together
     # every job launched once (two workers start them in the jobs' order, but which of two starting together
     # records first is the scheduler's)
@@ -249,7 +219,7 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
 
 
 def test_plan_targets_say_no_where_trl_ext_falls_short():
-    from real_model_tables import plan_targets
+    from benchmarks.real_model_tables import plan_targets
 
     def row(trainer, seed, after, kl):
         return {"trainer": trainer, "kind": trainer, "seed": seed, "after": after, "update1_kl": kl}

@@ -3,24 +3,19 @@ policy with the LoRA adapters merged, made and synced as vLLM's engine is (like 
 take turns one update at a time over at least 5 timed updates (two CPU engines on a tiny chat model, end to end).
 The vLLM row itself runs only in .venv-vllm (the needs_vllm tests and the benchmark)."""
 
-import importlib.util
+import importlib
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from tiny_models import tiny_qwen2
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCHMARK = ROOT / "benchmarks" / "rollout_engines.py"
-
 
 @pytest.fixture()
 def bench():
-    spec = importlib.util.spec_from_file_location("rollout_engines_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import benchmarks.rollout_engines
+
+    return importlib.reload(benchmarks.rollout_engines)
 
 
 def _lora_policy(folder):
