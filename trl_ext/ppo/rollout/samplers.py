@@ -24,15 +24,20 @@ __all__ = ["SAMPLERS", "Completions", "Sampler", "SamplingOptions", "build_sampl
 SAMPLERS = Registry("sampler", takes_config=False)
 
 
+def _loop_options(options: SamplingOptions) -> dict:
+    """The keywords the loop and ``model.generate`` share, from the run's sampling options."""
+    return dict(max_new_tokens=options.max_new_tokens, eos_token_id=options.eos_token_id,
+                pad_token_id=options.pad_token_id, temperature=options.temperature, top_k=options.top_k,
+                top_p=options.top_p)
+
+
 @SAMPLERS.register("loop")
 class LoopSampler(Sampler):
     """The KV-cache loop (``rollout.sample_responses``): fastest for small models on CPU."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(sample_responses(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
-                                            eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
-                                            temperature=options.temperature, top_k=options.top_k,
-                                            top_p=options.top_p, generator=generator))
+        return Completions(sample_responses(model, query_ids, query_mask, generator=generator,
+                                            **_loop_options(options)))
 
 
 @SAMPLERS.register("generate")
@@ -40,10 +45,8 @@ class GenerateSampler(Sampler):
     """``model.generate`` (``rollout.generate_responses``): has ``repetition_penalty``; draws from torch's global RNG."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(generate_responses(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
-                                              eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
-                                              temperature=options.temperature, top_k=options.top_k,
-                                              top_p=options.top_p, repetition_penalty=options.repetition_penalty))
+        return Completions(generate_responses(model, query_ids, query_mask,
+                                              repetition_penalty=options.repetition_penalty, **_loop_options(options)))
 
 
 @SAMPLERS.register("static")
