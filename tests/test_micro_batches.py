@@ -8,7 +8,8 @@ import torch
 from weight_gaps import assert_same_adam_steps
 
 from trl_ext.ppo import core
-from trl_ext.ppo.config import LOGITS_BUDGET, PPOConfig, rows_per_pass
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.forward import LOGITS_BUDGET, rows_per_pass
 from trl_ext.ppo.trainer import PPOTrainer
 
 TOLERANCE = 1e-5

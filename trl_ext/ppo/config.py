@@ -283,17 +283,6 @@ def mini_batch_size(config: PPOConfig) -> int:
     return config.batch_size // config.num_mini_batches
 
 
-# Logit values (rows x tokens x vocabulary) one automatically sized forward pass may produce on CPU: 512 MB in
-# float32, whatever the batch, response length or vocabulary.
-LOGITS_BUDGET = 2 ** 27
-def rows_per_pass(option: int, batch: int, tokens: int, vocab: int, budget: int = LOGITS_BUDGET) -> int:
-    """Rows of one forward pass over ``batch`` rows of ``tokens`` response positions: ``option``, or
-    (``option == 0``) as many as keep the pass's logits within ``budget`` values; at least 1."""
-    if option > 0:
-        return min(option, batch)
-    return max(1, min(batch, budget // max(1, tokens * vocab)))
-
-
 def num_updates(config: PPOConfig, world_size: int) -> int:
     """Updates in the run: ``total_episodes`` over the rollouts all processes make per update (rounded up)."""
     per_update = config.batch_size * world_size

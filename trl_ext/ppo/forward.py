@@ -10,9 +10,21 @@ from dataclasses import dataclass
 import torch
 
 from trl_ext.ppo import core
-from trl_ext.ppo.config import LOGITS_BUDGET, rows_per_pass
 from trl_ext.ppo.rollout.loop import last_positions
 from trl_ext.ppo.sharding import gathered_for_rollout
+
+# Logit values (rows x tokens x vocabulary) one automatically sized forward pass may produce on CPU: 512 MB in
+# float32, whatever the batch, response length or vocabulary.
+LOGITS_BUDGET = 2 ** 27
+
+
+def rows_per_pass(option: int, batch: int, tokens: int, vocab: int, budget: int = LOGITS_BUDGET) -> int:
+    """Rows of one forward pass over ``batch`` rows of ``tokens`` response positions: ``option``, or
+    (``option == 0``) as many as keep the pass's logits within ``budget`` values; at least 1."""
+    if option > 0:
+        return min(option, batch)
+    return max(1, min(batch, budget // max(1, tokens * vocab)))
+
 
 # On a GPU a pass takes about the same time whatever its rows (docs/results.md, "On one GPU"), so there the
 # automatic size follows the card's memory instead of LOGITS_BUDGET: one logit value per 64 bytes of it (a pass's
