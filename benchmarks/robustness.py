@@ -37,11 +37,17 @@ ROWS = {
     "ppo": ["--backend", "scratch", "--learning-rate", "1e-3"],  # the demo's short-run rate
     "grpo": ["--backend", "scratch", "--advantage-estimator", "grpo", "--num-generations", "4"],
     "rloo": ["--backend", "scratch", "--advantage-estimator", "rloo", "--num-generations", "4"],
+    # trl-ext's rloo without its KL loss term (beta), which TRL's RLOO lacks: trl-rloo-matched's like-for-like pair
+    "rloo-nobeta": ["--backend", "scratch", "--advantage-estimator", "rloo", "--num-generations", "4", "--beta", "0"],
     "trl": ["--backend", "trl", "--learning-rate", "1e-3"],  # TRL 1.12's PPOTrainer at the demo's settings
-    "trl-grpo": ["--backend", "grpo-tuned"],  # TRL's GRPOTrainer at the best settings found for it
+    # TRL's GRPOTrainer/RLOOTrainer at trl-ext's grpo/rloo-nobeta settings: 4 generations, 2 epochs x 2 minibatches
+    "trl-grpo-matched": ["--backend", "grpo-matched"],
+    "trl-rloo-matched": ["--backend", "rloo-matched"],
+    # extras: TRL's trainers at the best settings found for them (8 generations, one minibatch)
+    "trl-grpo": ["--backend", "grpo-tuned"],
     "trl-rloo": ["--backend", "rloo-tuned"],
 }
-TRL_ROWS = {"trl", "trl-grpo", "trl-rloo"}  # need TRL 1.12 (.venv)
+TRL_ROWS = {"trl", "trl-grpo", "trl-rloo", "trl-grpo-matched", "trl-rloo-matched"}  # need TRL 1.12 (.venv)
 CHARSETS = ("digits", "lower", "upper")
 
 

@@ -57,7 +57,7 @@ def test_the_quick_rows_keep_one_step_a_batch_at_lr_7e4(kind):
     assert quick == replace(as_trl, learning_rate=7e-4, **scaled)
 
 
-def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
+def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes, preset="tuned"):
     from trl_ext.runs.runners import RUNNERS, RunInputs
     from trl_ext.tasks.doubling.artifacts import load_policy, save_artifact
     from trl_ext.tasks.doubling.models import build_policy
@@ -68,7 +68,8 @@ def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes):
     base = doubling_ppo_config(total_episodes=total_episodes, output_dir=str(tmp_path / "out"))
     inputs = RunInputs(base, policy, tokenizer, lambda completions, **_: [0.0] * len(completions),
                        lambda n: ppo_prompt_dataset(tokenizer, n, 0))
-    return base, RUNNERS[BACKENDS[f"{kind}-tuned"].runner](replace(inputs, config=_row(f"{kind}-tuned", base)))
+    name = f"{kind}-{preset}"
+    return base, RUNNERS[BACKENDS[name].runner](replace(inputs, config=_row(name, base)))
 
 
 @pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
@@ -84,6 +85,28 @@ def test_trls_tuned_rows_run_our_rows_config(kind, tokenizer, tmp_path):
         assert (args.scale_rewards, args.beta) == ("batch", ours.beta)
     else:  # RLOO's beta is a KL in the reward
         assert args.beta == ours.kl_coef and ours.beta == 0
+
+
+@pytest.mark.trl_api  # TRL's GRPOConfig and RLOOConfig
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_trls_matched_rows_run_trl_exts_minibatches(kind, tokenizer, tmp_path):
+    """The robustness benchmark's like-for-like TRL rows: 4 generations, our minibatches as TRL's
+    steps_per_generation (one generated batch of batch_size a update), epochs as its iterations."""
+    base, runner = _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes=2 * 64, preset="matched")
+    args, cfg = runner.trainer.args, _row(f"{kind}-matched", base)
+    assert args.num_generations == cfg.num_generations == 4
+    assert args.steps_per_generation == cfg.num_mini_batches == 2 and args.num_iterations == cfg.num_ppo_epochs == 2
+    assert args.per_device_train_batch_size * args.steps_per_generation == args.generation_batch_size == base.batch_size
+    assert args.max_steps == 2 * 2 * 2  # two batches x two epochs x two minibatches
+    assert args.beta == (cfg.beta if kind == "grpo" else cfg.kl_coef) and (kind == "grpo" or cfg.beta == 0)
+
+
+@pytest.mark.trl_api  # TRL's GRPOTrainer's loop
+def test_trls_matched_row_reports_a_batch_after_its_last_optimizer_step(tokenizer, tmp_path):
+    base, runner = _trl_tuned_runner("grpo", tokenizer, tmp_path, total_episodes=2 * 64, preset="matched")
+    seen = []
+    runner.train(lambda update, stats: seen.append((update, runner.trainer.state.global_step, stats["episode"])))
+    assert seen == [(1, 4, 64), (2, 8, 128)]
 
 
 @pytest.mark.trl_api  # TRL's GRPOTrainer's loop

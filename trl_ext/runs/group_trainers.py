@@ -22,10 +22,10 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
 
 
 # What TRL's GRPOTrainer does, run by ``build_group_trainer``, where our PPOConfig has a choice: a GRPO row of ours
-# with another value is not TRL's method. One optimizer step a generated batch an iteration (its batch is
-# per_device_train_batch_size = ours), no KL in the reward (beta is the loss's), advantages only group-scaled, the
+# with another value is not TRL's method. Our minibatches are its steps_per_generation (one shuffle a generated
+# batch in theirs, one an epoch in ours), no KL in the reward (beta is the loss's), advantages only group-scaled, the
 # per-token clipped ratio, and its sampling defaults (the runner passes temperature and length only).
-TRL_GRPO_FIXED = {"advantage_estimator": "grpo", "num_mini_batches": 1, "kl_coef": 0.0, "whiten_advantages": False,
+TRL_GRPO_FIXED = {"advantage_estimator": "grpo", "kl_coef": 0.0, "whiten_advantages": False,
                   "policy_loss": "clip", "ent_coef": 0.0, "missing_eos_penalty": None, "top_k": 0, "top_p": 1.0,
                   "repetition_penalty": 1.0}
 
@@ -33,10 +33,12 @@ TRL_GRPO_FIXED = {"advantage_estimator": "grpo", "num_mini_batches": 1, "kl_coef
 def group_trainer_arguments(kind: str, cfg) -> dict:
     """The options of TRL's ``GRPOConfig``/``RLOOConfig`` that carry our ``cfg``: the ones the update-equality test
     (tests/test_trl_group_equality.py) configures TRL with. Our epochs over a batch are their iterations over a
-    generation, each one optimizer step; GRPO's ``beta`` (a KL in the loss), ``scale_rewards`` and ``loss_type``
-    are ours; RLOO's ``beta`` is a KL in the reward, our ``kl_coef``, and its advantages are not whitened."""
-    common = dict(num_iterations=cfg.num_ppo_epochs, learning_rate=cfg.learning_rate,
-                  lr_scheduler_type=cfg.lr_scheduler_type, max_grad_norm=cfg.max_grad_norm, epsilon=cfg.cliprange,
+    generation, each ``num_mini_batches`` optimizer steps (their ``steps_per_generation``); GRPO's ``beta`` (a KL
+    in the loss), ``scale_rewards`` and ``loss_type`` are ours; RLOO's ``beta`` is a KL in the reward, our
+    ``kl_coef``, and its advantages are not whitened."""
+    common = dict(num_iterations=cfg.num_ppo_epochs, steps_per_generation=cfg.num_mini_batches,
+                  learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
+                  max_grad_norm=cfg.max_grad_norm, epsilon=cfg.cliprange,
                   temperature=cfg.temperature, max_completion_length=cfg.response_length)
     if kind == "grpo":
         return dict(common, beta=cfg.beta, scale_rewards=cfg.scale_rewards, loss_type=cfg.loss_type)
@@ -61,10 +63,12 @@ def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, o
     else:
         from trl import RLOOConfig as Config
         from trl import RLOOTrainer as Trainer
-    steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs
+    # one generated batch of cfg.batch_size a update: num_ppo_epochs x num_mini_batches optimizer steps, as ours
+    steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs * cfg.num_mini_batches
     args = Config(
-        output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size, num_generations=num_generations,
-        max_steps=steps, **group_trainer_arguments(kind, cfg), seed=cfg.seed, **launch_training_arguments(),
+        output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size // cfg.num_mini_batches,
+        num_generations=num_generations, max_steps=steps,
+        **group_trainer_arguments(kind, cfg), seed=cfg.seed, **launch_training_arguments(),
         report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
         **checkpointing_training_argument(False), disable_dropout=True,  # disable_dropout: as both PPO backends do
     )

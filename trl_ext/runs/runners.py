@@ -167,7 +167,7 @@ class GroupRunner:
 
         cfg = inputs.config
         self.policy, self.tokenizer, self.batch_size = inputs.policy, inputs.tokenizer, cfg.batch_size
-        self.iterations = cfg.num_ppo_epochs
+        self.iterations = cfg.num_ppo_epochs * cfg.num_mini_batches  # optimizer steps a generated batch
         # They tokenize the 'prompt' column themselves; the other columns reach the reward, as in our trainer.
         prompts = inputs.prompts(group_prompt_count(cfg, cfg.num_generations)).remove_columns("input_ids")
         self.trainer = build_group_trainer(self.kind, cfg, inputs.policy, inputs.tokenizer, inputs.reward_fn,
@@ -176,7 +176,8 @@ class GroupRunner:
         self._batch_metrics: dict | None = None
 
     def _update(self, state) -> int:
-        """The generated batch a step belongs to: ``num_iterations`` optimizer steps each (our update)."""
+        """The generated batch a step belongs to: ``num_iterations`` x ``steps_per_generation`` optimizer steps each
+        (our update)."""
         return -(-state.global_step // self.iterations)
 
     def _metrics(self, logs: dict, state) -> dict | None:

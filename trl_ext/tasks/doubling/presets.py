@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.settings.layers import Layer, preset_layer, under_user
 
-GROUP_SIZE = 8  # completions per prompt of every group row (TRL's GRPO/RLOO rows and ours as they run)
+GROUP_SIZE = 8  # completions per prompt of the group rows but the -matched ones (4, as `ppo --num-generations 4`)
 
 # One gradient step a batch, clipped at 1.0, as TRL's GRPO/RLOO rows train.
 _ONE_STEP = {"num_ppo_epochs": 1, "num_mini_batches": 1, "max_grad_norm": 1.0}
@@ -41,6 +41,13 @@ PRESETS: dict[str, dict] = {
     # plus GRPO's KL loss term: with the KL in the reward alone, a prefix whose group all chose one wrong set has
     # no advantage left to leave it (docs/decisions.md, "Why a run settles")
     "rloo-default": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2, "beta": 0.2},
+    # TRL's trainers at what `ppo --advantage-estimator grpo|rloo --num-generations 4` runs, as far as TRL can
+    # express it: 4 generations, two epochs of two minibatches (TRL's num_iterations, steps_per_generation); RLOO
+    # without the KL loss term, which TRL's RLOO lacks (its beta is our kl_coef)
+    "grpo-matched": {**_GRPO, "learning_rate": 1e-3, "scale_rewards": "batch", "num_ppo_epochs": 2,
+                     "num_mini_batches": 2, "num_generations": 4},
+    "rloo-matched": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2,
+                     "num_generations": 4},
     # REINFORCE++: KL-shaped token rewards, one completion a prompt
     "reinforce_pp": {**_ONE_STEP, "advantage_estimator": "reinforce_pp", "num_generations": 1, "beta": 0.0},
 }
@@ -64,6 +71,8 @@ BACKENDS: dict[str, Backend] = {
     "rloo": Backend("rloo", "rloo"),
     "grpo-tuned": Backend("grpo", "grpo-tuned"),
     "rloo-tuned": Backend("rloo", "rloo-tuned"),
+    "grpo-matched": Backend("grpo", "grpo-matched"),
+    "rloo-matched": Backend("rloo", "rloo-matched"),
     "scratch-grpo": Backend("scratch", "grpo"),
     "scratch-rloo": Backend("scratch", "rloo"),
     "scratch-reinforce_pp": Backend("scratch", "reinforce_pp"),
