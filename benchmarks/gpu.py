@@ -45,8 +45,16 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness import ROOT, rewrite_table, write_results  # noqa: E402
 
-ROWS = ("trl-ext/loop", "trl-ext/static", "trl-ext/generate", "trl-ext/generate-static", "trl-ext/vllm",
-        "trl-ext/vllm-sleep", "trl-ppo", "trl-grpo")
+ROWS = (
+    "trl-ext/loop",
+    "trl-ext/static",
+    "trl-ext/generate",
+    "trl-ext/generate-static",
+    "trl-ext/vllm",
+    "trl-ext/vllm-sleep",
+    "trl-ppo",
+    "trl-grpo",
+)
 DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
 # A row name may end in "+lora" (LoRA r 16 on all linear layers) and "+mbN" (trl-ext rows: N rows per forward pass
 # of the experience phase and per forward/backward of the update, in place of the automatic size).
@@ -63,8 +71,7 @@ def char_tokenizer():
     vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *sorted(set(string.printable) - set("\x0b\x0c"))])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
-                                        unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     tokenizer.padding_side = "left"
     return tokenizer
 
@@ -75,20 +82,42 @@ def build_models(tiny: bool, dtype):
 
     torch.manual_seed(0)
     if tiny:  # heads of 32: the smallest vLLM's CPU attention runs (16 fails)
-        policy_cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                          num_key_value_heads=1, vocab_size=1024)
-        reward_cfg = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                          vocab_size=1024)
+        policy_cfg = dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=1024,
+        )
+        reward_cfg = dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=1024
+        )
     else:  # Qwen2.5-0.5B and DeBERTa-v3-base shapes
-        policy_cfg = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                          num_key_value_heads=2, vocab_size=151936)
-        reward_cfg = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                          vocab_size=128100)
-    policy = Qwen2ForCausalLM(Qwen2Config(**policy_cfg, max_position_embeddings=2048, tie_word_embeddings=True,
-                                          eos_token_id=1, pad_token_id=0, bos_token_id=None)).to(dtype)
-    reward = DebertaV2ForSequenceClassification(DebertaV2Config(**reward_cfg, num_labels=1, type_vocab_size=0,
-                                                                max_position_embeddings=512,
-                                                                pad_token_id=0)).to(dtype)
+        policy_cfg = dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151936,
+        )
+        reward_cfg = dict(
+            hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, vocab_size=128100
+        )
+    policy = Qwen2ForCausalLM(
+        Qwen2Config(
+            **policy_cfg,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
+            eos_token_id=1,
+            pad_token_id=0,
+            bos_token_id=None,
+        )
+    ).to(dtype)
+    reward = DebertaV2ForSequenceClassification(
+        DebertaV2Config(**reward_cfg, num_labels=1, type_vocab_size=0, max_position_embeddings=512, pad_token_id=0)
+    ).to(dtype)
     return policy, reward
 
 
@@ -126,6 +155,7 @@ class Clock:
 
     def timing(self, function, responses_of):
         """``function`` timed into ``generate_seconds``; ``responses_of(result)`` is what it sampled."""
+
         def timed(*args, **kwargs):
             start = self.now()
             result = function(*args, **kwargs)
@@ -165,12 +195,25 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
 
         if not vllm_installed():
             raise SystemExit(f"{row}: needs vLLM in this row's environment (--vllm-env): {INSTALL_HINT}")
-        vllm_options = dict(vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
-                            vllm_enable_sleep_mode=sampler.endswith("-sleep"))
+        vllm_options = dict(
+            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+            vllm_enable_sleep_mode=sampler.endswith("-sleep"),
+        )
         sampler = "vllm"
-    cfg = PPOConfig(batch_size=batch_size, total_episodes=episodes, response_length=response_length,
-                    learning_rate=1e-5, num_ppo_epochs=1, kl_coef=0.05, vf_coef=0.1, **sampling,
-                    sampler=sampler, local_rollout_forward_batch_size=micro, micro_batch_size=micro, **vllm_options)
+    cfg = PPOConfig(
+        batch_size=batch_size,
+        total_episodes=episodes,
+        response_length=response_length,
+        learning_rate=1e-5,
+        num_ppo_epochs=1,
+        kl_coef=0.05,
+        vf_coef=0.1,
+        **sampling,
+        sampler=sampler,
+        local_rollout_forward_batch_size=micro,
+        micro_batch_size=micro,
+        **vllm_options,
+    )
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -185,9 +228,15 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
 
             from trl_ext.ppo import PPOTrainer
 
-            trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=data, processing_class=tokenizer,
-                                 peft_config=peft_config,
-                                 accelerator=Accelerator(mixed_precision="bf16" if gpu else "no", cpu=not gpu))
+            trainer = PPOTrainer(
+                policy,
+                reward,
+                args=cfg,
+                train_dataset=data,
+                processing_class=tokenizer,
+                peft_config=peft_config,
+                accelerator=Accelerator(mixed_precision="bf16" if gpu else "no", cpu=not gpu),
+            )
             assert trainer.sampler_name == cfg.sampler
             trainer._sample = clock.timing(trainer._sample, lambda completions, *a, **k: completions.ids)
             model, run = trainer.model, lambda: trainer.train(clock.update_done)
@@ -196,7 +245,8 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
 
             # Both TRL trainers sample with the policy's own generate (through PEFT's when wrapped).
             policy.generate = clock.timing(  # TRL's PPO asks for a dict output, GRPO for the ids
-                policy.generate, lambda out, *a, **k: getattr(out, "sequences", out)[:, k["input_ids"].shape[1]:])
+                policy.generate, lambda out, *a, **k: getattr(out, "sequences", out)[:, k["input_ids"].shape[1] :]
+            )
 
             class Boundaries(TrainerCallback):
                 def on_step_end(self, *_, **__):
@@ -209,21 +259,41 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
                     raise SystemExit(f"{row}: {trl_ppo_unavailable_reason()} (pass --trl-ppo with TRL 1.12)")
                 from trl_ext.trl_compat.backend import build_trl_trainer
 
-                trainer = build_trl_trainer(cfg, policy, tokenizer, reward, data, out, callbacks=[Boundaries()],
-                                            peft_config=peft_config)
+                trainer = build_trl_trainer(
+                    cfg, policy, tokenizer, reward, data, out, callbacks=[Boundaries()], peft_config=peft_config
+                )
                 # TRL's own default: its rollout forwards in chunks of 64 rather than the whole batch.
                 trainer.args.local_rollout_forward_batch_size = min(64, batch_size)
             else:
                 from trl import GRPOConfig, GRPOTrainer
 
-                grpo_args = GRPOConfig(output_dir=out, per_device_train_batch_size=batch_size, num_generations=8,
-                                       max_completion_length=response_length, max_steps=updates, learning_rate=1e-5,
-                                       num_iterations=1, bf16=gpu, use_cpu=not gpu, logging_steps=1,
-                                       save_strategy="no", report_to="none", disable_tqdm=True,
-                                       gradient_checkpointing=False, disable_dropout=True, **sampling)
-                trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=grpo_args, processing_class=tokenizer,
-                                      train_dataset=Dataset.from_dict({"prompt": prompts}), callbacks=[Boundaries()],
-                                      peft_config=peft_config)
+                grpo_args = GRPOConfig(
+                    output_dir=out,
+                    per_device_train_batch_size=batch_size,
+                    num_generations=8,
+                    max_completion_length=response_length,
+                    max_steps=updates,
+                    learning_rate=1e-5,
+                    num_iterations=1,
+                    bf16=gpu,
+                    use_cpu=not gpu,
+                    logging_steps=1,
+                    save_strategy="no",
+                    report_to="none",
+                    disable_tqdm=True,
+                    gradient_checkpointing=False,
+                    disable_dropout=True,
+                    **sampling,
+                )
+                trainer = GRPOTrainer(
+                    model=policy,
+                    reward_funcs=[reward],
+                    args=grpo_args,
+                    processing_class=tokenizer,
+                    train_dataset=Dataset.from_dict({"prompt": prompts}),
+                    callbacks=[Boundaries()],
+                    peft_config=peft_config,
+                )
             model, run = trainer.model, trainer.train
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         clock.update_done()
@@ -233,24 +303,35 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     start, end = clock.stamps[args.warmup], clock.stamps[-1]
     seconds, generate_seconds = end[0] - start[0], end[1] - start[1]
     steps, tokens = end[2] - start[2], end[3] - start[3]
-    timed_phases = clock.phases[args.warmup:]
-    phases = {k: round(sum(p[k] for p in timed_phases) / len(timed_phases), 3) for k in timed_phases[0]} \
-        if timed_phases else None
-    return {"row": row, "batch_size": batch_size, "rows_per_pass": micro or "auto", "response_length": response_length, "updates": args.updates,
-            "episodes_per_second": round(args.updates * batch_size / seconds, 2),
-            "generated_tokens_per_second": round(tokens / seconds, 1),
-            "ms_per_decode_step": round(1000 * generate_seconds / steps, 2),
-            "generate_share": round(generate_seconds / seconds, 3),
-            "seconds_per_update": round(seconds / args.updates, 3),
-            "warmup_seconds": round(clock.stamps[args.warmup][0] - clock.stamps[0][0], 2),
-            "first_update_seconds": round(clock.stamps[1][0] - clock.stamps[0][0], 2),
-            "graphs_compiled": end[4], "graphs_compiled_while_timed": end[4] - start[4],
-            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
-            "trainable_parameters": trainable, "versions": versions(),
-            # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
-            "timing_phases_per_update": phases,
-            "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None,
-            **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu)}
+    timed_phases = clock.phases[args.warmup :]
+    phases = (
+        {k: round(sum(p[k] for p in timed_phases) / len(timed_phases), 3) for k in timed_phases[0]}
+        if timed_phases
+        else None
+    )
+    return {
+        "row": row,
+        "batch_size": batch_size,
+        "rows_per_pass": micro or "auto",
+        "response_length": response_length,
+        "updates": args.updates,
+        "episodes_per_second": round(args.updates * batch_size / seconds, 2),
+        "generated_tokens_per_second": round(tokens / seconds, 1),
+        "ms_per_decode_step": round(1000 * generate_seconds / steps, 2),
+        "generate_share": round(generate_seconds / seconds, 3),
+        "seconds_per_update": round(seconds / args.updates, 3),
+        "warmup_seconds": round(clock.stamps[args.warmup][0] - clock.stamps[0][0], 2),
+        "first_update_seconds": round(clock.stamps[1][0] - clock.stamps[0][0], 2),
+        "graphs_compiled": end[4],
+        "graphs_compiled_while_timed": end[4] - start[4],
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
+        "trainable_parameters": trainable,
+        "versions": versions(),
+        # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
+        "timing_phases_per_update": phases,
+        "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None,
+        **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu),
+    }
 
 
 def vllm_measures(trainer, cfg, gpu: bool) -> dict:
@@ -260,9 +341,11 @@ def vllm_measures(trainer, cfg, gpu: bool) -> dict:
         return {}
     import torch
 
-    found = {"vllm": {k: round(v, 3) if isinstance(v, float) else v for k, v in trainer.sampler.stats.items()},
-             "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
-             "vllm_enable_sleep_mode": cfg.vllm_enable_sleep_mode}
+    found = {
+        "vllm": {k: round(v, 3) if isinstance(v, float) else v for k, v in trainer.sampler.stats.items()},
+        "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
+        "vllm_enable_sleep_mode": cfg.vllm_enable_sleep_mode,
+    }
     if gpu:
         free, total = torch.cuda.mem_get_info()
         found["gpu_used_mb_at_end"] = round((total - free) / 2**20, 1)
@@ -309,16 +392,27 @@ def run_row(row: str, shape: str, args) -> tuple[dict | None, str | None]:
     else:
         spec = args.trl_latest
     python, env = environment(spec)
-    cmd = [python, str(Path(__file__).resolve()), "--one", row, "--shapes", shape, "--updates", str(args.updates),
-           "--warmup", str(args.warmup), "--vllm-gpu-memory-utilization", str(args.vllm_gpu_memory_utilization)] + \
-        (["--tiny"] if args.tiny else [])
+    cmd = [
+        python,
+        str(Path(__file__).resolve()),
+        "--one",
+        row,
+        "--shapes",
+        shape,
+        "--updates",
+        str(args.updates),
+        "--warmup",
+        str(args.warmup),
+        "--vllm-gpu-memory-utilization",
+        str(args.vllm_gpu_memory_utilization),
+    ] + (["--tiny"] if args.tiny else [])
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.row_timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return None, f"no result within {args.row_timeout} s"
     for line in done.stdout.splitlines():
         if line.startswith(RESULT):
-            return json.loads(line[len(RESULT):]), None
+            return json.loads(line[len(RESULT) :]), None
     lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
     print("\n".join(f"  | {line[:300]}" for line in lines[-25:]), flush=True)  # the log keeps why
     return None, (lines[-1] if lines else f"exit code {done.returncode}")[:500]
@@ -330,25 +424,37 @@ def command() -> str:
 
 def table(data: dict) -> str:
     """The results file as the markdown table docs/results.md shows (``NAME.md`` beside ``NAME.json``)."""
-    lines = ["| row | prompts x tokens | rows a pass | episodes/s | ms a decode step | generating | s an update "
-             "(generate / experience / update) | peak GPU MB | graphs compiled while timed | first update s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | prompts x tokens | rows a pass | episodes/s | ms a decode step | generating | s an update "
+        "(generate / experience / update) | peak GPU MB | graphs compiled while timed | first update s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in data["rows"]:
         phases = r.get("timing_phases_per_update") or {}
-        split = " / ".join(f"{phases[f'timing/{k}']:.2f}" for k in ("generate", "experience", "update")
-                           if f"timing/{k}" in phases)
-        lines.append(f"| `{r['row']}` | {r['batch_size']}x{r['response_length']} | {r.get('rows_per_pass', 'auto')} | "
-                     f"{r['episodes_per_second']:.1f} | {r['ms_per_decode_step']:.1f} | {r['generate_share']:.0%} | "
-                     f"{r['seconds_per_update']:.2f}{f' ({split})' if split else ''} | {r['peak_gpu_mb']:,.0f} | "
-                     f"{r['graphs_compiled_while_timed']} | {r['first_update_seconds']:.1f} |")
+        split = " / ".join(
+            f"{phases[f'timing/{k}']:.2f}" for k in ("generate", "experience", "update") if f"timing/{k}" in phases
+        )
+        lines.append(
+            f"| `{r['row']}` | {r['batch_size']}x{r['response_length']} | {r.get('rows_per_pass', 'auto')} | "
+            f"{r['episodes_per_second']:.1f} | {r['ms_per_decode_step']:.1f} | {r['generate_share']:.0%} | "
+            f"{r['seconds_per_update']:.2f}{f' ({split})' if split else ''} | {r['peak_gpu_mb']:,.0f} | "
+            f"{r['graphs_compiled_while_timed']} | {r['first_update_seconds']:.1f} |"
+        )
     lines += [f"| `{f['row']}` | {f['shape']} | failed: {f['error']} |||||||" for f in data.get("failed", [])]
     return "\n".join(lines) + "\n"
 
 
 def summary(results: list[dict]) -> str:
     """The rows as a short table (the end of a device run's output)."""
-    keys = ("episodes_per_second", "ms_per_decode_step", "generate_share", "seconds_per_update", "warmup_seconds",
-            "graphs_compiled_while_timed", "peak_gpu_mb")
+    keys = (
+        "episodes_per_second",
+        "ms_per_decode_step",
+        "generate_share",
+        "seconds_per_update",
+        "warmup_seconds",
+        "graphs_compiled_while_timed",
+        "peak_gpu_mb",
+    )
     lines = ["row shape " + " ".join(keys)]
     for r in results:
         lines.append(f"{r['row']} {r['batch_size']}x{r['response_length']} " + " ".join(str(r[k]) for k in keys))
@@ -360,12 +466,21 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny models on any device: check the script only")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="prompts per update x response tokens")
     parser.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"some of {', '.join(ROWS)}")
-    parser.add_argument("--sampler", help="the scratch trainer's rows alone, by sampler (comma-separated: "
-                        "'vllm' is --rows trl-ext/vllm); results to rlhf-gpu-SAMPLERS.json unless --out")
-    parser.add_argument("--vllm-env", help="virtual environment or --target folder with CUDA vLLM (the vLLM rows; "
-                        "default: --trl-latest)")
-    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3,
-                        help="share of GPU memory vLLM takes (PPOConfig's vllm_gpu_memory_utilization)")
+    parser.add_argument(
+        "--sampler",
+        help="the scratch trainer's rows alone, by sampler (comma-separated: "
+        "'vllm' is --rows trl-ext/vllm); results to rlhf-gpu-SAMPLERS.json unless --out",
+    )
+    parser.add_argument(
+        "--vllm-env",
+        help="virtual environment or --target folder with CUDA vLLM (the vLLM rows; default: --trl-latest)",
+    )
+    parser.add_argument(
+        "--vllm-gpu-memory-utilization",
+        type=float,
+        default=0.3,
+        help="share of GPU memory vLLM takes (PPOConfig's vllm_gpu_memory_utilization)",
+    )
     parser.add_argument("--lora", action="store_true", help="also each row with LoRA (r 16, all linear layers)")
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row")
     parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (compiling happens there)")
@@ -415,8 +530,15 @@ def main(argv=None) -> int:
             else:
                 failed.append({"row": row, "shape": shape, "error": why})
             if not args.tiny:  # after every row: a run cut short keeps what it measured
-                data = {"benchmark": "rlhf-gpu", "machine": machine(), "device": torch.cuda.get_device_name(),
-                        "commands": [command()], "settings": settings, "rows": results, "failed": failed}
+                data = {
+                    "benchmark": "rlhf-gpu",
+                    "machine": machine(),
+                    "device": torch.cuda.get_device_name(),
+                    "commands": [command()],
+                    "settings": settings,
+                    "rows": results,
+                    "failed": failed,
+                }
                 write_results(Path(args.out), data, table)
     print(summary(results))
     return 0 if results else 1

@@ -47,10 +47,16 @@ def command_line(script: str, argv: list[str] | None) -> str:
 def git_commit() -> str | None:
     """The working tree's commit, with ``+changes`` when tracked files differ from it (None outside git)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=30).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return (head + ("+changes" if dirty else "")) or None
@@ -65,8 +71,10 @@ def repository_path(path: str | Path) -> str:
 def file_record(path: str | Path) -> dict:
     """Which file a run followed (a plan): its path in the repository and the sha256 of its bytes (None if absent)."""
     path = Path(path)
-    return {"path": repository_path(path),
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None}
+    return {
+        "path": repository_path(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------- plans
@@ -92,7 +100,11 @@ def read_plan_file(path: str | Path, allowed: set[str], required: set[str]) -> d
 
 
 def check_seeds(path, seeds) -> None:
-    if not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds) or len(set(seeds)) != len(seeds):
+    if (
+        not seeds
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
         raise PlanError(f"{path}: seeds must be distinct integers, got {seeds!r}")
 
 
@@ -109,8 +121,10 @@ def check_pairs_and_extras(path, pairs: list[dict], extras: dict, rows) -> None:
     if any(len(pair.get("rows", [])) != 2 for pair in pairs):
         raise PlanError(f"{path}: each pair names two rows")
     if sorted(placed) != sorted(rows) or len(placed) != len(set(placed)):
-        raise PlanError(f"{path}: every row must be in exactly one pair or be an extra; rows {sorted(rows)}, "
-                        f"placed {sorted(placed)}")
+        raise PlanError(
+            f"{path}: every row must be in exactly one pair or be an extra; rows {sorted(rows)}, "
+            f"placed {sorted(placed)}"
+        )
     for name, extra in extras.items():
         if extra.get("compare_with") not in rows or not extra.get("about"):
             raise PlanError(f"{path}: extra {name!r} needs 'about' (why it is not a pair) and 'compare_with' (a row)")
@@ -129,15 +143,15 @@ def plan_jobs(plan: dict, seeds: list[int], names: list[str] | None = None) -> l
 
 def row_environment() -> dict:
     """A row's process environment: one thread for every math library, this repository importable."""
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-                PYTHONPATH=str(ROOT))
+    return dict(
+        os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT)
+    )
 
 
 def launch_row(cmd: list[str], log: Path) -> int:
     """Run one row's subprocess, its output into ``log``; its exit code. (Tests replace it.)"""
     with open(log, "w") as handle:
-        return subprocess.run(cmd, env=row_environment(), stdout=handle, stderr=subprocess.STDOUT,
-                              cwd=ROOT).returncode
+        return subprocess.run(cmd, env=row_environment(), stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
 
 
 def run_jobs(jobs: list[tuple[str, int]], workers: int, command_of, logs: Path, on_done=None) -> list:
@@ -177,10 +191,16 @@ def run_jobs(jobs: list[tuple[str, int]], workers: int, command_of, logs: Path, 
 
 def alone_seconds(wall: dict, others: list[dict]) -> float:
     """How long ``[started, ended]`` was covered by none of ``others``' intervals."""
-    edges = sorted({wall["started"], wall["ended"], *(t for w in others for t in (w["started"], w["ended"])
-                                                      if wall["started"] < t < wall["ended"])})
-    return sum(b - a for a, b in zip(edges, edges[1:])
-               if not any(w["started"] <= a and b <= w["ended"] for w in others))
+    edges = sorted(
+        {
+            wall["started"],
+            wall["ended"],
+            *(t for w in others for t in (w["started"], w["ended"]) if wall["started"] < t < wall["ended"]),
+        }
+    )
+    return sum(
+        b - a for a, b in zip(edges, edges[1:]) if not any(w["started"] <= a and b <= w["ended"] for w in others)
+    )
 
 
 @contextmanager
@@ -206,8 +226,9 @@ def evaluating(policy):
 
 def settings_differences(a: dict, b: dict) -> dict:
     """``{key: [a's value, b's value]}`` for every key whose values differ (a key one side lacks: ``<absent>``)."""
-    return {k: [a.get(k, ABSENT), b.get(k, ABSENT)] for k in sorted(set(a) | set(b))
-            if a.get(k, ABSENT) != b.get(k, ABSENT)}
+    return {
+        k: [a.get(k, ABSENT), b.get(k, ABSENT)] for k in sorted(set(a) | set(b)) if a.get(k, ABSENT) != b.get(k, ABSENT)
+    }
 
 
 def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
@@ -217,15 +238,28 @@ def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
     for invocation in dict.fromkeys(r.get("invocation") for r in rows):
         if invocation is None:
             continue
-        mine = {name: {r["seed"]: r["seconds_per_update"] for r in rows
-                       if r["trainer"] == name and r.get("invocation") == invocation} for name in (a, b)}
+        mine = {
+            name: {
+                r["seed"]: r["seconds_per_update"]
+                for r in rows
+                if r["trainer"] == name and r.get("invocation") == invocation
+            }
+            for name in (a, b)
+        }
         if not mine[a] or not mine[b]:
             continue
         mean = {name: sum(v.values()) / len(v) for name, v in mine.items()}
-        found.append({"invocation": invocation, "seconds_per_update": {k: round(v, 2) for k, v in mean.items()},
-                      "ratio": round(mean[a] / mean[b], 3), "seeds": {name: sorted(v) for name, v in mine.items()},
-                      "per_seed": {str(seed): round(mine[a][seed] / mine[b][seed], 3)
-                                   for seed in sorted(set(mine[a]) & set(mine[b]))}})
+        found.append(
+            {
+                "invocation": invocation,
+                "seconds_per_update": {k: round(v, 2) for k, v in mean.items()},
+                "ratio": round(mean[a] / mean[b], 3),
+                "seeds": {name: sorted(v) for name, v in mine.items()},
+                "per_seed": {
+                    str(seed): round(mine[a][seed] / mine[b][seed], 3) for seed in sorted(set(mine[a]) & set(mine[b]))
+                },
+            }
+        )
     return found
 
 
@@ -234,10 +268,14 @@ def comparisons(rows: list[dict], plan: dict) -> list[dict]:
     differ, computed from what the rows recorded, seed for seed, beside the keys the plan declares; and the
     ratio of their seconds per update in each invocation."""
     by = {(r["trainer"], r["seed"]): r for r in rows}
-    entries = [(pair["rows"][0], pair["rows"][1], "pair", pair.get("about", ""), pair.get("differs_in", []))
-               for pair in plan["pairs"]]
-    entries += [(name, extra["compare_with"], "extra", extra["about"], extra.get("differs_in", []))
-                for name, extra in plan["extras"].items()]
+    entries = [
+        (pair["rows"][0], pair["rows"][1], "pair", pair.get("about", ""), pair.get("differs_in", []))
+        for pair in plan["pairs"]
+    ]
+    entries += [
+        (name, extra["compare_with"], "extra", extra["about"], extra.get("differs_in", []))
+        for name, extra in plan["extras"].items()
+    ]
     found = []
     for a, b, kind, about, declared in entries:
         seeds = sorted(s for (name, s) in by if name == a and (b, s) in by)
@@ -245,9 +283,18 @@ def comparisons(rows: list[dict], plan: dict) -> list[dict]:
         for seed in seeds:
             for key, values in settings_differences(by[a, seed]["settings"], by[b, seed]["settings"]).items():
                 differ.setdefault(key, values)
-        found.append({"rows": [a, b], "kind": kind, "about": about, "seeds": seeds, "differing_settings": differ,
-                      "declared": sorted(declared), "as_declared": sorted(differ) == sorted(declared) if seeds else None,
-                      "invocations": invocation_ratios(rows, a, b)})
+        found.append(
+            {
+                "rows": [a, b],
+                "kind": kind,
+                "about": about,
+                "seeds": seeds,
+                "differing_settings": differ,
+                "declared": sorted(declared),
+                "as_declared": sorted(differ) == sorted(declared) if seeds else None,
+                "invocations": invocation_ratios(rows, a, b),
+            }
+        )
     return found
 
 

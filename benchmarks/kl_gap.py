@@ -39,9 +39,25 @@ def main(argv=None) -> int:
     out = Path(args.out)
     for critic in CRITICS:
         for init in INITS:
-            code = cli(["compare", "--out", str(out), "--seeds", str(args.seeds), "--backends", "trl,scratch",
-                        "--total-episodes", str(args.episodes), "--value-head-init", init,
-                        "--separate-critic", str(critic == "separate").lower(), "--overwrite", *shlex.split(args.extra)])
+            code = cli(
+                [
+                    "compare",
+                    "--out",
+                    str(out),
+                    "--seeds",
+                    str(args.seeds),
+                    "--backends",
+                    "trl,scratch",
+                    "--total-episodes",
+                    str(args.episodes),
+                    "--value-head-init",
+                    init,
+                    "--separate-critic",
+                    str(critic == "separate").lower(),
+                    "--overwrite",
+                    *shlex.split(args.extra),
+                ]
+            )
             if code:
                 return code
             runs += _harvest(out, critic, init)
@@ -49,12 +65,15 @@ def main(argv=None) -> int:
     device = device_tag(info)
     stem = ROOT / "benchmarks" / "results" / f"kl-gap-{device}"
     _plot(runs, stem.with_suffix(".png"))
-    stem.with_suffix(".json").write_text(json.dumps({"benchmark": "kl_gap", "machine": info,
-                                                     "episodes": args.episodes, "runs": runs}, indent=2) + "\n")
+    stem.with_suffix(".json").write_text(
+        json.dumps({"benchmark": "kl_gap", "machine": info, "episodes": args.episodes, "runs": runs}, indent=2) + "\n"
+    )
     print(f"{'critic':8} {'init':7} {'backend':8} seed  peak KL (episode)  final KL  greedy  sampled")
     for r in runs:
-        print(f"{r['critic']:8} {r['value_head_init']:7} {r['backend']:8} {r['seed']:4}  {r['peak_kl']:6.2f} "
-              f"({r['peak_at_episode']:5})    {r['final_kl']:6.2f}  {r['greedy_exact']:6.3f}  {r['sampled_exact']:7.3f}")
+        print(
+            f"{r['critic']:8} {r['value_head_init']:7} {r['backend']:8} {r['seed']:4}  {r['peak_kl']:6.2f} "
+            f"({r['peak_at_episode']:5})    {r['final_kl']:6.2f}  {r['greedy_exact']:6.3f}  {r['sampled_exact']:7.3f}"
+        )
     from benchmarks.tables import invocation, write
 
     write(stem.with_suffix(".md"), results_table(stem.with_suffix(".json"), invocation()))
@@ -69,14 +88,24 @@ def _harvest(out: Path, critic: str, init: str) -> list[dict]:
     for backend, rows in results["backends"].items():
         for offset, row in enumerate(rows):
             seed = results["config"]["train"]["seed"] + offset
-            history = [json.loads(line) for line in (out / f"{backend}_seed{seed}" / "metrics.jsonl")
-                       .read_text().splitlines()]
+            history = [
+                json.loads(line) for line in (out / f"{backend}_seed{seed}" / "metrics.jsonl").read_text().splitlines()
+            ]
             kl = [h["objective/kl"] for h in history]
-            runs.append({"critic": critic, "backend": backend, "value_head_init": init, "seed": seed,
-                         "peak_kl": max(kl), "peak_at_episode": history[kl.index(max(kl))]["episode"],
-                         "final_kl": kl[-1], "greedy_exact": row["greedy_exact"],
-                         "sampled_exact": row["sampled_exact"], "curve": [[h["episode"], k]
-                                                                          for h, k in zip(history, kl)]})
+            runs.append(
+                {
+                    "critic": critic,
+                    "backend": backend,
+                    "value_head_init": init,
+                    "seed": seed,
+                    "peak_kl": max(kl),
+                    "peak_at_episode": history[kl.index(max(kl))]["episode"],
+                    "final_kl": kl[-1],
+                    "greedy_exact": row["greedy_exact"],
+                    "sampled_exact": row["sampled_exact"],
+                    "curve": [[h["episode"], k] for h, k in zip(history, kl)],
+                }
+            )
     return runs
 
 
@@ -93,8 +122,14 @@ def _plot(runs: list[dict], path: Path) -> None:
             ax = axes[row][col]
             for r in (r for r in runs if r["value_head_init"] == init and r["critic"] == critic):
                 episodes, kl = zip(*r["curve"])
-                ax.plot(episodes, kl, color=colours[r["backend"]], alpha=0.8, linestyle=("-", "--", ":")[r["seed"] % 3],
-                        label=f"{r['backend']} seed {r['seed']}")
+                ax.plot(
+                    episodes,
+                    kl,
+                    color=colours[r["backend"]],
+                    alpha=0.8,
+                    linestyle=("-", "--", ":")[r["seed"] % 3],
+                    label=f"{r['backend']} seed {r['seed']}",
+                )
             ax.set_title(f"{critic} critic, value head init: {init}", fontsize=9)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
@@ -107,7 +142,6 @@ def _plot(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-
 def results_table(name, made_by: str) -> str:
     """The file's table: per critic, value head init and backend, each seed's peak and final KL and accuracies."""
     from benchmarks.tables import load, source_line
@@ -116,17 +150,29 @@ def results_table(name, made_by: str) -> str:
     groups: dict[tuple, list] = {}
     for run in data["runs"]:
         groups.setdefault((run["critic"], run["value_head_init"], run["backend"]), []).append(run)
-    lines = [source_line(name, made_by) + f" {data.get('episodes', 0):,} episodes a run.", "",
-             "| critic | value head init | backend | peak KL, per seed | final KL | sampled exact | greedy exact |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        source_line(name, made_by) + f" {data.get('episodes', 0):,} episodes a run.",
+        "",
+        "| critic | value head init | backend | peak KL, per seed | final KL | sampled exact | greedy exact |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (critic, init, backend), runs in groups.items():
         runs = sorted(runs, key=lambda r: r["seed"])
-        lines.append(f"| {critic} | {init} | {backend} | " + " | ".join(
-            " / ".join(f"{r[key]:.{digits}f}" for r in runs)
-            for key, digits in (("peak_kl", 2), ("final_kl", 2), ("sampled_exact", 3), ("greedy_exact", 3))) + " |")
+        lines.append(
+            f"| {critic} | {init} | {backend} | "
+            + " | ".join(
+                " / ".join(f"{r[key]:.{digits}f}" for r in runs)
+                for key, digits in (("peak_kl", 2), ("final_kl", 2), ("sampled_exact", 3), ("greedy_exact", 3))
+            )
+            + " |"
+        )
     seeds = sorted({r["seed"] for r in data["runs"]})
-    lines += ["", f"Seeds {' / '.join(map(str, seeds))} in each cell.", "",
-              f"![KL to the reference, every run](../benchmarks/results/{Path(name).stem}.png)"]
+    lines += [
+        "",
+        f"Seeds {' / '.join(map(str, seeds))} in each cell.",
+        "",
+        f"![KL to the reference, every run](../benchmarks/results/{Path(name).stem}.png)",
+    ]
     return "\n".join(lines)
 
 

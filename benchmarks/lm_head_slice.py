@@ -48,8 +48,11 @@ def measure(vocab: int, kept: int, dtype: torch.dtype, grad: bool) -> dict:
     with torch.set_grad_enabled(grad):
         by_int = median_seconds(lambda: torch.nn.functional.linear(hidden[:, -kept:, :], head))
         by_index = median_seconds(lambda: torch.nn.functional.linear(hidden[:, index, :], head))
-    return {"int_seconds": round(by_int, 5), "index_seconds": round(by_index, 5),
-            "slower_by": round(by_int / by_index, 1)}
+    return {
+        "int_seconds": round(by_int, 5),
+        "index_seconds": round(by_index, 5),
+        "slower_by": round(by_int / by_index, 1),
+    }
 
 
 def main() -> int:
@@ -62,33 +65,53 @@ def main() -> int:
         for dtype in (torch.bfloat16, torch.float32):
             for kept in (13, 1):
                 for grad in (False, True):
-                    rows.append({"head": name, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."),
-                                 "kept": kept, "grad": grad, **measure(vocab, kept, dtype, grad)})
+                    rows.append(
+                        {
+                            "head": name,
+                            "vocab": vocab,
+                            "dtype": str(dtype).removeprefix("torch."),
+                            "kept": kept,
+                            "grad": grad,
+                            **measure(vocab, kept, dtype, grad),
+                        }
+                    )
                     print(rows[-1], flush=True)
     out = ROOT / "benchmarks" / "results" / "lm-head-slice-cpu"
-    meta = {"benchmark": "lm-head-slice", "command": "OMP_NUM_THREADS=1 python benchmarks/lm_head_slice.py",
-            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()},
-            "torch": torch.__version__, "rows_positions_hidden": [ROWS, LENGTH, HIDDEN], "repeats": REPEATS}
+    meta = {
+        "benchmark": "lm-head-slice",
+        "command": "OMP_NUM_THREADS=1 python benchmarks/lm_head_slice.py",
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()},
+        "torch": torch.__version__,
+        "rows_positions_hidden": [ROWS, LENGTH, HIDDEN],
+        "repeats": REPEATS,
+    }
     out.with_suffix(".json").write_text(json.dumps(dict(meta, rows=rows), indent=2) + "\n")
     out.with_suffix(".md").write_text(results_table(dict(meta, rows=rows), out.with_suffix(".json").name) + "\n")
     print(f"written {out}.json/.md")
     return 0
 
 
-
 def results_table(data: dict, name: str) -> str:
     """The file's table: the head's seconds with an int ``logits_to_keep`` and with indices, each shape."""
     m = data["machine"]
     rows, positions, hidden = data["rows_positions_hidden"]
-    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
-             f"{m['cpu']} ({m['cores']} cores), one torch thread a process.*", "",
-             f"torch {data['torch']}: the head over the last positions of {rows} rows of {positions} positions (hidden "
-             f"{hidden}), the median of {data['repeats']} calls each.", "",
-             "| head | dtype | positions kept | gradients | int `logits_to_keep` s | indices s | int slower by |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['head']} | {r['dtype']} | {r['kept']} | {'yes' if r['grad'] else 'no'} | {r['int_seconds']:.3f} | "
-              f"{r['index_seconds']:.3f} | {r['slower_by']:.0f}x |" for r in data["rows"]]
+    lines = [
+        f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by `{data['command']}` on "
+        f"{m['cpu']} ({m['cores']} cores), one torch thread a process.*",
+        "",
+        f"torch {data['torch']}: the head over the last positions of {rows} rows of {positions} positions (hidden "
+        f"{hidden}), the median of {data['repeats']} calls each.",
+        "",
+        "| head | dtype | positions kept | gradients | int `logits_to_keep` s | indices s | int slower by |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['head']} | {r['dtype']} | {r['kept']} | {'yes' if r['grad'] else 'no'} | {r['int_seconds']:.3f} | "
+        f"{r['index_seconds']:.3f} | {r['slower_by']:.0f}x |"
+        for r in data["rows"]
+    ]
     return "\n".join(lines)
+
 
 if __name__ == "__main__":
     sys.exit(main())

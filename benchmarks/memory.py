@@ -46,8 +46,13 @@ def main(argv=None) -> int:
     train = PPOConfig(**DOUBLING_DEFAULTS, batch_size=args.batch_size, total_episodes=args.updates * args.batch_size)
     run = ppo_options(train, args.policy, args.reward, out="unused")
     policy, tokenizer, reward_fn = load_inputs(run)
-    trainer = PPOTrainer(policy, reward_fn, args=train_options(run), processing_class=tokenizer,
-                         train_dataset=ppo_prompt_dataset(tokenizer, train.total_episodes, 0))
+    trainer = PPOTrainer(
+        policy,
+        reward_fn,
+        args=train_options(run),
+        processing_class=tokenizer,
+        train_dataset=ppo_prompt_dataset(tokenizer, train.total_episodes, 0),
+    )
     samples = []
 
     def sample(update: int, stats: dict) -> None:
@@ -59,10 +64,23 @@ def main(argv=None) -> int:
     trainer.train(sample)
     warm = samples[1] if len(samples) > 1 else samples[0]
     # Model directories as given, relative to the repository when inside it: no machine's temp paths.
-    settings = {k: (os.path.relpath(v, ROOT) if k in ("policy", "reward") and Path(v).resolve().is_relative_to(ROOT)
-                    else Path(v).name if k in ("policy", "reward") else v) for k, v in vars(args).items()}
-    result = {"benchmark": "ppo-memory", "machine": machine(), "settings": settings, "samples": samples,
-              "growth_mb_after_warmup": round(samples[-1]["rss_mb"] - warm["rss_mb"], 1)}
+    settings = {
+        k: (
+            os.path.relpath(v, ROOT)
+            if k in ("policy", "reward") and Path(v).resolve().is_relative_to(ROOT)
+            else Path(v).name
+            if k in ("policy", "reward")
+            else v
+        )
+        for k, v in vars(args).items()
+    }
+    result = {
+        "benchmark": "ppo-memory",
+        "machine": machine(),
+        "settings": settings,
+        "samples": samples,
+        "growth_mb_after_warmup": round(samples[-1]["rss_mb"] - warm["rss_mb"], 1),
+    }
     out = ROOT / "benchmarks" / "results" / f"memory-{'cpu' if result['machine']['device'] == 'cpu' else 'gpu'}.json"
     from benchmarks.harness import write_results
     from benchmarks.tables import invocation
@@ -72,18 +90,21 @@ def main(argv=None) -> int:
     return 0
 
 
-
 def results_table(name, made_by: str) -> str:
     """The file's figures: resident memory at warm-up and at the end."""
     from benchmarks.tables import load, source_line
 
     data = load(name)
     samples, s = data["samples"], data["settings"]
-    return "\n".join([
-        source_line(name, made_by), "",
-        f"{s['updates']:,} scratch updates at batch {s['batch_size']}: resident memory {samples[0]['rss_mb']} MB at "
-        f"update {samples[0]['update']}, {samples[-1]['rss_mb']} MB at update {samples[-1]['update']} "
-        f"(growth after warm-up: {data['growth_mb_after_warmup']} MB)."])
+    return "\n".join(
+        [
+            source_line(name, made_by),
+            "",
+            f"{s['updates']:,} scratch updates at batch {s['batch_size']}: resident memory {samples[0]['rss_mb']} MB at "
+            f"update {samples[0]['update']}, {samples[-1]['rss_mb']} MB at update {samples[-1]['update']} "
+            f"(growth after warm-up: {data['growth_mb_after_warmup']} MB).",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -46,33 +46,65 @@ def one_setting(name: str, args) -> dict:
 
     setting = SETTINGS[name]
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 11 // 4,
-                         num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=2,
-                         max_position_embeddings=1024, tie_word_embeddings=False, eos_token_id=1, pad_token_id=0)
+    config = Qwen2Config(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 11 // 4,
+        num_hidden_layers=args.layers,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     policy = Qwen2ForCausalLM(config)
     tokenizer = _ids_tokenizer()
-    prompts = Dataset.from_dict({"input_ids": [[2 + (7 * i + j) % (args.vocab - 2) for j in range(args.prompt_length)]
-                                               for i in range(args.batch_size * args.updates)]})
+    prompts = Dataset.from_dict(
+        {
+            "input_ids": [
+                [2 + (7 * i + j) % (args.vocab - 2) for j in range(args.prompt_length)]
+                for i in range(args.batch_size * args.updates)
+            ]
+        }
+    )
     peft_config = None
     if setting["lora"]:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
     reference = copy.deepcopy(policy) if setting["reference_copy"] and setting["lora"] else None
-    trainer = PPOTrainer(policy, lambda completion_ids, **kw: [len(ids) / 8 for ids in completion_ids],
-                         args=PPOConfig(batch_size=args.batch_size, total_episodes=args.batch_size * args.updates,
-                                        response_length=args.response_length, num_ppo_epochs=1, learning_rate=1e-5,
-                                        gradient_checkpointing=setting["checkpointing"]),
-                         processing_class=tokenizer, train_dataset=prompts, peft_config=peft_config,
-                         ref_model=reference)
+    trainer = PPOTrainer(
+        policy,
+        lambda completion_ids, **kw: [len(ids) / 8 for ids in completion_ids],
+        args=PPOConfig(
+            batch_size=args.batch_size,
+            total_episodes=args.batch_size * args.updates,
+            response_length=args.response_length,
+            num_ppo_epochs=1,
+            learning_rate=1e-5,
+            gradient_checkpointing=setting["checkpointing"],
+        ),
+        processing_class=tokenizer,
+        train_dataset=prompts,
+        peft_config=peft_config,
+        ref_model=reference,
+    )
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
-    peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else \
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = (
+        torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )
     parameters = sum(p.numel() for p in trainer.actor_critic.parameters())
-    return {"setting": name, "peak_mb": round(peak, 1), "parameters": parameters,
-            "trainable": sum(p.numel() for p in trainer.actor_critic.parameters() if p.requires_grad)}
+    return {
+        "setting": name,
+        "peak_mb": round(peak, 1),
+        "parameters": parameters,
+        "trainable": sum(p.numel() for p in trainer.actor_critic.parameters() if p.requires_grad),
+    }
 
 
 def _ids_tokenizer():
@@ -82,8 +114,14 @@ def _ids_tokenizer():
     def batch_decode(ids, skip_special_tokens=True):
         return [" ".join(map(str, row)) for row in ids]
 
-    return SimpleNamespace(eos_token_id=1, pad_token_id=0, eos_token="<eos>", pad_token="<pad>",
-                           batch_decode=batch_decode, name_or_path="ids")
+    return SimpleNamespace(
+        eos_token_id=1,
+        pad_token_id=0,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        batch_decode=batch_decode,
+        name_or_path="ids",
+    )
 
 
 def main(argv=None) -> int:
@@ -104,7 +142,9 @@ def main(argv=None) -> int:
     rows = []
     for name in SETTINGS:
         child = [sys.executable, __file__, "--setting", name, *(argv if argv is not None else sys.argv[1:])]
-        run = subprocess.run(child, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        run = subprocess.run(
+            child, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        )
         if run.returncode != 0:
             print(run.stderr[-3000:], file=sys.stderr)
             return run.returncode
@@ -117,10 +157,13 @@ def main(argv=None) -> int:
         row["saved_mb_vs_full"] = round(base - row["peak_mb"], 1)
     info = machine()
     device = "gpu" if info["device"] != "cpu" else "cpu"
-    result = {"benchmark": "ppo-memory-options", "machine": info,
-              "settings": {k: v for k, v in vars(args).items() if k != "setting"},
-              "measure": "peak GPU memory allocated (MB)" if device == "gpu" else "peak resident set size (MB)",
-              "rows": rows}
+    result = {
+        "benchmark": "ppo-memory-options",
+        "machine": info,
+        "settings": {k: v for k, v in vars(args).items() if k != "setting"},
+        "measure": "peak GPU memory allocated (MB)" if device == "gpu" else "peak resident set size (MB)",
+        "rows": rows,
+    }
     out = ROOT / "benchmarks" / "results" / f"memory-options-{device}.json"
     from benchmarks.harness import write_results
     from benchmarks.tables import invocation
@@ -130,22 +173,26 @@ def main(argv=None) -> int:
     return 0
 
 
-
 def results_table(name, made_by: str) -> str:
     """The file's table: each setting's peak memory, trainable parameters and saving."""
     from benchmarks.tables import load, source_line
 
     data = load(name)
     s = data["settings"]
-    lines = [source_line(name, made_by) + f" A Qwen2-architecture policy built from a config (hidden {s['hidden']}, "
-             f"{s['layers']} layers, vocabulary {s['vocab']:,}), batch {s['batch_size']}, {s['prompt_length']}-token "
-             f"prompts and {s['response_length']}-token responses, {s['updates']} updates, each setting in a fresh "
-             f"process; {data['measure']}.", "",
-             "| setting | peak MB | trainable parameters | saved vs full + reference copy (MB) |",
-             "|---|---|---|---|"]
+    lines = [
+        source_line(name, made_by) + f" A Qwen2-architecture policy built from a config (hidden {s['hidden']}, "
+        f"{s['layers']} layers, vocabulary {s['vocab']:,}), batch {s['batch_size']}, {s['prompt_length']}-token "
+        f"prompts and {s['response_length']}-token responses, {s['updates']} updates, each setting in a fresh "
+        f"process; {data['measure']}.",
+        "",
+        "| setting | peak MB | trainable parameters | saved vs full + reference copy (MB) |",
+        "|---|---|---|---|",
+    ]
     for row in data["rows"]:
-        lines.append(f"| {row['setting']} | {row['peak_mb']:.1f} | {row['trainable']:,} of {row['parameters']:,} | "
-                     f"{row['saved_mb_vs_full']:.1f} |")
+        lines.append(
+            f"| {row['setting']} | {row['peak_mb']:.1f} | {row['trainable']:,} of {row['parameters']:,} | "
+            f"{row['saved_mb_vs_full']:.1f} |"
+        )
     return "\n".join(lines)
 
 

@@ -31,8 +31,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCABS = {"32k": 32000, "152k": 151936}
-DEFAULT_ROWS = ("64x64/152k/float32", "64x64/152k/bfloat16", "16x64/152k/float32", "256x64/152k/float32",
-                "64x64/32k/float32")
+DEFAULT_ROWS = (
+    "64x64/152k/float32",
+    "64x64/152k/bfloat16",
+    "16x64/152k/float32",
+    "256x64/152k/float32",
+    "64x64/32k/float32",
+)
 
 CHILD = r"""
 import json, sys, time, torch
@@ -56,19 +61,34 @@ def run_row(row: str, code: Path, updates: int, extra: list[str]) -> dict:
     shape, vocab, dtype = row.split("/")
     batch, response = (int(x) for x in shape.split("x"))
     with tempfile.TemporaryDirectory() as root:
-        script = CHILD.format(tests=str(ROOT / "tests"), dtype=dtype, root=root, vocab=VOCABS[vocab],
-                              prompts=str(ROOT / "recipes/rlhf/prompts_plain.txt"), batch=batch,
-                              episodes=batch * updates, response=response, extra=extra)
+        script = CHILD.format(
+            tests=str(ROOT / "tests"),
+            dtype=dtype,
+            root=root,
+            vocab=VOCABS[vocab],
+            prompts=str(ROOT / "recipes/rlhf/prompts_plain.txt"),
+            batch=batch,
+            episodes=batch * updates,
+            response=response,
+            extra=extra,
+        )
         env = {**os.environ, "PYTHONPATH": str(code), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         start = time.perf_counter()
         run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=root)
     lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
-    result = {"row": row, "batch": batch, "response_length": response, "vocab": VOCABS[vocab], "dtype": dtype,
-              "updates": updates, "options": extra}
+    result = {
+        "row": row,
+        "batch": batch,
+        "response_length": response,
+        "vocab": VOCABS[vocab],
+        "dtype": dtype,
+        "updates": updates,
+        "options": extra,
+    }
     if run.returncode != 0 or not lines:
         error = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return {**result, "failed": error[:300], "seconds": round(time.perf_counter() - start, 1)}
-    return {**result, **json.loads(lines[-1][len("RESULT "):])}
+    return {**result, **json.loads(lines[-1][len("RESULT ") :])}
 
 
 def main(argv=None) -> int:
@@ -77,8 +97,11 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=1, help="the peak is reached in the first")
     parser.add_argument("--code", default=str(ROOT), help="where trl_ext is imported from")
     parser.add_argument("--tag", default="after", help="the results' key (before/after a change)")
-    parser.add_argument("--options", default="", help="more rlhf options, e.g. '--num-ppo-epochs 1' (peak memory "
-                        "does not depend on it; time does)")
+    parser.add_argument(
+        "--options",
+        default="",
+        help="more rlhf options, e.g. '--num-ppo-epochs 1' (peak memory does not depend on it; time does)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory-scaling-cpu.json"))
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -99,24 +122,33 @@ def main(argv=None) -> int:
     return 0
 
 
-
 def results_table(name, made_by: str) -> str:
     """The file's table: each row's peak resident memory and wall time, the code before a change and after."""
     from benchmarks.tables import load, source_line
 
     data = load(name)
-    lines = [source_line(name, made_by), "",
-             "| code | batch x response / vocabulary / checkpoint dtype | PPO epochs | peak RSS GB | wall s |",
-             "|---|---|---|---|---|"]
+    lines = [
+        source_line(name, made_by),
+        "",
+        "| code | batch x response / vocabulary / checkpoint dtype | PPO epochs | peak RSS GB | wall s |",
+        "|---|---|---|---|---|",
+    ]
     for tag in ("before", "after"):
         for row in data.get(tag, {}).values():
             options = " ".join(row.get("options", []))
-            epochs = "1" if "--num-ppo-epochs 1" in options or "sweep" in Path(name).name else "4"  # the sweep: one epoch
+            epochs = (
+                "1" if "--num-ppo-epochs 1" in options or "sweep" in Path(name).name else "4"
+            )  # the sweep: one epoch
             extra = options.replace("--num-ppo-epochs 1", "").strip()
-            peak = f"{row['peak_rss_gb']:.2f}" if "peak_rss_gb" in row else \
-                f"failed: `{row.get('failed', row.get('exit'))}`"
-            lines.append(f"| {tag} | {row['batch']} x {row['response_length']} / {row['vocab']:,} / {row['dtype']}"
-                         f"{f' `{extra}`' if extra else ''} | {epochs} | {peak} | {row['seconds']:.1f} |")
+            peak = (
+                f"{row['peak_rss_gb']:.2f}"
+                if "peak_rss_gb" in row
+                else f"failed: `{row.get('failed', row.get('exit'))}`"
+            )
+            lines.append(
+                f"| {tag} | {row['batch']} x {row['response_length']} / {row['vocab']:,} / {row['dtype']}"
+                f"{f' `{extra}`' if extra else ''} | {epochs} | {peak} | {row['seconds']:.1f} |"
+            )
     return "\n".join(lines)
 
 

@@ -50,18 +50,32 @@ ROWS = {  # name -> (virtual environment, advantage estimator, generations per p
 }
 # Fixed before the runs (benchmarks/multi_turn_plan.md): the real-model benchmark's settings where they apply,
 # 64 tokens for all turns (a call ~25, the result ~15, the answer ~5), one round of tool calls.
-SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
-                response_length=64, num_ppo_epochs=2, value_head_init="zero", whiten_advantages=False,
-                scale_rewards="none", max_tool_calling_iterations=1, max_grad_norm=1.0, lora_r=16, lora_alpha=32,
-                dtype="bfloat16")
+SETTINGS = dict(
+    batch_size=16,
+    learning_rate=1.5e-4,
+    lr_scheduler_type="constant",
+    temperature=0.7,
+    response_length=64,
+    num_ppo_epochs=2,
+    value_head_init="zero",
+    whiten_advantages=False,
+    scale_rewards="none",
+    max_tool_calling_iterations=1,
+    max_grad_norm=1.0,
+    lora_r=16,
+    lora_alpha=32,
+    dtype="bfloat16",
+)
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
 # 10 steps of 8 (the plan's revision 2). 24 steps (2 epochs of the 96 rows) left RL nothing to learn: held-out 0.969
 # sampled, 1.000 greedy; 6 steps taught no parseable call (0 of 32): benchmarks/results/multi-turn-warm-start-*-steps.json
 WARM_START = dict(conversations=48, steps=10, batch_size=8, learning_rate=2e-4, seed=0)
 QUICK = dict(seeds=[0], updates=1, heldout=4)
 FULL = dict(seeds=[0, 1, 2], updates=20, heldout=32)
-MEASURED = {"heldout": "held-out-before-rl.json",  # the warm start's own measurements, kept in its folder
-            "test": "test-before-rl.json"}
+MEASURED = {
+    "heldout": "held-out-before-rl.json",  # the warm start's own measurements, kept in its folder
+    "test": "test-before-rl.json",
+}
 REACHED = 0.5  # "episodes to a held-out score": the first evaluation at or above this (plan, fixed before the run)
 TARGET_GAIN, TARGET_SPEED = 0.4, 0.7  # issue 43: +0.4 over the warm start on every seed; <= 0.7x TRL's s/update
 
@@ -106,24 +120,31 @@ def summary_lines(result: dict) -> list[str]:
     trl = by.get("trl-grpo")
     trl_speed = sum(r["seconds_per_update"] for r in trl) / len(trl) if trl else None
     trl_score = sum(r["after"] for r in trl) / len(trl) if trl else None
-    lines = ["", f"Means over seeds. Warm start before RL (this machine): "
-             f"{'not measured here' if before is None else f'{before:.3f} sampled'}; targets (issue 43): "
-             f"gain >= +{TARGET_GAIN} on every seed, mean >= TRL's GRPO, s/update <= {TARGET_SPEED}x TRL's in this "
-             f"invocation; episodes to a held-out score >= {REACHED} (evaluations every {result.get('eval_every') or '-'} "
-             "updates and after).", "",
-             "| trainer | seeds | held-out after | least gain over the warm start | >= TRL's GRPO | s/update | x TRL's "
-             "| episodes to >= 0.5, per seed |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"Means over seeds. Warm start before RL (this machine): "
+        f"{'not measured here' if before is None else f'{before:.3f} sampled'}; targets (issue 43): "
+        f"gain >= +{TARGET_GAIN} on every seed, mean >= TRL's GRPO, s/update <= {TARGET_SPEED}x TRL's in this "
+        f"invocation; episodes to a held-out score >= {REACHED} (evaluations every {result.get('eval_every') or '-'} "
+        "updates and after).",
+        "",
+        "| trainer | seeds | held-out after | least gain over the warm start | >= TRL's GRPO | s/update | x TRL's "
+        "| episodes to >= 0.5, per seed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, group in by.items():
         mean = sum(r["after"] for r in group) / len(group)
         greedy = sum(r["after_greedy"] for r in group) / len(group)
         speed = sum(r["seconds_per_update"] for r in group) / len(group)
         gain = None if before is None else min(r["after"] for r in group) - before
         reach = ", ".join(str(episodes_to_reach(r) or "not reached") for r in sorted(group, key=lambda r: r["seed"]))
-        lines.append(f"| {name} | {','.join(str(r['seed']) for r in group)} | {mean:.3f} ({greedy:.3f}) | "
-                     f"{'-' if gain is None else f'{gain:+.3f}' + (' yes' if gain >= TARGET_GAIN else ' no')} | "
-                     f"{'-' if trl_score is None or name == 'trl-grpo' else ('yes' if mean >= trl_score else 'no')}"
-                     f"{' (other seeds)' if trl and name != 'trl-grpo' and seeds_of(group) != seeds_of(trl) else ''} | "
-                     f"{speed:.2f} | {'-' if not trl_speed else f'{speed / trl_speed:.2f}'} | {reach} |")
+        lines.append(
+            f"| {name} | {','.join(str(r['seed']) for r in group)} | {mean:.3f} ({greedy:.3f}) | "
+            f"{'-' if gain is None else f'{gain:+.3f}' + (' yes' if gain >= TARGET_GAIN else ' no')} | "
+            f"{'-' if trl_score is None or name == 'trl-grpo' else ('yes' if mean >= trl_score else 'no')}"
+            f"{' (other seeds)' if trl and name != 'trl-grpo' and seeds_of(group) != seeds_of(trl) else ''} | "
+            f"{speed:.2f} | {'-' if not trl_speed else f'{speed / trl_speed:.2f}'} | {reach} |"
+        )
     return lines
 
 
@@ -139,17 +160,25 @@ def tool_loop() -> dict:
 def lora_config():
     from peft import LoraConfig
 
-    return LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
-                      lora_dropout=0.0, target_modules="all-linear")
+    return LoraConfig(
+        task_type="CAUSAL_LM",
+        r=SETTINGS["lora_r"],
+        lora_alpha=SETTINGS["lora_alpha"],
+        lora_dropout=0.0,
+        target_modules="all-linear",
+    )
 
 
 def held_out(model, tokenizer, rows, seed: int) -> dict:
     from trl_ext.tasks.real_model.tool_task import score_tool_rows
 
     common = tool_loop()
-    return {"greedy": score_tool_rows(model, tokenizer, rows, **common),
-            "sampled": score_tool_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"], seed=seed + 1,
-                                       **common)}
+    return {
+        "greedy": score_tool_rows(model, tokenizer, rows, **common),
+        "sampled": score_tool_rows(
+            model, tokenizer, rows, temperature=SETTINGS["temperature"], seed=seed + 1, **common
+        ),
+    }
 
 
 def brief(scores: dict) -> dict:
@@ -187,10 +216,17 @@ def make_warm_start(heldout: int) -> dict:
     data = Dataset.from_list(sft_rows(WARM_START["conversations"], WARM_START["seed"]))
     lora = lora_config()
     t1 = time.perf_counter()
-    tuned, history = supervised_finetune(model, tokenizer, data, output_dir=tempfile.mkdtemp(prefix="warm-"),
-                                         steps=WARM_START["steps"], batch_size=WARM_START["batch_size"],
-                                         learning_rate=WARM_START["learning_rate"], seed=WARM_START["seed"],
-                                         peft_config=lora)
+    tuned, history = supervised_finetune(
+        model,
+        tokenizer,
+        data,
+        output_dir=tempfile.mkdtemp(prefix="warm-"),
+        steps=WARM_START["steps"],
+        batch_size=WARM_START["batch_size"],
+        learning_rate=WARM_START["learning_rate"],
+        seed=WARM_START["seed"],
+        peft_config=lora,
+    )
     sft_seconds = time.perf_counter() - t1
     tuned.save_pretrained(WARM_DIR, safe_serialization=True)
     tokenizer.save_pretrained(WARM_DIR)
@@ -198,14 +234,31 @@ def make_warm_start(heldout: int) -> dict:
     measured = {"held_out_prompts": len(rows), "base": brief(base), "warm": brief(warm)}
     (WARM_DIR / MEASURED["heldout"]).write_text(json.dumps(measured, indent=2) + "\n")
     losses = [h["loss"] for h in history if "loss" in h]
-    return {"benchmark": "multi-turn-warm-start", "warm_start": WARM_START, "sft_rows": len(data),
-            "sft_seconds": round(sft_seconds, 1), "losses": losses, "held_out_prompts": len(rows),
-            "base": brief(base), "warm": brief(warm), "warm_examples": warm["sampled"]["examples"],
-            "seconds": round(time.perf_counter() - t0, 1), "folder": str(WARM_DIR.relative_to(ROOT))}
+    return {
+        "benchmark": "multi-turn-warm-start",
+        "warm_start": WARM_START,
+        "sft_rows": len(data),
+        "sft_seconds": round(sft_seconds, 1),
+        "losses": losses,
+        "held_out_prompts": len(rows),
+        "base": brief(base),
+        "warm": brief(warm),
+        "warm_examples": warm["sampled"]["examples"],
+        "seconds": round(time.perf_counter() - t0, 1),
+        "folder": str(WARM_DIR.relative_to(ROOT)),
+    }
 
 
-def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_dir: Path = WARM_DIR,
-            eval_every: int = 0, split: str = "heldout") -> None:
+def run_row(
+    name: str,
+    seed: int,
+    updates: int,
+    heldout: int,
+    out: Path,
+    warm_dir: Path = WARM_DIR,
+    eval_every: int = 0,
+    split: str = "heldout",
+) -> None:
     """One row, in this process: train from the warm start, evaluate after (and, sampled, after every
     ``eval_every``-th update, left out of the seconds), write its JSON to ``out``."""
     import torch
@@ -223,13 +276,23 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     curve, start, evaluated = [], time.perf_counter(), [0.0]
 
     def record(update: int, reward: float, calls: float, stats: dict) -> None:
-        curve.append({"update": update, "seconds": round(time.perf_counter() - start - evaluated[0], 2),
-                      "reward": round(reward, 4),
-                      "tool_calls_per_rollout": round(calls, 4),
-                      **{k: round(float(v), 4) for k, v in stats.items()
-                         if k.startswith(("timing/", "turns/", "tokens/")) or k in ("objective/kl",)}})
-        print(f"[{name} seed {seed}] update {update} reward {reward:.3f} calls {calls:.2f} at {curve[-1]['seconds']} s",
-              flush=True)
+        curve.append(
+            {
+                "update": update,
+                "seconds": round(time.perf_counter() - start - evaluated[0], 2),
+                "reward": round(reward, 4),
+                "tool_calls_per_rollout": round(calls, 4),
+                **{
+                    k: round(float(v), 4)
+                    for k, v in stats.items()
+                    if k.startswith(("timing/", "turns/", "tokens/")) or k in ("objective/kl",)
+                },
+            }
+        )
+        print(
+            f"[{name} seed {seed}] update {update} reward {reward:.3f} calls {calls:.2f} at {curve[-1]['seconds']} s",
+            flush=True,
+        )
 
     def evaluate(update: int, policy) -> None:
         """The sampled held-out score after ``update``, on the update's curve entry."""
@@ -237,27 +300,38 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
             return
         t0 = time.perf_counter()
         with evaluating(policy):
-            score = tool_task.score_tool_rows(policy, tokenizer, rows, temperature=SETTINGS["temperature"],
-                                              seed=seed + 1, examples=0, **tool_loop())["score"]
+            score = tool_task.score_tool_rows(
+                policy, tokenizer, rows, temperature=SETTINGS["temperature"], seed=seed + 1, examples=0, **tool_loop()
+            )["score"]
         evaluated[0] += time.perf_counter() - t0
         next(c for c in curve if c["update"] == update)["held_out"] = score
 
     if estimator == "trl":
-        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record,
-                                evaluate)
+        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record, evaluate)
     else:
         from trl_ext.ppo import PPOConfig, PPOTrainer
 
         fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG}
-        cfg = PPOConfig(output_dir=tempfile.mkdtemp(prefix=f"multi-turn-{name}-"), seed=seed,
-                        total_episodes=updates * SETTINGS["batch_size"], advantage_estimator=estimator,
-                        num_generations=generations, **fields)
-        trainer = PPOTrainer(model, reward_funcs=[tool_task.right_code], args=cfg, train_dataset=dataset,
-                             processing_class=tokenizer, peft_config=lora, environment_factory=factory)
+        cfg = PPOConfig(
+            output_dir=tempfile.mkdtemp(prefix=f"multi-turn-{name}-"),
+            seed=seed,
+            total_episodes=updates * SETTINGS["batch_size"],
+            advantage_estimator=estimator,
+            num_generations=generations,
+            **fields,
+        )
+        trainer = PPOTrainer(
+            model,
+            reward_funcs=[tool_task.right_code],
+            args=cfg,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora,
+            environment_factory=factory,
+        )
 
         def on_update(update, stats):
-            record(int(update), float(stats["objective/scores"]), float(stats.get("tools/call_frequency", 0.0)),
-                   stats)
+            record(int(update), float(stats["objective/scores"]), float(stats.get("tools/call_frequency", 0.0)), stats)
             evaluate(int(update), trainer.policy)
 
         trainer.train(on_update)
@@ -266,15 +340,30 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, warm_di
     after = held_out(policy, tokenizer, rows, seed)
     import trl
 
-    row = {"trainer": name, "advantage_estimator": estimator, "environment": environment,
-           "num_generations": generations, "seed": seed, "updates": len(curve), "split": split,
-           "episodes": len(curve) * SETTINGS["batch_size"], "held_out_prompts": len(rows),
-           "after": after["sampled"]["score"], "after_greedy": after["greedy"]["score"],
-           "after_calls": after["sampled"]["parseable_calls"], "after_detail": after,
-           "train_seconds": round(train_s - evaluated[0], 1), "eval_seconds_during": round(evaluated[0], 1), "seconds_per_update": round((train_s - evaluated[0]) / max(1, len(curve)), 2),
-           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-           "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
-           "settings": dict(SETTINGS), "curve": curve, "trl": trl.__version__, "torch": torch.__version__}
+    row = {
+        "trainer": name,
+        "advantage_estimator": estimator,
+        "environment": environment,
+        "num_generations": generations,
+        "seed": seed,
+        "updates": len(curve),
+        "split": split,
+        "episodes": len(curve) * SETTINGS["batch_size"],
+        "held_out_prompts": len(rows),
+        "after": after["sampled"]["score"],
+        "after_greedy": after["greedy"]["score"],
+        "after_calls": after["sampled"]["parseable_calls"],
+        "after_detail": after,
+        "train_seconds": round(train_s - evaluated[0], 1),
+        "eval_seconds_during": round(evaluated[0], 1),
+        "seconds_per_update": round((train_s - evaluated[0]) / max(1, len(curve)), 2),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
+        "settings": dict(SETTINGS),
+        "curve": curve,
+        "trl": trl.__version__,
+        "torch": torch.__version__,
+    }
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -288,30 +377,55 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
     from trl_ext.tasks.real_model.tool_task import right_code
 
     epochs = SETTINGS["num_ppo_epochs"]
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="multi-turn-trl-"), seed=seed,
-                      per_device_train_batch_size=SETTINGS["batch_size"], num_generations=generations,
-                      max_steps=updates * epochs, num_iterations=epochs, learning_rate=SETTINGS["learning_rate"],
-                      lr_scheduler_type=SETTINGS["lr_scheduler_type"], temperature=SETTINGS["temperature"],
-                      max_completion_length=SETTINGS["response_length"], beta=SETTINGS["kl_coef"],
-                      scale_rewards=SETTINGS["scale_rewards"], max_grad_norm=SETTINGS["max_grad_norm"],
-                      max_tool_calling_iterations=SETTINGS["max_tool_calling_iterations"],
-                      **launch_training_arguments(), report_to="none", logging_steps=1, save_strategy="no",
-                      disable_tqdm=True, disable_dropout=True, **checkpointing_training_argument(False))
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="multi-turn-trl-"),
+        seed=seed,
+        per_device_train_batch_size=SETTINGS["batch_size"],
+        num_generations=generations,
+        max_steps=updates * epochs,
+        num_iterations=epochs,
+        learning_rate=SETTINGS["learning_rate"],
+        lr_scheduler_type=SETTINGS["lr_scheduler_type"],
+        temperature=SETTINGS["temperature"],
+        max_completion_length=SETTINGS["response_length"],
+        beta=SETTINGS["kl_coef"],
+        scale_rewards=SETTINGS["scale_rewards"],
+        max_grad_norm=SETTINGS["max_grad_norm"],
+        max_tool_calling_iterations=SETTINGS["max_tool_calling_iterations"],
+        **launch_training_arguments(),
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        disable_dropout=True,
+        **checkpointing_training_argument(False),
+    )
 
     class Curve(TrainerCallback):
         def on_log(self, _args, state, _control, logs=None, **_):
             # one log an optimizer step; a new generation (an update) every `epochs` steps
             if logs and "reward" in logs and (state.global_step - 1) % epochs == 0:
-                record(state.global_step // epochs + (state.global_step % epochs > 0), float(logs["reward"]),
-                       float(logs.get("tools/call_frequency", 0.0)), {})
+                record(
+                    state.global_step // epochs + (state.global_step % epochs > 0),
+                    float(logs["reward"]),
+                    float(logs.get("tools/call_frequency", 0.0)),
+                    {},
+                )
 
         def on_step_end(self, _args, state, _control, model=None, **_):
             if state.global_step % epochs == 0:  # the generation's last optimizer step: an update done
                 evaluate(state.global_step // epochs, model)
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[right_code], args=args, train_dataset=dataset,
-                          processing_class=tokenizer, environment_factory=factory, peft_config=lora,
-                          callbacks=[Curve()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[right_code],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        environment_factory=factory,
+        peft_config=lora,
+        callbacks=[Curve()],
+    )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.train()
@@ -325,7 +439,9 @@ def write_table(result: dict, stem: Path) -> None:
         if "trl" in r:
             versions.setdefault(r["trl"], set()).add(r["trainer"])
     if len(versions) > 1:
-        result["machine"]["trl"] = ", ".join(f"{v} ({', '.join(sorted(names))})" for v, names in sorted(versions.items()))
+        result["machine"]["trl"] = ", ".join(
+            f"{v} ({', '.join(sorted(names))})" for v, names in sorted(versions.items())
+        )
     write_results(stem.with_suffix(".json"), result, lambda written: results_table(written, stem))
 
 
@@ -334,40 +450,60 @@ def results_table(result: dict, stem: Path) -> str:
     from benchmarks.tables import source_line
 
     made_by = "; ".join(f"`{c}`" for c in result.get("commands") or [result.get("command", "not recorded")])
-    lines = [source_line(stem.with_suffix(".json"), made_by), "", f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} "
-             f"{'test-split' if result.get('split') == 'test' else 'held-out'} prompts through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
-             "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
-             "the share that looked up the asked name.", ""]
+    lines = [
+        source_line(stem.with_suffix(".json"), made_by),
+        "",
+        f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} "
+        f"{'test-split' if result.get('split') == 'test' else 'held-out'} prompts through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
+        "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
+        "the share that looked up the asked name.",
+        "",
+    ]
     if "warm" in result:
         lines += ["| model | score | calls | right lookups |", "|---|---|---|---|"]
         for label, key in (("base SmolLM2-135M-Instruct", "base"), ("warm start (SFT)", "warm")):
             s, g = result[key]["sampled"], result[key]["greedy"]
-            lines.append(f"| {label} | {s['score']:.3f} ({g['score']:.3f}) | {s['parseable_calls']:.3f} "
-                         f"({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} ({g['right_lookups']:.3f}) |")
+            lines.append(
+                f"| {label} | {s['score']:.3f} ({g['score']:.3f}) | {s['parseable_calls']:.3f} "
+                f"({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} ({g['right_lookups']:.3f}) |"
+            )
         w = result["warm_start"]
-        lines += ["", f"Warm start: {result['sft_rows']} SFT rows ({w['conversations']} conversations), {w['steps']} "
-                  f"steps of {w['batch_size']}, lr {w['learning_rate']} cosine, LoRA merged; SFT loss "
-                  f"{result['losses'][0]:.3f} -> {result['losses'][-1]:.3f}; {result['sft_seconds']} s."]
+        lines += [
+            "",
+            f"Warm start: {result['sft_rows']} SFT rows ({w['conversations']} conversations), {w['steps']} "
+            f"steps of {w['batch_size']}, lr {w['learning_rate']} cosine, LoRA merged; SFT loss "
+            f"{result['losses'][0]:.3f} -> {result['losses'][-1]:.3f}; {result['sft_seconds']} s.",
+        ]
     if "rows" in result:
-        lines += ["| trainer | seed | episodes | held-out after | calls after | right lookups after | s/update | "
-                  "answer reward first -> last | tool calls a rollout first -> last |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| trainer | seed | episodes | held-out after | calls after | right lookups after | s/update | "
+            "answer reward first -> last | tool calls a rollout first -> last |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in result["rows"]:
             c, s, g = r["curve"], r["after_detail"]["sampled"], r["after_detail"]["greedy"]
-            lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['after']:.3f} ({r['after_greedy']:.3f}) "
-                         f"| {s['parseable_calls']:.3f} ({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} "
-                         f"({g['right_lookups']:.3f}) | {r['seconds_per_update']} | {c[0]['reward']:.3f} -> "
-                         f"{c[-1]['reward']:.3f} | {c[0]['tool_calls_per_rollout']:.2f} -> "
-                         f"{c[-1]['tool_calls_per_rollout']:.2f} |")
+            lines.append(
+                f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['after']:.3f} ({r['after_greedy']:.3f}) "
+                f"| {s['parseable_calls']:.3f} ({g['parseable_calls']:.3f}) | {s['right_lookups']:.3f} "
+                f"({g['right_lookups']:.3f}) | {r['seconds_per_update']} | {c[0]['reward']:.3f} -> "
+                f"{c[-1]['reward']:.3f} | {c[0]['tool_calls_per_rollout']:.2f} -> "
+                f"{c[-1]['tool_calls_per_rollout']:.2f} |"
+            )
         lines += summary_lines(result)
         for f in result.get("failed", []):
             lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
         ended = {(r["trainer"], r["seed"]) for r in result["rows"] + result.get("failed", [])}
         unfinished = [(name, seed) for name, seed in result.get("planned", []) if (name, seed) not in ended]
         if unfinished:
-            lines.append(f"\nDid not end before the run stopped ({result.get('stopped', 'stopped early')}): "
-                         + ", ".join(f"{name} seed {seed}" for name, seed in unfinished) + ".")
-            lines += [f"- {log['trainer']} seed {log['seed']}, its last logged update: `{log['line']}`"
-                      for log in result.get("last_logged", [])]
+            lines.append(
+                f"\nDid not end before the run stopped ({result.get('stopped', 'stopped early')}): "
+                + ", ".join(f"{name} seed {seed}" for name, seed in unfinished)
+                + "."
+            )
+            lines += [
+                f"- {log['trainer']} seed {log['seed']}, its last logged update: `{log['line']}`"
+                for log in result.get("last_logged", [])
+            ]
     return "\n".join(lines)
 
 
@@ -379,11 +515,19 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int)
     parser.add_argument("--seeds", help="comma-separated")
     parser.add_argument("--heldout", type=int, help="the first N prompts of the split (default 32: all)")
-    parser.add_argument("--split", default="heldout", choices=("heldout", "test"),
-                        help="where the rows are scored: the held-out set (it chose the warm start) or the test split")
+    parser.add_argument(
+        "--split",
+        default="heldout",
+        choices=("heldout", "test"),
+        help="where the rows are scored: the held-out set (it chose the warm start) or the test split",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="rows side by side (default 1)")
-    parser.add_argument("--eval-every", type=int, default=0,
-                        help="also the sampled held-out score after every N-th update (not counted in the seconds)")
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        help="also the sampled held-out score after every N-th update (not counted in the seconds)",
+    )
     parser.add_argument("--out", help="results stem (default benchmarks/results/multi-turn-cpu[-quick])")
     parser.add_argument("--warm-dir", type=Path, default=WARM_DIR, help="the warm start the rows train from")
     parser.add_argument("--table", metavar="STEM", help="write STEM.md again from STEM.json, then stop")
@@ -403,8 +547,9 @@ def main(argv=None) -> int:
         run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every, args.split)
         return 0
     if args.warm_start:
-        result = dict(make_warm_start(heldout), command=command, commands=[command], machine=machine_info(),
-                      quick=args.quick)
+        result = dict(
+            make_warm_start(heldout), command=command, commands=[command], machine=machine_info(), quick=args.quick
+        )
         write_table(result, Path(args.out) if args.out else RESULTS / "multi-turn-warm-start")
         return 0
     if not (args.warm_dir / "config.json").is_file():
@@ -416,16 +561,44 @@ def main(argv=None) -> int:
     stem = Path(args.out) if args.out else RESULTS / ("multi-turn-cpu-quick" if args.quick else "multi-turn-cpu")
     logs = Path(tempfile.mkdtemp(prefix="multi-turn-rows-"))
     start = time.perf_counter()
-    meta = {"benchmark": "multi-turn", "quick": args.quick, "command": command, "commands": [command],
-            "machine": machine_info(), "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
-            "settings": SETTINGS, "row_settings": {n: ROWS[n][4] for n in names}, "updates": updates,
-            "seeds": seeds, "split": args.split, "held_out_prompts": heldout, "jobs": args.jobs,
-            "eval_every": args.eval_every, "warm_start_measured": measure_warm_start(args.warm_dir, args.split, heldout)}
+    meta = {
+        "benchmark": "multi-turn",
+        "quick": args.quick,
+        "command": command,
+        "commands": [command],
+        "machine": machine_info(),
+        "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
+        "settings": SETTINGS,
+        "row_settings": {n: ROWS[n][4] for n in names},
+        "updates": updates,
+        "seeds": seeds,
+        "split": args.split,
+        "held_out_prompts": heldout,
+        "jobs": args.jobs,
+        "eval_every": args.eval_every,
+        "warm_start_measured": measure_warm_start(args.warm_dir, args.split, heldout),
+    }
 
     def command_of(name, seed, out):
-        return [str(VENVS / ROWS[name][0] / "bin" / "python"), str(Path(__file__).resolve()), "--row", name,
-                "--row-out", str(out), "--seeds", str(seed), "--updates", str(updates), "--heldout", str(heldout),
-                "--warm-dir", str(args.warm_dir), f"--eval-every={args.eval_every}", "--split", args.split]
+        return [
+            str(VENVS / ROWS[name][0] / "bin" / "python"),
+            str(Path(__file__).resolve()),
+            "--row",
+            name,
+            "--row-out",
+            str(out),
+            "--seeds",
+            str(seed),
+            "--updates",
+            str(updates),
+            "--heldout",
+            str(heldout),
+            "--warm-dir",
+            str(args.warm_dir),
+            f"--eval-every={args.eval_every}",
+            "--split",
+            args.split,
+        ]
 
     def write(results, wall=None):
         rows, failed = [r for r, _ in results if r], [f for _, f in results if f]

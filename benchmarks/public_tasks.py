@@ -35,26 +35,56 @@ from benchmarks.harness import ROOT, VENVS, command_line, file_record, new_invoc
 RESULTS = ROOT / "benchmarks" / "results"
 PLAN = ROOT / "benchmarks" / "public_tasks_plan.md"
 MODELS = ("SmolLM2-135M-Instruct", "Qwen2.5-Coder-0.5B-Instruct")
-PANEL = ("basic_arithmetic", "chain_sum", "leg_counting", "gsm_symbolic", "letter_counting", "spell_backward",
-         "number_sorting", "coin_flip")
+PANEL = (
+    "basic_arithmetic",
+    "chain_sum",
+    "leg_counting",
+    "gsm_symbolic",
+    "letter_counting",
+    "spell_backward",
+    "number_sorting",
+    "coin_flip",
+)
 PANEL_PROMPTS = {"SmolLM2-135M-Instruct": 16, "Qwen2.5-Coder-0.5B-Instruct": 8}  # others (a folder): 16
 PANEL_TOKENS, TEMPERATURE, SAMPLE_SEED = 128, 0.7, 1
 QUALIFY = (0.05, 0.6)  # section 2: SmolLM2's sampled score that gives RL something to start from
 # Section 2's candidates when fewer than 2 tasks qualify at the defaults: formats x difficulties, on a train stream
 SELECT_PROMPTS = ("default", "simple", "direct")
 SELECT_SEED = 1000
-EASY = {"basic_arithmetic": {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": "+-",
-                             "allow_parentheses": False, "allow_negation": False},
-        "chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 1},
-        "leg_counting": {"min_animals": 1, "max_animals": 1, "max_instances": 3},
-        "number_sorting": {"min_numbers": 3, "max_numbers": 3, "max_decimals": 0},
-        "letter_counting": {"min_words": 3, "max_words": 3}}
+EASY = {
+    "basic_arithmetic": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "max_digits": 1,
+        "operators": "+-",
+        "allow_parentheses": False,
+        "allow_negation": False,
+    },
+    "chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 1},
+    "leg_counting": {"min_animals": 1, "max_animals": 1, "max_instances": 3},
+    "number_sorting": {"min_numbers": 3, "max_numbers": 3, "max_decimals": 0},
+    "letter_counting": {"min_words": 3, "max_words": 3},
+}
 # Section 3: name -> (virtual environment, trl-ext runner, advantage estimator, generations a prompt)
-ROWS = {"ppo": (".venv", "scratch", "gae", 1), "grpo": (".venv", "scratch", "grpo", 4),
-        "trl-grpo": (".venv-latest", "grpo", "grpo", 4)}
-SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", num_ppo_epochs=2, temperature=0.7,
-                response_length=128, kl_coef=0.0, beta=0.0, cliprange=0.2, scale_rewards="group",
-                whiten_advantages=False, value_head_init="zero")
+ROWS = {
+    "ppo": (".venv", "scratch", "gae", 1),
+    "grpo": (".venv", "scratch", "grpo", 4),
+    "trl-grpo": (".venv-latest", "grpo", "grpo", 4),
+}
+SETTINGS = dict(
+    batch_size=16,
+    learning_rate=1.5e-4,
+    lr_scheduler_type="constant",
+    num_ppo_epochs=2,
+    temperature=0.7,
+    response_length=128,
+    kl_coef=0.0,
+    beta=0.0,
+    cliprange=0.2,
+    scale_rewards="group",
+    whiten_advantages=False,
+    value_head_init="zero",
+)
 LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 SEEDS, UPDATES, EVAL_PROMPTS = [11, 12, 13], 40, 64
 COST = dict(task="basic_arithmetic", updates=3, batch_size=4, response_length=64, trainer="ppo")
@@ -97,8 +127,9 @@ def is_tagged(text: str) -> bool:
     return extract_answer(text) is not None
 
 
-def score(model, tokenizer, dataset, *, temperature: float, max_new_tokens: int, seed: int = SAMPLE_SEED,
-          examples: int = 2) -> dict:
+def score(
+    model, tokenizer, dataset, *, temperature: float, max_new_tokens: int, seed: int = SAMPLE_SEED, examples: int = 2
+) -> dict:
     """Mean ``ReasoningGymReward`` over ``dataset``'s rows, one completion each (greedy at temperature 0), how many
     answers carried the answer tags and how many were right, and a few completions."""
     from trl_ext.rewards.reasoning_gym import ReasoningGymReward
@@ -106,22 +137,41 @@ def score(model, tokenizer, dataset, *, temperature: float, max_new_tokens: int,
 
     t0 = time.perf_counter()
     prompts = list(dataset["prompt"])
-    texts = generate(model, tokenizer, prompts, temperature=temperature, max_new_tokens=max_new_tokens,
-                     batch_size=len(prompts), seed=seed)
+    texts = generate(
+        model,
+        tokenizer,
+        prompts,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        batch_size=len(prompts),
+        seed=seed,
+    )
     completions = [[{"role": "assistant", "content": t}] for t in texts]
-    scores = ReasoningGymReward()(prompts, completions, task=list(dataset["task"]),
-                                  task_config=list(dataset["task_config"]), entry=list(dataset["entry"]))
+    scores = ReasoningGymReward()(
+        prompts,
+        completions,
+        task=list(dataset["task"]),
+        task_config=list(dataset["task_config"]),
+        entry=list(dataset["entry"]),
+    )
     n = len(scores)
-    return {"score": round(sum(scores) / n, 4), "answers": n, "tagged": sum(is_tagged(t) for t in texts),
-            "right": sum(s == 1.0 for s in scores), "temperature": temperature, "max_new_tokens": max_new_tokens,
-            "seconds": round(time.perf_counter() - t0, 1),
-            "examples": [{"completion": texts[i], "reward": scores[i]} for i in range(min(examples, n))]}
+    return {
+        "score": round(sum(scores) / n, 4),
+        "answers": n,
+        "tagged": sum(is_tagged(t) for t in texts),
+        "right": sum(s == 1.0 for s in scores),
+        "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "examples": [{"completion": texts[i], "reward": scores[i]} for i in range(min(examples, n))],
+    }
 
 
 def both_modes(model, tokenizer, dataset, max_new_tokens: int, seed: int = SAMPLE_SEED) -> dict:
-    return {"greedy": score(model, tokenizer, dataset, temperature=0.0, max_new_tokens=max_new_tokens),
-            "sampled": score(model, tokenizer, dataset, temperature=TEMPERATURE, max_new_tokens=max_new_tokens,
-                             seed=seed)}
+    return {
+        "greedy": score(model, tokenizer, dataset, temperature=0.0, max_new_tokens=max_new_tokens),
+        "sampled": score(model, tokenizer, dataset, temperature=TEMPERATURE, max_new_tokens=max_new_tokens, seed=seed),
+    }
 
 
 def base_panel(models: list[str], tasks: list[str], prompts: int | None, tokens: int) -> dict:
@@ -137,12 +187,21 @@ def base_panel(models: list[str], tasks: list[str], prompts: int | None, tokens:
         for task in tasks:
             data = reasoning_gym_dataset(task, size=n, seed=0, split="test")
             per_task[task] = both_modes(model, tokenizer, data, tokens)
-            print(f"[{model_label(name)}] {task}: greedy {per_task[task]['greedy']['score']:.3f} "
-                  f"({per_task[task]['greedy']['tagged']}/{n} tagged), sampled {per_task[task]['sampled']['score']:.3f} "
-                  f"({per_task[task]['sampled']['tagged']}/{n} tagged)", flush=True)
-        panel[model_label(name)] = {"prompts": n, "max_new_tokens": tokens, "split": "test", "stream_seed": 0,
-                                    "system_prompt": "default", "tasks": per_task,
-                                    "seconds": round(time.perf_counter() - t0, 1)}
+            print(
+                f"[{model_label(name)}] {task}: greedy {per_task[task]['greedy']['score']:.3f} "
+                f"({per_task[task]['greedy']['tagged']}/{n} tagged), sampled {per_task[task]['sampled']['score']:.3f} "
+                f"({per_task[task]['sampled']['tagged']}/{n} tagged)",
+                flush=True,
+            )
+        panel[model_label(name)] = {
+            "prompts": n,
+            "max_new_tokens": tokens,
+            "split": "test",
+            "stream_seed": 0,
+            "system_prompt": "default",
+            "tasks": per_task,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
         del model
     return panel
 
@@ -163,18 +222,36 @@ def select(model_name: str, tasks: list[str], prompts: int, tokens: int) -> list
     for task in tasks:
         for system_prompt in SELECT_PROMPTS:
             for difficulty, config in (("default", {}), *((("easy", EASY[task]),) if task in EASY else ())):
-                data = reasoning_gym_dataset(task, size=prompts, seed=SELECT_SEED, split="train",
-                                             system_prompt=system_prompt, task_configs={task: config} if config else None)
+                data = reasoning_gym_dataset(
+                    task,
+                    size=prompts,
+                    seed=SELECT_SEED,
+                    split="train",
+                    system_prompt=system_prompt,
+                    task_configs={task: config} if config else None,
+                )
                 result = score(model, tokenizer, data, temperature=TEMPERATURE, max_new_tokens=tokens)
-                found.append({"model": model_label(model_name), "task": task, "system_prompt": system_prompt,
-                              "difficulty": difficulty, "task_config": config, "sampled": result})
-                print(f"[select] {task} {system_prompt} {difficulty}: {result['score']:.3f} "
-                      f"({result['tagged']}/{prompts} tagged)", flush=True)
+                found.append(
+                    {
+                        "model": model_label(model_name),
+                        "task": task,
+                        "system_prompt": system_prompt,
+                        "difficulty": difficulty,
+                        "task_config": config,
+                        "sampled": result,
+                    }
+                )
+                print(
+                    f"[select] {task} {system_prompt} {difficulty}: {result['score']:.3f} "
+                    f"({result['tagged']}/{prompts} tagged)",
+                    flush=True,
+                )
     return found
 
 
 def chosen(candidates: list[dict]) -> list[dict]:
     """The best two candidates on distinct tasks, closest to 0.3 within QUALIFY (else closest to the band)."""
+
     def distance(c):
         s = c["sampled"]["score"]
         return (0 if QUALIFY[0] <= s <= QUALIFY[1] else 1, abs(s - 0.3))
@@ -197,8 +274,14 @@ def prompt_dataset(tokenizer, task: str, n: int, seed: int, system_prompt: str, 
     columns."""
     from trl_ext.data.reasoning_gym import reasoning_gym_dataset
 
-    data = reasoning_gym_dataset(task, size=n, seed=seed, split="train", system_prompt=system_prompt,
-                                 task_configs={task: task_config} if task_config else None)
+    data = reasoning_gym_dataset(
+        task,
+        size=n,
+        seed=seed,
+        split="train",
+        system_prompt=system_prompt,
+        task_configs={task: task_config} if task_config else None,
+    )
     ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True) for p in data["prompt"]]
     ids = [i["input_ids"] if hasattr(i, "keys") else i for i in ids]
     return data.add_column("input_ids", ids)
@@ -218,52 +301,94 @@ def run_row(spec: dict, out: Path) -> None:
     _, runner_name, estimator, generations = ROWS[spec["trainer"]]
     settings, task, seed = spec["settings"], spec["task"], spec["seed"]
     model, tokenizer = load(spec["model"])
-    held = reasoning_gym_dataset(task, size=spec["eval_prompts"], seed=0, split="test",
-                                 system_prompt=spec["system_prompt"],
-                                 task_configs={task: spec["task_config"]} if spec["task_config"] else None)
+    held = reasoning_gym_dataset(
+        task,
+        size=spec["eval_prompts"],
+        seed=0,
+        split="test",
+        system_prompt=spec["system_prompt"],
+        task_configs={task: spec["task_config"]} if spec["task_config"] else None,
+    )
     t0 = time.perf_counter()
     before = both_modes(model, tokenizer, held, settings["response_length"], seed=seed) if spec["evaluate"] else None
     eval_before = time.perf_counter() - t0
     work = tempfile.mkdtemp(prefix=f"public-tasks-{spec['trainer']}-")
-    cfg = PPOConfig(output_dir=work, total_episodes=spec["updates"] * settings["batch_size"], seed=seed,
-                    advantage_estimator=estimator, num_generations=generations, **settings)
+    cfg = PPOConfig(
+        output_dir=work,
+        total_episodes=spec["updates"] * settings["batch_size"],
+        seed=seed,
+        advantage_estimator=estimator,
+        num_generations=generations,
+        **settings,
+    )
     lora = LoraConfig(task_type="CAUSAL_LM", **LORA)
     model.train()
     policy, peft_config = (get_peft_model(model, lora), None) if runner_name == "grpo" else (model, lora)
     stream = seed * 100_000  # section 3: the seeds' train streams do not overlap
-    inputs = RunInputs(cfg, policy, tokenizer, ReasoningGymReward(),
-                       prompts=lambda n: prompt_dataset(tokenizer, task, n, stream, spec["system_prompt"],
-                                                        spec["task_config"]), peft_config=peft_config)
+    inputs = RunInputs(
+        cfg,
+        policy,
+        tokenizer,
+        ReasoningGymReward(),
+        prompts=lambda n: prompt_dataset(tokenizer, task, n, stream, spec["system_prompt"], spec["task_config"]),
+        peft_config=peft_config,
+    )
     runner = RUNNERS[runner_name](inputs)
     curve, start = [], time.perf_counter()
 
     def on_update(update, stats) -> bool:
-        curve.append({"update": int(update), "seconds": round(time.perf_counter() - start, 2),
-                      "reward": round(float(stats["objective/scores"]), 4)})
-        print(f"[{spec['trainer']} {task} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} at "
-              f"{curve[-1]['seconds']} s", flush=True)
+        curve.append(
+            {
+                "update": int(update),
+                "seconds": round(time.perf_counter() - start, 2),
+                "reward": round(float(stats["objective/scores"]), 4),
+            }
+        )
+        print(
+            f"[{spec['trainer']} {task} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} at "
+            f"{curve[-1]['seconds']} s",
+            flush=True,
+        )
         return False
 
     runner.train(on_update)
     train_s = time.perf_counter() - start
     runner.policy.eval()
     t0 = time.perf_counter()
-    after = both_modes(runner.policy, tokenizer, held, settings["response_length"], seed=seed) \
-        if spec["evaluate"] else None
+    after = (
+        both_modes(runner.policy, tokenizer, held, settings["response_length"], seed=seed) if spec["evaluate"] else None
+    )
     import trl
 
-    row = {"model": model_label(spec["model"]), "task": task, "trainer": spec["trainer"], "seed": seed,
-           "invocation": spec["invocation"], "runner": runner_name, "system_prompt": spec["system_prompt"],
-           "task_config": spec["task_config"], "updates": len(curve), "episodes": len(curve) * settings["batch_size"],
-           "split": "test", "eval_prompts": spec["eval_prompts"],
-           "before": before and before["sampled"]["score"], "after": after and after["sampled"]["score"],
-           "before_greedy": before and before["greedy"]["score"], "after_greedy": after and after["greedy"]["score"],
-           "before_detail": before, "after_detail": after,
-           "train_seconds": round(train_s, 1), "seconds_per_update": round(train_s / max(1, len(curve)), 2),
-           "eval_seconds": {"before": round(eval_before, 1), "after": round(time.perf_counter() - t0, 1)},
-           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-           "settings": dict(settings, advantage_estimator=estimator, num_generations=generations, lora=LORA),
-           "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__}
+    row = {
+        "model": model_label(spec["model"]),
+        "task": task,
+        "trainer": spec["trainer"],
+        "seed": seed,
+        "invocation": spec["invocation"],
+        "runner": runner_name,
+        "system_prompt": spec["system_prompt"],
+        "task_config": spec["task_config"],
+        "updates": len(curve),
+        "episodes": len(curve) * settings["batch_size"],
+        "split": "test",
+        "eval_prompts": spec["eval_prompts"],
+        "before": before and before["sampled"]["score"],
+        "after": after and after["sampled"]["score"],
+        "before_greedy": before and before["greedy"]["score"],
+        "after_greedy": after and after["greedy"]["score"],
+        "before_detail": before,
+        "after_detail": after,
+        "train_seconds": round(train_s, 1),
+        "seconds_per_update": round(train_s / max(1, len(curve)), 2),
+        "eval_seconds": {"before": round(eval_before, 1), "after": round(time.perf_counter() - t0, 1)},
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "settings": dict(settings, advantage_estimator=estimator, num_generations=generations, lora=LORA),
+        "curve": curve,
+        "python": sys.executable,
+        "trl": trl.__version__,
+        "torch": torch.__version__,
+    }
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -273,8 +398,13 @@ def launch_row(spec: dict, out: Path, log: Path) -> int:
     spec_file = out.with_suffix(".spec.json")
     spec_file.write_text(json.dumps(spec))
     with open(log, "w") as handle:
-        return subprocess.run([str(python), str(Path(__file__).resolve()), "--row", str(spec_file), "--row-out",
-                               str(out)], env=row_environment(), stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+        return subprocess.run(
+            [str(python), str(Path(__file__).resolve()), "--row", str(spec_file), "--row-out", str(out)],
+            env=row_environment(),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        ).returncode
 
 
 def run_rows(specs: list[dict], on_done) -> tuple[list[dict], list[dict]]:
@@ -285,14 +415,22 @@ def run_rows(specs: list[dict], on_done) -> tuple[list[dict], list[dict]]:
         out, log = logs / f"{i}-{spec['trainer']}-{spec['task']}-{spec['seed']}.json", logs / f"{i}.log"
         t0 = time.perf_counter()
         rc = launch_row(spec, out, log)
-        print(f"{spec['trainer']} {spec['task']} seed {spec['seed']} ({model_label(spec['model'])}): exit {rc} after "
-              f"{time.perf_counter() - t0:.0f} s (log {log})", flush=True)
+        print(
+            f"{spec['trainer']} {spec['task']} seed {spec['seed']} ({model_label(spec['model'])}): exit {rc} after "
+            f"{time.perf_counter() - t0:.0f} s (log {log})",
+            flush=True,
+        )
         if rc == 0 and out.exists():
             rows.append(json.loads(out.read_text()))
         else:
             tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-            failed.append({**{k: spec[k] for k in ("model", "task", "trainer", "seed")}, "returncode": rc,
-                           "error": (tail or [""])[0][-300:]})
+            failed.append(
+                {
+                    **{k: spec[k] for k in ("model", "task", "trainer", "seed")},
+                    "returncode": rc,
+                    "error": (tail or [""])[0][-300:],
+                }
+            )
         on_done(rows, failed)
     return rows, failed
 
@@ -311,15 +449,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--base-panel", action="store_true", help="section 1: each model on the panel's test streams")
-    mode.add_argument("--select", action="store_true", help="section 2: formats and difficulties, SmolLM2, train stream")
+    mode.add_argument(
+        "--select", action="store_true", help="section 2: formats and difficulties, SmolLM2, train stream"
+    )
     mode.add_argument("--train", action="store_true", help="section 3: ppo, grpo and trl-grpo on --tasks")
     mode.add_argument("--cost", action="store_true", help="section 4: the 0.5B model beside SmolLM2, 3 updates")
-    parser.add_argument("--models", help="comma-separated catalogue names or checkpoint folders (default: both; "
-                        "--train: SmolLM2)")
+    parser.add_argument(
+        "--models", help="comma-separated catalogue names or checkpoint folders (default: both; --train: SmolLM2)"
+    )
     parser.add_argument("--tasks", help="comma-separated reasoning-gym tasks (default: the panel's 8)")
-    parser.add_argument("--task-setting", action="append", default=[], metavar="TASK=JSON",
-                        help='--train: a task\'s system prompt and config from --select, e.g. '
-                             'chain_sum=\'{"system_prompt": "simple", "task_config": {"max_terms": 2}}\'')
+    parser.add_argument(
+        "--task-setting",
+        action="append",
+        default=[],
+        metavar="TASK=JSON",
+        help="--train: a task's system prompt and config from --select, e.g. "
+        'chain_sum=\'{"system_prompt": "simple", "task_config": {"max_terms": 2}}\'',
+    )
     parser.add_argument("--rows", help="--train: comma-separated, of " + ", ".join(ROWS))
     parser.add_argument("--seeds", help=f"--train: comma-separated (default {SEEDS})")
     parser.add_argument("--updates", type=int, help=f"--train: updates of {SETTINGS['batch_size']} (default {UPDATES})")
@@ -342,9 +488,18 @@ def main(argv=None) -> int:
     stem = Path(args.out) if args.out else RESULTS / f"public-tasks-{name}-{device_tag(info)}{'-quick' * args.quick}"
     invocation = new_invocation_id()
     command = command_line("benchmarks/public_tasks.py", argv)
-    data = {"benchmark": "public-tasks", "mode": name, "quick": args.quick, "command": command,
-            "invocation": invocation, "plan": file_record(PLAN), "machine": info, "base_panel": {}, "rows": [],
-            "failed": []}
+    data = {
+        "benchmark": "public-tasks",
+        "mode": name,
+        "quick": args.quick,
+        "command": command,
+        "invocation": invocation,
+        "plan": file_record(PLAN),
+        "machine": info,
+        "base_panel": {},
+        "rows": [],
+        "failed": [],
+    }
     tokens = QUICK["tokens"] if args.quick else PANEL_TOKENS
     start = time.perf_counter()
     if args.base_panel:
@@ -362,28 +517,58 @@ def main(argv=None) -> int:
             unknown = [t for t in trainers if t not in ROWS]
             if unknown:
                 parser.error(f"unknown rows {unknown}; known: {list(ROWS)}")
-            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else (QUICK if args.quick else
-                                                                                 {"seeds": SEEDS})["seeds"]
+            seeds = (
+                [int(s) for s in args.seeds.split(",")]
+                if args.seeds
+                else (QUICK if args.quick else {"seeds": SEEDS})["seeds"]
+            )
             updates = args.updates or (QUICK["updates"] if args.quick else UPDATES)
             overrides = {}
             for item in args.task_setting:
                 task, _, value = item.partition("=")
                 overrides[task] = json.loads(value)
             settings = dict(SETTINGS, response_length=tokens)
-            specs = [dict(model=models[0], task=task, trainer=trainer, seed=seed, updates=updates, evaluate=True,
-                          eval_prompts=args.eval_prompts or (QUICK["eval_prompts"] if args.quick else EVAL_PROMPTS),
-                          system_prompt=overrides.get(task, {}).get("system_prompt", "default"),
-                          task_config=overrides.get(task, {}).get("task_config", {}), settings=settings,
-                          invocation=invocation)
-                     for seed in seeds for task in tasks for trainer in trainers]
+            specs = [
+                dict(
+                    model=models[0],
+                    task=task,
+                    trainer=trainer,
+                    seed=seed,
+                    updates=updates,
+                    evaluate=True,
+                    eval_prompts=args.eval_prompts or (QUICK["eval_prompts"] if args.quick else EVAL_PROMPTS),
+                    system_prompt=overrides.get(task, {}).get("system_prompt", "default"),
+                    task_config=overrides.get(task, {}).get("task_config", {}),
+                    settings=settings,
+                    invocation=invocation,
+                )
+                for seed in seeds
+                for task in tasks
+                for trainer in trainers
+            ]
         else:  # cost: the same shapes for each model, one after the other
             models = args.models.split(",") if args.models else list(MODELS)
-            settings = dict(SETTINGS, batch_size=COST["batch_size"],
-                            response_length=QUICK["tokens"] if args.quick else COST["response_length"])
-            specs = [dict(model=m, task=args.tasks or COST["task"], trainer=COST["trainer"], seed=0,
-                          updates=args.updates or (1 if args.quick else COST["updates"]), evaluate=False,
-                          eval_prompts=1, system_prompt="default", task_config={}, settings=settings,
-                          invocation=invocation) for m in models]
+            settings = dict(
+                SETTINGS,
+                batch_size=COST["batch_size"],
+                response_length=QUICK["tokens"] if args.quick else COST["response_length"],
+            )
+            specs = [
+                dict(
+                    model=m,
+                    task=args.tasks or COST["task"],
+                    trainer=COST["trainer"],
+                    seed=0,
+                    updates=args.updates or (1 if args.quick else COST["updates"]),
+                    evaluate=False,
+                    eval_prompts=1,
+                    system_prompt="default",
+                    task_config={},
+                    settings=settings,
+                    invocation=invocation,
+                )
+                for m in models
+            ]
 
         def on_done(rows, failed):
             data.update(rows=rows, failed=failed, wall_seconds=round(time.perf_counter() - start, 1))

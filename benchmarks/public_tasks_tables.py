@@ -8,23 +8,33 @@ from benchmarks.tables import cell, fmt
 
 def _source(data: dict, json_name: str) -> str:
     m = data.get("machine", {})
-    parts = [f"{m['cpu_count']} CPU cores" if "cpu_count" in m else None, f"device {m['device']}" if "device" in m
-             else None, f"torch {m['torch']}" if "torch" in m else None, f"trl {m['trl']}" if "trl" in m else None,
-             f"Python {m['python']}" if "python" in m else None]
+    parts = [
+        f"{m['cpu_count']} CPU cores" if "cpu_count" in m else None,
+        f"device {m['device']}" if "device" in m else None,
+        f"torch {m['torch']}" if "torch" in m else None,
+        f"trl {m['trl']}" if "trl" in m else None,
+        f"Python {m['python']}" if "python" in m else None,
+    ]
     machine = ", ".join(p for p in parts if p)
-    return (f"*Source: [`benchmarks/results/{json_name}`](../benchmarks/results/{json_name}), made by "
-            f"`{data['command']}`; {machine or 'machine not recorded'}.*")
+    return (
+        f"*Source: [`benchmarks/results/{json_name}`](../benchmarks/results/{json_name}), made by "
+        f"`{data['command']}`; {machine or 'machine not recorded'}.*"
+    )
 
 
 def panel_table(panel: dict) -> str:
     """One line per model and task: greedy and sampled score, and how many answers carried the answer tags."""
-    lines = ["| model | task | prompts | greedy | tagged (greedy) | sampled (T=0.7) | tagged (sampled) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| model | task | prompts | greedy | tagged (greedy) | sampled (T=0.7) | tagged (sampled) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for model, block in panel.items():
         for task, r in block["tasks"].items():
             g, s = r["greedy"], r["sampled"]
-            lines.append(f"| {cell(model)} | `{task}` | {block['prompts']} | {fmt(g['score'])} | "
-                         f"{g['tagged']}/{g['answers']} | {fmt(s['score'])} | {s['tagged']}/{s['answers']} |")
+            lines.append(
+                f"| {cell(model)} | `{task}` | {block['prompts']} | {fmt(g['score'])} | "
+                f"{g['tagged']}/{g['answers']} | {fmt(s['score'])} | {s['tagged']}/{s['answers']} |"
+            )
     return "\n".join(lines)
 
 
@@ -32,20 +42,26 @@ def candidates_table(candidates: list[dict]) -> str:
     lines = ["| task | system prompt | difficulty | sampled | tagged |", "|---|---|---|---:|---:|"]
     for c in candidates:
         s = c["sampled"]
-        lines.append(f"| `{c['task']}` | {c['system_prompt']} | {c['difficulty']} | {fmt(s['score'])} | "
-                     f"{s['tagged']}/{s['answers']} |")
+        lines.append(
+            f"| `{c['task']}` | {c['system_prompt']} | {c['difficulty']} | {fmt(s['score'])} | "
+            f"{s['tagged']}/{s['answers']} |"
+        )
     return "\n".join(lines)
 
 
 def rows_table(rows: list[dict]) -> str:
     """One line per row (seed by seed): before and after on the test stream, seconds per update, peak RSS."""
-    lines = ["| model | task | trainer | seed | updates | before | after | gain | s/update | peak RSS MiB | invocation |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| model | task | trainer | seed | updates | before | after | gain | s/update | peak RSS MiB | invocation |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         gain = r["after"] - r["before"] if r.get("after") is not None and r.get("before") is not None else None
-        lines.append(f"| {cell(r['model'])} | `{r['task']}` | {r['trainer']} | {r['seed']} | {r['updates']} | "
-                     f"{fmt(r.get('before'))} | {fmt(r.get('after'))} | {fmt(gain)} | "
-                     f"{fmt(r['seconds_per_update'], 1)} | {fmt(r['peak_rss_mib'], 0)} | {r['invocation']} |")
+        lines.append(
+            f"| {cell(r['model'])} | `{r['task']}` | {r['trainer']} | {r['seed']} | {r['updates']} | "
+            f"{fmt(r.get('before'))} | {fmt(r.get('after'))} | {fmt(gain)} | "
+            f"{fmt(r['seconds_per_update'], 1)} | {fmt(r['peak_rss_mib'], 0)} | {r['invocation']} |"
+        )
     return "\n".join(lines)
 
 
@@ -54,28 +70,47 @@ def results_table(data: dict, json_name: str) -> str:
     if data.get("base_panel"):
         parts.append(panel_table(data["base_panel"]))
         seconds = ", ".join(f"{m} {fmt(b['seconds'], 0)} s" for m, b in data["base_panel"].items())
-        parts.append(f"Test stream (seed 0), reasoning-gym's default system prompt, up to "
-                     f"{next(iter(data['base_panel'].values()))['max_new_tokens']} new tokens; scored by "
-                     f"`ReasoningGymReward`. Seconds a panel: {seconds}. SmolLM2's tasks with a sampled score in "
-                     f"[0.05, 0.6]: {', '.join(f'`{t}`' for t in data.get('qualifying', [])) or 'none'}.")
+        parts.append(
+            f"Test stream (seed 0), reasoning-gym's default system prompt, up to "
+            f"{next(iter(data['base_panel'].values()))['max_new_tokens']} new tokens; scored by "
+            f"`ReasoningGymReward`. Seconds a panel: {seconds}. SmolLM2's tasks with a sampled score in "
+            f"[0.05, 0.6]: {', '.join(f'`{t}`' for t in data.get('qualifying', [])) or 'none'}."
+        )
     if data.get("candidates"):
         parts.append(candidates_table(data["candidates"]))
-        parts.append("Chosen (the plan's section 2): " + (", ".join(
-            f"`{c['task']}` ({c['system_prompt']}, {c['difficulty']}, {fmt(c['sampled']['score'])}"
-            f"{'' if c.get('qualifies') else ', outside [0.05, 0.6]'})" for c in data.get("chosen", [])) or "none")
-            + ".")
+        parts.append(
+            "Chosen (the plan's section 2): "
+            + (
+                ", ".join(
+                    f"`{c['task']}` ({c['system_prompt']}, {c['difficulty']}, {fmt(c['sampled']['score'])}"
+                    f"{'' if c.get('qualifies') else ', outside [0.05, 0.6]'})"
+                    for c in data.get("chosen", [])
+                )
+                or "none"
+            )
+            + "."
+        )
     if data.get("rows"):
         parts.append(rows_table(data["rows"]))
     if data.get("mode") == "cost" and len(data.get("rows", [])) >= 2:
         first, *others = data["rows"]
         s = first["settings"]
-        parts.append(f"Same shapes for each model: {s['batch_size']} rollouts an update, responses up to "
-                     f"{s['response_length']} tokens, LoRA r={s['lora']['r']}, trl-ext PPO, one process after the "
-                     "other. Against " + cell(first["model"]) + ": " + "; ".join(
-                         f"{cell(r['model'])} {fmt(r['seconds_per_update'] / first['seconds_per_update'], 2)}x the "
-                         f"seconds an update, {fmt(r['peak_rss_mib'] / first['peak_rss_mib'], 2)}x the peak RSS"
-                         for r in others) + ".")
+        parts.append(
+            f"Same shapes for each model: {s['batch_size']} rollouts an update, responses up to "
+            f"{s['response_length']} tokens, LoRA r={s['lora']['r']}, trl-ext PPO, one process after the "
+            "other. Against "
+            + cell(first["model"])
+            + ": "
+            + "; ".join(
+                f"{cell(r['model'])} {fmt(r['seconds_per_update'] / first['seconds_per_update'], 2)}x the "
+                f"seconds an update, {fmt(r['peak_rss_mib'] / first['peak_rss_mib'], 2)}x the peak RSS"
+                for r in others
+            )
+            + "."
+        )
     if data.get("failed"):
-        parts.append("Failed: " + "; ".join(f"{f['trainer']} {f['task']} seed {f['seed']}: {cell(f['error'])}"
-                                            for f in data["failed"]))
+        parts.append(
+            "Failed: "
+            + "; ".join(f"{f['trainer']} {f['task']} seed {f['seed']}: {cell(f['error'])}" for f in data["failed"])
+        )
     return "\n\n".join(parts)

@@ -83,20 +83,52 @@ ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, g
     "scratch-grpo": (".venv", "scratch", "grpo", 4, {"kl_coef": 0.0, "scale_rewards": "none"}),
     "trl-grpo": (".venv-latest", "grpo", "grpo", 4, {"kl_coef": 0.0}),
 }
-SETTINGS = dict(batch_size=16, learning_rate=1.5e-4, lr_scheduler_type="constant", temperature=0.7,
-                response_length=32, num_ppo_epochs=2, value_head_init="zero", lora_r=16, lora_alpha=32,
-                dtype="bfloat16", torch_threads=1)
+SETTINGS = dict(
+    batch_size=16,
+    learning_rate=1.5e-4,
+    lr_scheduler_type="constant",
+    temperature=0.7,
+    response_length=32,
+    num_ppo_epochs=2,
+    value_head_init="zero",
+    lora_r=16,
+    lora_alpha=32,
+    dtype="bfloat16",
+    torch_threads=1,
+)
 OVERRIDES: dict = {}  # --set: wins over a row's own settings
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype", "torch_threads")  # SETTINGS that are not PPOConfig fields
 QUICK = dict(seeds=[0], updates=2, heldout=16)
 FULL = dict(seeds=[0, 1], updates=20, heldout=200)
 # PPOConfig fields that choose an engine, a memory layout or bookkeeping, not what is computed: recorded as a row's
 # ``implementation``, left out of its ``settings`` (and so of the keys in which a pair differs)
-IMPLEMENTATION = ("output_dir", "seed", "sampler", "local_rollout_forward_batch_size", "micro_batch_size",
-                  "gradient_checkpointing", "save_steps", "save_total_limit", "resume_from_checkpoint", "report_to",
-                  "torch_threads")
+IMPLEMENTATION = (
+    "output_dir",
+    "seed",
+    "sampler",
+    "local_rollout_forward_batch_size",
+    "micro_batch_size",
+    "gradient_checkpointing",
+    "save_steps",
+    "save_total_limit",
+    "resume_from_checkpoint",
+    "report_to",
+    "torch_threads",
+)
 LORA = dict(lora_target_modules="all-linear", lora_dropout=0.0)  # what every row's LoraConfig adds to SETTINGS
-PLAN_KEYS = {"name", "about", "split", "updates", "eval_prompts", "seeds", "jobs", "settings", "rows", "pairs", "extras"}
+PLAN_KEYS = {
+    "name",
+    "about",
+    "split",
+    "updates",
+    "eval_prompts",
+    "seeds",
+    "jobs",
+    "settings",
+    "rows",
+    "pairs",
+    "extras",
+}
 
 
 def prompt_dataset(tokenizer, n: int, seed: int):
@@ -109,16 +141,24 @@ def prompt_dataset(tokenizer, n: int, seed: int):
     rows = list(itertools.islice(train_stream(seed), n))
     ids = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True) for r in rows]
     ids = [i["input_ids"] if isinstance(i, dict) or hasattr(i, "keys") else i for i in ids]
-    return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
-                              "input_ids": ids})
+    return Dataset.from_dict(
+        {"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows], "input_ids": ids}
+    )
 
 
 def sampled_score(model, tokenizer, rows, seed: int, examples: int = 3) -> dict:
     """The held-out score sampled as the rollouts are (SETTINGS' temperature and length), seeded by ``seed + 1``."""
     from trl_ext.tasks.real_model.evaluate import score_rows
 
-    return score_rows(model, tokenizer, rows, temperature=SETTINGS["temperature"],
-                      max_new_tokens=SETTINGS["response_length"], seed=seed + 1, examples=examples)
+    return score_rows(
+        model,
+        tokenizer,
+        rows,
+        temperature=SETTINGS["temperature"],
+        max_new_tokens=SETTINGS["response_length"],
+        seed=seed + 1,
+        examples=examples,
+    )
 
 
 def held_out(model, tokenizer, rows, seed: int) -> dict:
@@ -144,8 +184,14 @@ def row_config(kind: str, settings: dict, updates: int, seed: int = 0, output_di
 
     _, _, estimator, generations, _ = ROWS[kind]
     fields = {k: v for k, v in settings.items() if k not in NOT_CONFIG}
-    return PPOConfig(output_dir=output_dir, total_episodes=updates * settings["batch_size"], seed=seed,
-                     advantage_estimator=estimator, num_generations=generations, **fields)
+    return PPOConfig(
+        output_dir=output_dir,
+        total_episodes=updates * settings["batch_size"],
+        seed=seed,
+        advantage_estimator=estimator,
+        num_generations=generations,
+        **fields,
+    )
 
 
 def fixed_by_runner(runner: str) -> dict:
@@ -206,8 +252,10 @@ def read_plan(path: str | Path) -> dict:
         raise PlanError(f"{path}: eval_prompts {plan['eval_prompts']} is more than split {plan['split']!r} has")
     common = plan["settings"]
     if set(SETTINGS) - set(common):
-        raise PlanError(f"{path}: the common settings must name every setting the benchmark has; missing "
-                        f"{sorted(set(SETTINGS) - set(common))}")
+        raise PlanError(
+            f"{path}: the common settings must name every setting the benchmark has; missing "
+            f"{sorted(set(SETTINGS) - set(common))}"
+        )
     rows = {}
     for name, row in plan["rows"].items():
         if set(row) - {"kind", "settings", "about"} or row.get("kind") not in ROWS:
@@ -221,8 +269,9 @@ def read_plan(path: str | Path) -> dict:
         except Exception as err:  # a PPOConfig that refuses the settings: say which row
             raise PlanError(f"{path}: row {name!r}: {err}") from None
         if not_expressible:
-            raise PlanError(f"{path}: row {name!r} asks its trainer for what it cannot run ([asked, runs]): "
-                            f"{not_expressible}")
+            raise PlanError(
+                f"{path}: row {name!r} asks its trainer for what it cannot run ([asked, runs]): {not_expressible}"
+            )
         rows[name] = dict(row, settings=settings)
     pairs, extras = plan["pairs"], plan.get("extras", {})
     check_pairs_and_extras(path, pairs, extras, rows)
@@ -235,9 +284,19 @@ def held_out_during(policy, tokenizer, rows, seed: int) -> float:
         return sampled_score(policy, tokenizer, rows, seed, examples=0)["score"]
 
 
-def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_every: int = 0, *,
-            kind: str | None = None, settings: dict | None = None, split: str = "heldout",
-            invocation: str | None = None) -> None:
+def run_row(
+    name: str,
+    seed: int,
+    updates: int,
+    heldout: int,
+    out: Path,
+    eval_every: int = 0,
+    *,
+    kind: str | None = None,
+    settings: dict | None = None,
+    split: str = "heldout",
+    invocation: str | None = None,
+) -> None:
     """One row, in this process: train, evaluate before and after on ``split``'s first ``heldout`` prompts, write
     its JSON to ``out``. ``kind`` (a ``ROWS`` name, default ``name``) and ``settings`` (default: ``settings_of``)
     come from a plan's row."""
@@ -264,16 +323,27 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     before = held_out(model, tokenizer, rows, seed)
     eval_before_s = time.perf_counter() - t0
 
-    lora = LoraConfig(task_type="CAUSAL_LM", r=SETTINGS["lora_r"], lora_alpha=SETTINGS["lora_alpha"],
-                      lora_dropout=0.0, target_modules="all-linear")
+    lora = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=SETTINGS["lora_r"],
+        lora_alpha=SETTINGS["lora_alpha"],
+        lora_dropout=0.0,
+        target_modules="all-linear",
+    )
     work = tempfile.mkdtemp(prefix=f"real-model-{name}-")
     cfg = row_config(kind, settings, updates, seed, work)
     resolved, implementation, not_expressible = resolved_settings(kind, settings, updates)
     policy, peft_config = model, lora
     if runner_name in ("grpo", "rloo"):  # trl-ext's group runners take a ready policy: the adapter goes on here
         policy, peft_config = get_peft_model(model, lora), None
-    inputs = RunInputs(cfg, policy, tokenizer, JustTheNumber(), prompts=lambda n: prompt_dataset(tokenizer, n, seed),
-                       peft_config=peft_config)
+    inputs = RunInputs(
+        cfg,
+        policy,
+        tokenizer,
+        JustTheNumber(),
+        prompts=lambda n: prompt_dataset(tokenizer, n, seed),
+        peft_config=peft_config,
+    )
     runner = RUNNERS[runner_name](inputs)
     implementation["sampler"] = runner.trainer.sampler_name if runner_name == "scratch" else "the trainer's own"
     curve = []
@@ -281,19 +351,29 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     start = time.perf_counter()
 
     def on_update(update, stats) -> bool:
-        curve.append({"update": int(update), "seconds": round(time.perf_counter() - start - evaluating[0], 2),
-                      "reward": float(stats["objective/scores"]),
-                      "kl": round(float(stats.get("objective/kl", "nan")), 4),
-                      **{metric: round(float(stats[key]), 4) for metric, key in (("approxkl", "policy/approxkl_avg"),
-                                                                                 ("clipfrac", "policy/clipfrac_avg"))
-                         if key in stats},
-                      **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")}})
+        curve.append(
+            {
+                "update": int(update),
+                "seconds": round(time.perf_counter() - start - evaluating[0], 2),
+                "reward": float(stats["objective/scores"]),
+                "kl": round(float(stats.get("objective/kl", "nan")), 4),
+                **{
+                    metric: round(float(stats[key]), 4)
+                    for metric, key in (("approxkl", "policy/approxkl_avg"), ("clipfrac", "policy/clipfrac_avg"))
+                    if key in stats
+                },
+                **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")},
+            }
+        )
         if eval_every and int(update) % eval_every == 0 and int(update) < updates:
             t0 = time.perf_counter()
             curve[-1]["held_out"] = held_out_during(runner.policy, tokenizer, rows, seed)
             evaluating[0] += time.perf_counter() - t0
-        print(f"[{name} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} held-out "
-              f"{curve[-1].get('held_out', '-')} at {curve[-1]['seconds']} s", flush=True)
+        print(
+            f"[{name} seed {seed}] update {update} reward {curve[-1]['reward']:.3f} held-out "
+            f"{curve[-1].get('held_out', '-')} at {curve[-1]['seconds']} s",
+            flush=True,
+        )
         return False
 
     runner.train(on_update)
@@ -305,26 +385,46 @@ def run_row(name: str, seed: int, updates: int, heldout: int, out: Path, eval_ev
     import trl
 
     row = {
-        "trainer": name, "kind": kind, "runner": runner_name, "advantage_estimator": estimator,
-        "num_generations": generations, "seed": seed, "invocation": invocation, "updates": len(curve),
-        "episodes": len(curve) * SETTINGS["batch_size"], "split": split, "held_out_prompts": len(rows),
+        "trainer": name,
+        "kind": kind,
+        "runner": runner_name,
+        "advantage_estimator": estimator,
+        "num_generations": generations,
+        "seed": seed,
+        "invocation": invocation,
+        "updates": len(curve),
+        "episodes": len(curve) * SETTINGS["batch_size"],
+        "split": split,
+        "held_out_prompts": len(rows),
         # The KL logged at update 1, before any step, while the policy equals its reference (LoRA's B = 0): about 0
         # unless the rollout's log-probs and the reference's disagree (6-12 nats in TRL's row after right padding)
         # (None where no KL is computed: the GRPO rows, without a KL term, have no reference pass)
         "update1_kl": next((c["kl"] for c in curve if c["update"] == 1 and c["kl"] == c["kl"]), None),
-        "before": before["sampled"]["score"], "after": after["sampled"]["score"],
-        "before_greedy": before["greedy"]["score"], "after_greedy": after["greedy"]["score"],
-        "before_detail": before, "after_detail": after,
-        "train_seconds": round(train_s, 1), "seconds_per_update": round(train_s / max(1, len(curve)), 2),
+        "before": before["sampled"]["score"],
+        "after": after["sampled"]["score"],
+        "before_greedy": before["greedy"]["score"],
+        "after_greedy": after["greedy"]["score"],
+        "before_detail": before,
+        "after_detail": after,
+        "train_seconds": round(train_s, 1),
+        "seconds_per_update": round(train_s / max(1, len(curve)), 2),
         "seconds_per_update_by_phase": {p: round(sum(c.get(p, 0.0) for c in curve) / len(curve), 3) for p in phases},
-        "eval_seconds": {"before": round(eval_before_s, 1), "after": round(eval_after_s, 1),
-                         "during": round(evaluating[0], 1)},
+        "eval_seconds": {
+            "before": round(eval_before_s, 1),
+            "after": round(eval_after_s, 1),
+            "during": round(evaluating[0], 1),
+        },
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         # full and resolved (resolved_settings); what the trainer fixes over what was asked, where they differ
-        "settings": resolved, "implementation": implementation, "settings_not_expressible": not_expressible,
-        "curve": curve, "python": sys.executable, "trl": trl.__version__, "torch": torch.__version__,
+        "settings": resolved,
+        "implementation": implementation,
+        "settings_not_expressible": not_expressible,
+        "curve": curve,
+        "python": sys.executable,
+        "trl": trl.__version__,
+        "torch": torch.__version__,
     }
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
@@ -337,18 +437,26 @@ def row_settings(rows: list[dict]) -> dict:
         if "settings" in r:
             own = set(ROWS.get(r.get("kind", r["trainer"]), ({},) * 5)[4]) | set(OVERRIDES)
             changed.setdefault(r["trainer"], {}).update(
-                {k: v for k, v in r["settings"].items()
-                 if (k in SETTINGS and SETTINGS[k] != v) or (k not in SETTINGS and k in own)})
+                {
+                    k: v
+                    for k, v in r["settings"].items()
+                    if (k in SETTINGS and SETTINGS[k] != v) or (k not in SETTINGS and k in own)
+                }
+            )
     return changed
 
 
-def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
-                  found: list[dict] | None = None) -> None:
+def write_outputs(
+    rows: list[dict], failed: list[dict], meta: dict, stem: Path, found: list[dict] | None = None
+) -> None:
     from benchmarks.real_model_tables import results_table
 
     extra = {} if found is None else {"comparisons": found}
-    write_results(stem.with_suffix(".json"), dict(meta, rows=rows, failed=failed, **extra),
-                  lambda data: results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`"))
+    write_results(
+        stem.with_suffix(".json"),
+        dict(meta, rows=rows, failed=failed, **extra),
+        lambda data: results_table(data, stem.with_suffix(".json").name, f"`{meta['command']}`"),
+    )
     try:
         import matplotlib
 
@@ -360,12 +468,27 @@ def write_outputs(rows: list[dict], failed: list[dict], meta: dict, stem: Path,
         colour = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one colour a trainer, one line a seed
         for r in rows:
             c, label = colour.get(r["trainer"], "k"), r["trainer"]
-            a.plot([x["update"] for x in r["curve"]], [x["reward"] for x in r["curve"]], color=c, alpha=0.6,
-                   marker=".", label=label)
-            b.plot([x["seconds"] for x in r["curve"]], [x["reward"] for x in r["curve"]], color=c, alpha=0.6,
-                   marker=".", label=label)
-            held = [(0, r["before"])] + [(x["update"], x["held_out"]) for x in r["curve"] if "held_out" in x] \
+            a.plot(
+                [x["update"] for x in r["curve"]],
+                [x["reward"] for x in r["curve"]],
+                color=c,
+                alpha=0.6,
+                marker=".",
+                label=label,
+            )
+            b.plot(
+                [x["seconds"] for x in r["curve"]],
+                [x["reward"] for x in r["curve"]],
+                color=c,
+                alpha=0.6,
+                marker=".",
+                label=label,
+            )
+            held = (
+                [(0, r["before"])]
+                + [(x["update"], x["held_out"]) for x in r["curve"] if "held_out" in x]
                 + [(r["curve"][-1]["update"], r["after"])]
+            )
             if len(held) > 2:  # --eval-every: the held-out score along the run, dashed in the trainer's colour
                 a.plot(*zip(*held), linestyle="--", marker="x", color=c, label=f"{label} held-out")
         a.set_xlabel("update"), b.set_xlabel("seconds of training"), a.set_ylabel("mean training reward")
@@ -383,21 +506,38 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--plan", metavar="FILE", help="run this committed plan (benchmarks/plans/*.json) as written")
     parser.add_argument("--quick", action="store_true", help="1 seed, 2 updates, the first 16 held-out prompts")
-    parser.add_argument("--rows", help="comma-separated, of " + ", ".join(ROWS) + " (with --plan: of its rows, "
-                        "whole pairs)")
+    parser.add_argument(
+        "--rows", help="comma-separated, of " + ", ".join(ROWS) + " (with --plan: of its rows, whole pairs)"
+    )
     parser.add_argument("--jobs", type=int)
     parser.add_argument("--updates", type=int)
     parser.add_argument("--seeds", help="comma-separated (with --plan: some of its seeds)")
     parser.add_argument("--heldout", type=int)
-    parser.add_argument("--eval-every", type=int, default=0, metavar="N",
-                        help="also score the held-out set (sampled) after every N-th update, into the curves")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
-                        help="override one of SETTINGS for every row, e.g. --set whiten_advantages=false (repeatable)")
-    parser.add_argument("--out", help="results stem (default benchmarks/results/real-model-cpu[-quick]; with --plan "
-                        "benchmarks/results/<plan name>-cpu[-quick])")
-    parser.add_argument("--collect", nargs="+", metavar="ROW_JSON",
-                        help="write the results from row files already measured (--row ... --row-out FILE) instead "
-                             "of running rows")
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also score the held-out set (sampled) after every N-th update, into the curves",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="override one of SETTINGS for every row, e.g. --set whiten_advantages=false (repeatable)",
+    )
+    parser.add_argument(
+        "--out",
+        help="results stem (default benchmarks/results/real-model-cpu[-quick]; with --plan "
+        "benchmarks/results/<plan name>-cpu[-quick])",
+    )
+    parser.add_argument(
+        "--collect",
+        nargs="+",
+        metavar="ROW_JSON",
+        help="write the results from row files already measured (--row ... --row-out FILE) instead of running rows",
+    )
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     parser.add_argument("--invocation", help=argparse.SUPPRESS)
@@ -407,14 +547,22 @@ def main(argv=None) -> int:
         try:
             OVERRIDES[key] = json.loads(value)
         except json.JSONDecodeError:
-            parser.error(f"--set {item!r}: the value must be JSON (false, 2e-4, \"linear\")")
+            parser.error(f'--set {item!r}: the value must be JSON (false, 2e-4, "linear")')
     from trl_ext.runs.machine import cpu_name
 
     plan = None
     if args.plan:
-        fixed = [flag for flag, given in (("--set", args.set), ("--jobs", args.jobs), ("--eval-every", args.eval_every),
-                                          ("--updates", args.updates and not args.row),
-                                          ("--heldout", args.heldout and not args.row)) if given]
+        fixed = [
+            flag
+            for flag, given in (
+                ("--set", args.set),
+                ("--jobs", args.jobs),
+                ("--eval-every", args.eval_every),
+                ("--updates", args.updates and not args.row),
+                ("--heldout", args.heldout and not args.row),
+            )
+            if given
+        ]
         if fixed:
             parser.error(f"--plan runs the plan as written: {', '.join(fixed)} cannot change it")
         try:
@@ -423,20 +571,32 @@ def main(argv=None) -> int:
             parser.error(str(err))
     mode = QUICK if args.quick else FULL
     if plan is not None:
-        mode = dict(seeds=plan["seeds"][:1] if args.quick else plan["seeds"],
-                    updates=QUICK["updates"] if args.quick else plan["updates"],
-                    heldout=QUICK["heldout"] if args.quick else plan["eval_prompts"])
+        mode = dict(
+            seeds=plan["seeds"][:1] if args.quick else plan["seeds"],
+            updates=QUICK["updates"] if args.quick else plan["updates"],
+            heldout=QUICK["heldout"] if args.quick else plan["eval_prompts"],
+        )
     updates, heldout = args.updates or mode["updates"], args.heldout or mode["heldout"]
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else mode["seeds"]
 
     if args.row:
         if plan is None:
-            run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.eval_every,
-                    invocation=args.invocation)
+            run_row(
+                args.row, seeds[0], updates, heldout, Path(args.row_out), args.eval_every, invocation=args.invocation
+            )
         else:
             spec = plan["rows"][args.row]
-            run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), kind=spec["kind"],
-                    settings=spec["settings"], split=plan["split"], invocation=args.invocation)
+            run_row(
+                args.row,
+                seeds[0],
+                updates,
+                heldout,
+                Path(args.row_out),
+                kind=spec["kind"],
+                settings=spec["settings"],
+                split=plan["split"],
+                invocation=args.invocation,
+            )
         return 0
 
     known = list(plan["rows"]) if plan else list(ROWS)
@@ -458,24 +618,53 @@ def main(argv=None) -> int:
 
     def command_of(name, seed, out):
         python = VENVS / ROWS[plan["rows"][name]["kind"] if plan else name][0] / "bin" / "python"
-        common = [str(python), str(Path(__file__).resolve()), "--row", name, "--row-out", str(out), "--seeds",
-                  str(seed), "--updates", str(updates), "--heldout", str(heldout), "--invocation", invocation]
+        common = [
+            str(python),
+            str(Path(__file__).resolve()),
+            "--row",
+            name,
+            "--row-out",
+            str(out),
+            "--seeds",
+            str(seed),
+            "--updates",
+            str(updates),
+            "--heldout",
+            str(heldout),
+            "--invocation",
+            invocation,
+        ]
         if plan is not None:
             return common + ["--plan", plan["path"]]
         return common + [f"--eval-every={args.eval_every}", *(f"--set={item}" for item in args.set)]
 
-    meta = {"benchmark": "real-model", "quick": args.quick,
-            "command": command_line("benchmarks/real_model.py", argv),
-            "commit": git_commit(), "invocation": None if args.collect else invocation,
-            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform(),
-                        "python": platform.python_version()},
-            "model": "SmolLM2-135M-Instruct bf16 (trl_ext.tasks.real_model.checkpoint.fetch_smollm2)",
-            "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": jobs_n},
-            "updates": updates, "seeds": seeds, "split": plan["split"] if plan else "heldout",
-            "held_out_prompts": heldout}
+    meta = {
+        "benchmark": "real-model",
+        "quick": args.quick,
+        "command": command_line("benchmarks/real_model.py", argv),
+        "commit": git_commit(),
+        "invocation": None if args.collect else invocation,
+        "machine": {
+            "cpu": cpu_name(),
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "model": "SmolLM2-135M-Instruct bf16 (trl_ext.tasks.real_model.checkpoint.fetch_smollm2)",
+        "settings": {**SETTINGS, **OVERRIDES, "lora_target_modules": "all-linear", "jobs": jobs_n},
+        "updates": updates,
+        "seeds": seeds,
+        "split": plan["split"] if plan else "heldout",
+        "held_out_prompts": heldout,
+    }
     if plan is not None:
-        meta["plan"] = {"path": repository_path(plan["path"]),
-                        "sha256": plan["sha256"], "name": plan.get("name"), "rows": names, "jobs": jobs_n}
+        meta["plan"] = {
+            "path": repository_path(plan["path"]),
+            "sha256": plan["sha256"],
+            "name": plan.get("name"),
+            "rows": names,
+            "jobs": jobs_n,
+        }
         meta["settings"] = {"jobs": jobs_n}  # each row records its own, in full
 
     def write(results, wall=None):
@@ -495,8 +684,9 @@ def main(argv=None) -> int:
         results = [(json.loads(Path(f).read_text()), None) for f in args.collect]
     else:
         jobs = plan_jobs(plan, seeds, names) if plan else [(n, s) for n in names for s in seeds]
-        print(f"invocation {invocation}: {len(jobs)} rows, {jobs_n} at a time; row files and logs in {logs}",
-              flush=True)
+        print(
+            f"invocation {invocation}: {len(jobs)} rows, {jobs_n} at a time; row files and logs in {logs}", flush=True
+        )
         # a long plan writes its results after every row: what stopped early still holds the rows that ran
         results = run_jobs(jobs, jobs_n, command_of, logs, on_done=(lambda done: write(done)) if plan else None)
     rows, failed = write(results, None if args.collect else round(time.perf_counter() - start, 1))

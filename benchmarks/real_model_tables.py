@@ -15,34 +15,36 @@ MAIN = "real-model-cpu.json"
 # How the files made by several invocations were made: their JSON holds one invocation's command.
 MADE_BY = {
     MAIN: "sixteen row files gathered with `--collect` (the file's `command`), from these runs of "
-          "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`: TRL's rows at commits 7922095 (`--seeds 0,1` for all "
-          "four rows) and 6d38256 (`--rows scratch-ppo,trl-ppo --seeds 2,3`; their code has not changed since) and "
-          "`--rows trl-grpo --seeds 2` and `--seeds 3`; the scratch rows at commit feedc1c, `--rows scratch-ppo "
-          "--eval-every 4` with `--seeds 0 --jobs 1`, `--seeds 1,2` and `--seeds 3 --jobs 1`; trl-ext's GRPO rows at "
-          "commit c489beb, `--rows scratch-grpo --seeds 0,1,2,3 --set 'scale_rewards=\"none\"'` (the row's own "
-          "setting since); two rows ran at a time on the 2 cores",
+    "`OMP_NUM_THREADS=1 python benchmarks/real_model.py`: TRL's rows at commits 7922095 (`--seeds 0,1` for all "
+    "four rows) and 6d38256 (`--rows scratch-ppo,trl-ppo --seeds 2,3`; their code has not changed since) and "
+    "`--rows trl-grpo --seeds 2` and `--seeds 3`; the scratch rows at commit feedc1c, `--rows scratch-ppo "
+    "--eval-every 4` with `--seeds 0 --jobs 1`, `--seeds 1,2` and `--seeds 3 --jobs 1`; trl-ext's GRPO rows at "
+    "commit c489beb, `--rows scratch-grpo --seeds 0,1,2,3 --set 'scale_rewards=\"none\"'` (the row's own "
+    "setting since); two rows ran at a time on the 2 cores",
     "real-model-cpu-whitened-seed0.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-ppo "
-                                          "--seeds 0 --jobs 1 --eval-every 4 --set whiten_advantages=true --out "
-                                          "benchmarks/results/real-model-cpu-whitened-seed0`, side by side with the "
-                                          "same command without `--set` (the seed-0 row of `real-model-cpu.json`)",
+    "--seeds 0 --jobs 1 --eval-every 4 --set whiten_advantages=true --out "
+    "benchmarks/results/real-model-cpu-whitened-seed0`, side by side with the "
+    "same command without `--set` (the seed-0 row of `real-model-cpu.json`)",
     "real-model-cpu-grpo-std-scaled.json": "four row files gathered with `--collect` (the file's `command`) from "
-                                           "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-grpo` "
-                                           "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
-                                           "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
-                                           "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
+    "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --rows scratch-grpo` "
+    "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
+    "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
+    "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
     "real-model-fair-gpu-h100.json": "`bash benchmarks/gpu_run.sh --real-model benchmarks/plans/real-model-fair-gpu.json "
-                                     "--out $OUT/real-model-fair-gpu-h100` at commit a4efc94 on a lent H100 (after "
-                                     "`gpu_run.sh --install`, which carried the wheels and the first part of the "
-                                     "SmolLM2 wheel), one invocation (the JSON's `commit` reads the device copy's git base, "
-                                     "0b1d8e3, plus the working tree's changes: a4efc94's tree)",
+    "--out $OUT/real-model-fair-gpu-h100` at commit a4efc94 on a lent H100 (after "
+    "`gpu_run.sh --install`, which carried the wheels and the first part of the "
+    "SmolLM2 wheel), one invocation (the JSON's `commit` reads the device copy's git base, "
+    "0b1d8e3, plus the working tree's changes: a4efc94's tree)",
 }
 
 
 def _source(data: dict, name: str, made_by: str | None = None) -> str:
     m = data["machine"]
     made_by = made_by or MADE_BY.get(name) or f"`{data['command']}`"
-    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {made_by} on "
-            f"{m['cpu']} ({m['cores']} cores), one torch thread a row.*")
+    return (
+        f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {made_by} on "
+        f"{m['cpu']} ({m['cores']} cores), one torch thread a row.*"
+    )
 
 
 def _ok(value: bool) -> str:
@@ -56,25 +58,36 @@ def _targets(data: dict) -> list[str]:
     for seed in data["seeds"]:
         ours, theirs = by.get(("scratch-ppo", seed)), by.get(("trl-ppo", seed))
         if ours:
-            checks.append(f"| seed {seed}: trl-ext PPO gains >= 0.4 (sampled) | {ours['after'] - ours['before']:+.3f} "
-                          f"| {_ok(ours['after'] - ours['before'] >= 0.4)} |")
+            checks.append(
+                f"| seed {seed}: trl-ext PPO gains >= 0.4 (sampled) | {ours['after'] - ours['before']:+.3f} "
+                f"| {_ok(ours['after'] - ours['before'] >= 0.4)} |"
+            )
         if ours and theirs:
-            checks.append(f"| seed {seed}: trl-ext PPO held-out >= TRL 1.12 PPO's | {ours['after']:.3f} vs "
-                          f"{theirs['after']:.3f} | {_ok(ours['after'] >= theirs['after'])} |")
+            checks.append(
+                f"| seed {seed}: trl-ext PPO held-out >= TRL 1.12 PPO's | {ours['after']:.3f} vs "
+                f"{theirs['after']:.3f} | {_ok(ours['after'] >= theirs['after'])} |"
+            )
             ratio = ours["seconds_per_update"] / theirs["seconds_per_update"]
             checks.append(f"| seed {seed}: trl-ext PPO s/update <= 0.7x TRL's | {ratio:.2f}x | {_ok(ratio <= 0.7)} |")
         free = [by[(n, seed)] for n in ("scratch-grpo", "scratch-rloo") if (n, seed) in by]
         if free and ("trl-grpo", seed) in by:
             grpo = by[("trl-grpo", seed)]
-            checks.append(f"| seed {seed}: trl-ext {free[0]['trainer']} >= TRL GRPO | {free[0]['after']:.3f} vs "
-                          f"{grpo['after']:.3f} | {_ok(free[0]['after'] >= grpo['after'])} |")
+            checks.append(
+                f"| seed {seed}: trl-ext {free[0]['trainer']} >= TRL GRPO | {free[0]['after']:.3f} vs "
+                f"{grpo['after']:.3f} | {_ok(free[0]['after'] >= grpo['after'])} |"
+            )
     for ours_name, theirs_name in (("scratch-ppo", "trl-ppo"), ("scratch-grpo", "trl-grpo")):
-        pairs = [(by[(ours_name, s)], by[(theirs_name, s)]) for s in data["seeds"]
-                 if (ours_name, s) in by and (theirs_name, s) in by]
+        pairs = [
+            (by[(ours_name, s)], by[(theirs_name, s)])
+            for s in data["seeds"]
+            if (ours_name, s) in by and (theirs_name, s) in by
+        ]
         if pairs:
             ours_mean, theirs_mean = (sum(p[i]["after"] for p in pairs) / len(pairs) for i in (0, 1))
-            checks.append(f"| mean of {len(pairs)} seeds: {ours_name} held-out >= {theirs_name}'s | {ours_mean:.3f} vs "
-                          f"{theirs_mean:.3f} | {_ok(ours_mean >= theirs_mean)} |")
+            checks.append(
+                f"| mean of {len(pairs)} seeds: {ours_name} held-out >= {theirs_name}'s | {ours_mean:.3f} vs "
+                f"{theirs_mean:.3f} | {_ok(ours_mean >= theirs_mean)} |"
+            )
     return checks
 
 
@@ -86,16 +99,23 @@ def _description(data: dict) -> str:
     """What the rows ran with: the settings they share, or (a plan's run) where each row's full settings are."""
     st, split = data["settings"], data.get("split", "heldout").replace("heldout", "held-out")
     if "plan" in data:
-        return (f"The plan `{data['plan']['path']}`: {data['updates']} updates a row, {data['held_out_prompts']} "
-                f"{split} prompts, rows {st['jobs']} side by side. Each row's full settings are in the JSON; the "
-                "pairs' computed differences are below. Score: `JustTheNumber` (greedy in brackets).")
-    return (f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
-            f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
-            f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
-            f"{data['updates']} updates; {data['held_out_prompts']} {split} prompts. Score: `JustTheNumber`, "
-            f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side."
-            + "".join(f" {trainer}: {', '.join(f'{k}={v}' for k, v in changed.items())}."
-                      for trainer, changed in data.get("row_settings", {}).items() if changed))
+        return (
+            f"The plan `{data['plan']['path']}`: {data['updates']} updates a row, {data['held_out_prompts']} "
+            f"{split} prompts, rows {st['jobs']} side by side. Each row's full settings are in the JSON; the "
+            "pairs' computed differences are below. Score: `JustTheNumber` (greedy in brackets)."
+        )
+    return (
+        f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
+        f"{st['batch_size']} rollouts an update, {st['num_ppo_epochs']} epochs, lr {st['learning_rate']} "
+        f"({st['lr_scheduler_type']}), T={st['temperature']}, answers up to {st['response_length']} tokens, "
+        f"{data['updates']} updates; {data['held_out_prompts']} {split} prompts. Score: `JustTheNumber`, "
+        f"sampled at T={st['temperature']} (greedy in brackets). Rows ran {st['jobs']} side by side."
+        + "".join(
+            f" {trainer}: {', '.join(f'{k}={v}' for k, v in changed.items())}."
+            for trainer, changed in data.get("row_settings", {}).items()
+            if changed
+        )
+    )
 
 
 def _mean(values: list[float]) -> float:
@@ -107,23 +127,36 @@ def pair_lines(data: dict) -> list[str]:
     the settings keys in which the rows differ (computed, and declared by the plan) and the time ratio per
     invocation (never across invocations)."""
     by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
-    lines = ["| rows | kind | seeds | mean score, sampled (greedy) | seeds trl-ext >= TRL | settings that differ "
-             "(computed) | declared | seconds per update, ratio per invocation |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| rows | kind | seeds | mean score, sampled (greedy) | seeds trl-ext >= TRL | settings that differ "
+        "(computed) | declared | seconds per update, ratio per invocation |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in data["comparisons"]:
         a, b = c["rows"]
         pairs = [(by[(a, s)], by[(b, s)]) for s in c["seeds"]]
         if pairs:
-            means = " vs ".join(f"{_mean([p[i]['after'] for p in pairs]):.3f} "
-                                f"({_mean([p[i]['after_greedy'] for p in pairs]):.3f})" for i in (0, 1))
+            means = " vs ".join(
+                f"{_mean([p[i]['after'] for p in pairs]):.3f} ({_mean([p[i]['after_greedy'] for p in pairs]):.3f})"
+                for i in (0, 1)
+            )
             held = f"{sum(x['after'] >= y['after'] for x, y in pairs)} of {len(pairs)}"
         else:
             means, held = "-", "-"
-        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or \
-            ("none" if c["seeds"] else "- (not both measured)")
-        ratios = "; ".join(f"{i['invocation']}: {i['seconds_per_update'][a]} / {i['seconds_per_update'][b]} = "
-                           f"{i['ratio']}x" for i in c["invocations"]) or "-"
-        lines.append(f"| {a} vs {b} | {c['kind']} | {','.join(map(str, c['seeds'])) or '-'} | {means} | {held} "
-                     f"| {differ} | {', '.join(c['declared']) or 'none'} | {ratios} |")
+        differ = ", ".join(f"{k} ({va} / {vb})" for k, (va, vb) in c["differing_settings"].items()) or (
+            "none" if c["seeds"] else "- (not both measured)"
+        )
+        ratios = (
+            "; ".join(
+                f"{i['invocation']}: {i['seconds_per_update'][a]} / {i['seconds_per_update'][b]} = {i['ratio']}x"
+                for i in c["invocations"]
+            )
+            or "-"
+        )
+        lines.append(
+            f"| {a} vs {b} | {c['kind']} | {','.join(map(str, c['seeds'])) or '-'} | {means} | {held} "
+            f"| {differ} | {', '.join(c['declared']) or 'none'} | {ratios} |"
+        )
     return lines
 
 
@@ -140,17 +173,23 @@ def plan_targets(data: dict) -> list[str]:
         checks.append(f"| {a} >= {b} on the mean | {ours:.3f} vs {theirs:.3f} | {_ok(ours >= theirs)} |")
         if pairs[0][0].get("kind", a).endswith("ppo"):
             held, need = sum(x["after"] >= y["after"] for x, y in pairs), -(-5 * len(pairs) // 6)
-            checks.append(f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} of {len(pairs)} | "
-                          f"{_ok(held >= need)} |")
+            checks.append(
+                f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} of {len(pairs)} | "
+                f"{_ok(held >= need)} |"
+            )
             for i in c["invocations"]:
-                checks.append(f"| {a} s/update <= 0.7x {b}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
-                              f"{_ok(i['ratio'] <= 0.7)} |")
+                checks.append(
+                    f"| {a} s/update <= 0.7x {b}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
+                    f"{_ok(i['ratio'] <= 0.7)} |"
+                )
     kl = [r for r in data["rows"] if r.get("update1_kl") is not None and "ppo" in r.get("kind", r["trainer"])]
     if kl:
         worst = max(kl, key=lambda r: abs(r["update1_kl"]))
-        checks.append(f"| every PPO row's update-1 KL within 0.1 of 0 ({len(kl)} rows) | largest "
-                      f"{worst['update1_kl']:+.3f} ({worst['trainer']}, seed {worst['seed']}) | "
-                      f"{_ok(abs(worst['update1_kl']) <= 0.1)} |")
+        checks.append(
+            f"| every PPO row's update-1 KL within 0.1 of 0 ({len(kl)} rows) | largest "
+            f"{worst['update1_kl']:+.3f} ({worst['trainer']}, seed {worst['seed']}) | "
+            f"{_ok(abs(worst['update1_kl']) <= 0.1)} |"
+        )
     return checks
 
 
@@ -160,21 +199,29 @@ def results_table(data: dict, name: str, made_by: str | None = None) -> str:
     lines = [_source(data, name, made_by), "", _description(data), ""]
     if "comparisons" in data:
         lines += [*pair_lines(data), "", "| target | measured | met |", "|---|---|---|", *plan_targets(data), ""]
-    lines += ["| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
-              "peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
+        "peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in data["rows"]:
         phases = ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in r.get("seconds_per_update_by_phase", {}).items())
-        lines.append(f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f})"
-                     f" | {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['after'] - r['before']:+.3f} | "
-                     f"{r['seconds_per_update']:.1f} | {phases or '-'} | {_kl(r.get('update1_kl'))} | "
-                     f"{r['peak_rss_mib']:,.0f} |")
+        lines.append(
+            f"| {r['trainer']} | {r['seed']} | {r['episodes']} | {r['before']:.3f} ({r['before_greedy']:.3f})"
+            f" | {r['after']:.3f} ({r['after_greedy']:.3f}) | {r['after'] - r['before']:+.3f} | "
+            f"{r['seconds_per_update']:.1f} | {phases or '-'} | {_kl(r.get('update1_kl'))} | "
+            f"{r['peak_rss_mib']:,.0f} |"
+        )
     for f in data.get("failed", []):
         error = " ".join(str(f["error"]).split()).replace("|", "\\|")
         lines.append(f"| {f['trainer']} | {f['seed']} | failed (exit {f['returncode']}): {error} | | | | | | | |")
     if "comparisons" not in data:
         lines += ["", "| target | measured | met |", "|---|---|---|", *_targets(data)]
-    lines += ["", f"![reward per update and against seconds, every row and seed](../benchmarks/results/"
-                  f"{name.removesuffix('.json')}.png)"]
+    lines += [
+        "",
+        f"![reward per update and against seconds, every row and seed](../benchmarks/results/"
+        f"{name.removesuffix('.json')}.png)",
+    ]
     return "\n".join(lines)
 
 
@@ -183,20 +230,30 @@ def whitening_table(data: dict, main: dict, name: str) -> str:
     along the run."""
     whitened = data["rows"][0]
     plain = next(r for r in main["rows"] if r["trainer"] == "scratch-ppo" and r["seed"] == whitened["seed"])
-    lines = [_source(data, name), "",
-             f"Seed {whitened['seed']}, the same settings but `whiten_advantages`; beside it the row of `{MAIN}`. "
-             "Held-out: sampled score of the 200 held-out prompts after the update; approx-KL: PPO's mean estimate of "
-             "how far an update moved the policy on its own rollouts.", "",
-             "| update | " + " | ".join(str(c["update"]) for c in plain["curve"]) + " |",
-             "|---" * (len(plain["curve"]) + 1) + "|"]
+    lines = [
+        _source(data, name),
+        "",
+        f"Seed {whitened['seed']}, the same settings but `whiten_advantages`; beside it the row of `{MAIN}`. "
+        "Held-out: sampled score of the 200 held-out prompts after the update; approx-KL: PPO's mean estimate of "
+        "how far an update moved the policy on its own rollouts.",
+        "",
+        "| update | " + " | ".join(str(c["update"]) for c in plain["curve"]) + " |",
+        "|---" * (len(plain["curve"]) + 1) + "|",
+    ]
     for label, row in (("whitened", whitened), ("not whitened", plain)):
         held = {c["update"]: c["held_out"] for c in row["curve"] if "held_out" in c}
         held[row["curve"][-1]["update"]] = row["after"]
         lines.append(f"| reward, {label} | " + " | ".join(f"{c['reward']:.2f}" for c in row["curve"]) + " |")
-        lines.append(f"| approx-KL, {label} | " + " | ".join(f"{c.get('approxkl', float('nan')):.3f}"
-                                                            for c in row["curve"]) + " |")
-        lines.append(f"| held-out, {label} | " + " | ".join(f"**{held[c['update']]:.3f}**" if c["update"] in held
-                                                           else "" for c in row["curve"]) + " |")
+        lines.append(
+            f"| approx-KL, {label} | "
+            + " | ".join(f"{c.get('approxkl', float('nan')):.3f}" for c in row["curve"])
+            + " |"
+        )
+        lines.append(
+            f"| held-out, {label} | "
+            + " | ".join(f"**{held[c['update']]:.3f}**" if c["update"] in held else "" for c in row["curve"])
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -206,12 +263,17 @@ def group_scaling_table(data: dict, main: dict, name: str) -> str:
     scaled = {r["seed"]: r for r in data["rows"]}
     unscaled = {r["seed"]: r for r in main["rows"] if r["trainer"] == "scratch-grpo"}
     trl = {r["seed"]: r for r in main["rows"] if r["trainer"] == "trl-grpo"}
-    lines = [_source(data, name), "",
-             "Held-out score after 320 episodes (sampled, greedy in brackets). The std-scaled rows are the computation "
-             "TRL's GRPOTrainer makes per update (`tests/test_trl_group_equality.py`); the unscaled ones are the "
-             f"`scratch-grpo` rows of `{MAIN}`.", "",
-             "| seed | trl-ext GRPO, advantages / group std (`scale_rewards=group`) | trl-ext GRPO, not scaled "
-             "(`scale_rewards=none`) | TRL GRPO (`scale_rewards=group`) |", "|---|---|---|---|"]
+    lines = [
+        _source(data, name),
+        "",
+        "Held-out score after 320 episodes (sampled, greedy in brackets). The std-scaled rows are the computation "
+        "TRL's GRPOTrainer makes per update (`tests/test_trl_group_equality.py`); the unscaled ones are the "
+        f"`scratch-grpo` rows of `{MAIN}`.",
+        "",
+        "| seed | trl-ext GRPO, advantages / group std (`scale_rewards=group`) | trl-ext GRPO, not scaled "
+        "(`scale_rewards=none`) | TRL GRPO (`scale_rewards=group`) |",
+        "|---|---|---|---|",
+    ]
     cell = lambda r: f"{r['after']:.3f} ({r['after_greedy']:.3f})" if r else "-"  # noqa: E731
     for seed in sorted(set(scaled) | set(unscaled) | set(trl)):
         lines.append(f"| {seed} | {cell(scaled.get(seed))} | {cell(unscaled.get(seed))} | {cell(trl.get(seed))} |")
@@ -237,24 +299,36 @@ def gpu_table(data: dict, name: str) -> str:
             columns.setdefault(_column(run, r["trainer"]), {})[r["seed"]] = r
     seeds = sorted({seed for col in columns.values() for seed in col})
     commands = "; ".join(f"`{run['command']}` ({run['wall_seconds']:.0f} s)" for run in data["runs"])
-    lines = [f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {commands} on "
-             f"{data['device']} with {data['runs'][0]['machine']['cores']} CPU cores, torch {first['torch']}, every "
-             f"row a process with one torch thread, the rows of an invocation side by side on the one GPU. {data['how']}*",
-             "", "Held-out score after training (sampled at T=0.7, greedy in brackets), every seed; the settings are "
-             "the CPU run's except what a column names. Before training: "
-             + ", ".join(f"seed {s} {next(c[s]['before'] for c in columns.values() if s in c):.3f}" for s in seeds)
-             + ".", "",
-             "| seed | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines = [
+        f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {commands} on "
+        f"{data['device']} with {data['runs'][0]['machine']['cores']} CPU cores, torch {first['torch']}, every "
+        f"row a process with one torch thread, the rows of an invocation side by side on the one GPU. {data['how']}*",
+        "",
+        "Held-out score after training (sampled at T=0.7, greedy in brackets), every seed; the settings are "
+        "the CPU run's except what a column names. Before training: "
+        + ", ".join(f"seed {s} {next(c[s]['before'] for c in columns.values() if s in c):.3f}" for s in seeds)
+        + ".",
+        "",
+        "| seed | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
     for seed in seeds:
-        cells = [f"{c[seed]['after']:.3f} ({c[seed]['after_greedy']:.3f})" if seed in c else "-"
-                 for c in columns.values()]
+        cells = [
+            f"{c[seed]['after']:.3f} ({c[seed]['after_greedy']:.3f})" if seed in c else "-" for c in columns.values()
+        ]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     mean = [sum(r["after"] for r in c.values()) / len(c) for c in columns.values()]
     lines.append("| mean | " + " | ".join(f"{m:.3f}" for m in mean) + " |")
-    lines.append("| s/update, mean | " + " | ".join(
-        f"{sum(r['seconds_per_update'] for r in c.values()) / len(c):.2f}" for c in columns.values()) + " |")
-    lines.append("| peak GPU MiB | " + " | ".join(
-        f"{max(r['peak_gpu_mib'] for r in c.values()):,.0f}" for c in columns.values()) + " |")
+    lines.append(
+        "| s/update, mean | "
+        + " | ".join(f"{sum(r['seconds_per_update'] for r in c.values()) / len(c):.2f}" for c in columns.values())
+        + " |"
+    )
+    lines.append(
+        "| peak GPU MiB | "
+        + " | ".join(f"{max(r['peak_gpu_mib'] for r in c.values()):,.0f}" for c in columns.values())
+        + " |"
+    )
     return "\n".join(lines)
 
 
@@ -264,10 +338,16 @@ def main() -> int:
 
     main_data = load(MAIN)
     write("real-model-cpu.md", results_table(main_data, MAIN))
-    write("real-model-cpu-whitened-seed0.md", whitening_table(load("real-model-cpu-whitened-seed0.json"), main_data,
-                                                              "real-model-cpu-whitened-seed0.json"))
-    write("real-model-cpu-grpo-std-scaled.md", group_scaling_table(load("real-model-cpu-grpo-std-scaled.json"),
-                                                                   main_data, "real-model-cpu-grpo-std-scaled.json"))
+    write(
+        "real-model-cpu-whitened-seed0.md",
+        whitening_table(load("real-model-cpu-whitened-seed0.json"), main_data, "real-model-cpu-whitened-seed0.json"),
+    )
+    write(
+        "real-model-cpu-grpo-std-scaled.md",
+        group_scaling_table(
+            load("real-model-cpu-grpo-std-scaled.json"), main_data, "real-model-cpu-grpo-std-scaled.json"
+        ),
+    )
     write("real-model-gpu-h100.md", gpu_table(load("real-model-gpu-h100.json"), "real-model-gpu-h100.json"))
     for plan_run in sorted((ROOT / "benchmarks" / "results").glob("real-model-fair*.json")):
         write(plan_run.with_suffix(".md").name, results_table(load(plan_run.name), plan_run.name))

@@ -31,8 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def serve(args: list[str]):
     """``trl-ext serve-reward ARGS --port 0`` in a child process, and the address it printed when ready."""
-    proc = subprocess.Popen([sys.executable, "-m", "trl_ext.commands.cli", "serve-reward", *args, "--port", "0",
-                             "--device", "cpu"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trl_ext.commands.cli", "serve-reward", *args, "--port", "0", "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     line = proc.stdout.readline()
     if "ready at" not in line:
         proc.kill()
@@ -93,13 +97,25 @@ def load_test(url: str, clients: int, requests_each: int, rows: int) -> dict:
     def pct(p):
         return round(1000 * ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))], 2) if ordered else None
 
-    return {"clients": clients, "requests_per_client": requests_each, "rows_per_request": rows,
-            "requests": clients * requests_each, "failed": len(failures), "first_failure": failures[:1],
-            "retries": retries[0], "wall_seconds": round(wall, 2),
-            "requests_per_second": round(len(latencies) / wall, 1),
-            "completions_per_second": round(len(latencies) * rows / wall, 1),
-            "latency_ms": {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": pct(100),
-                           "mean": round(1000 * statistics.fmean(ordered), 2) if ordered else None}}
+    return {
+        "clients": clients,
+        "requests_per_client": requests_each,
+        "rows_per_request": rows,
+        "requests": clients * requests_each,
+        "failed": len(failures),
+        "first_failure": failures[:1],
+        "retries": retries[0],
+        "wall_seconds": round(wall, 2),
+        "requests_per_second": round(len(latencies) / wall, 1),
+        "completions_per_second": round(len(latencies) * rows / wall, 1),
+        "latency_ms": {
+            "p50": pct(50),
+            "p90": pct(90),
+            "p99": pct(99),
+            "max": pct(100),
+            "mean": round(1000 * statistics.fmean(ordered), 2) if ordered else None,
+        },
+    }
 
 
 def ppo_share(policy_dir: str, reward_dir: str, url: str | None, updates: int, warmup: int) -> dict:
@@ -113,23 +129,35 @@ def ppo_share(policy_dir: str, reward_dir: str, url: str | None, updates: int, w
     from trl_ext.tasks.doubling.ppo_run import load_inputs, ppo_options
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
-    run = ppo_options(PPOConfig(**DOUBLING_DEFAULTS), policy_dir, None if url else reward_dir, out="unused",
-                      reward_url=url)
+    run = ppo_options(
+        PPOConfig(**DOUBLING_DEFAULTS), policy_dir, None if url else reward_dir, out="unused", reward_url=url
+    )
     policy, tokenizer, reward = load_inputs(run)
     total = (updates + warmup) * run.train.batch_size
     cfg = replace(train_options(run), total_episodes=total)
-    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tokenizer, total, cfg.seed),
-                         processing_class=tokenizer)
+    trainer = PPOTrainer(
+        policy,
+        reward,
+        args=cfg,
+        train_dataset=ppo_prompt_dataset(tokenizer, total, cfg.seed),
+        processing_class=tokenizer,
+    )
     stamps = []
     history = trainer.train(lambda update, stats: stamps.append(time.perf_counter()))
     timed = history[warmup:]
     wall = stamps[-1] - stamps[warmup - 1]
     reward_seconds = sum(h["timing/reward"] for h in timed)
-    return {"reward": "remote" if url else "local", "updates": updates, "warmup": warmup,
-            "batch_size": cfg.batch_size, "wall_seconds": round(wall, 2), "reward_seconds": round(reward_seconds, 3),
-            "reward_share": round(reward_seconds / wall, 4),
-            "reward_ms_per_update": round(1000 * reward_seconds / updates, 1),
-            "final_scores": timed[-1]["objective/scores"]}
+    return {
+        "reward": "remote" if url else "local",
+        "updates": updates,
+        "warmup": warmup,
+        "batch_size": cfg.batch_size,
+        "wall_seconds": round(wall, 2),
+        "reward_seconds": round(reward_seconds, 3),
+        "reward_share": round(reward_seconds / wall, 4),
+        "reward_ms_per_update": round(1000 * reward_seconds / updates, 1),
+        "final_scores": timed[-1]["objective/scores"],
+    }
 
 
 def main(argv=None) -> int:
@@ -143,7 +171,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=64, help="completions per request")
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/remote-reward-<device>.json)")
+    parser.add_argument(
+        "--out", default=None, help="JSON file (default benchmarks/results/remote-reward-<device>.json)"
+    )
     args = parser.parse_args(argv)
 
     from trl_ext.runs.machine import device_tag, machine
@@ -153,8 +183,13 @@ def main(argv=None) -> int:
 
         run_pretrain(PretrainConfig(out=args.policy))
         run_train_reward(RewardConfig(out=args.reward))
-    result = {"benchmark": "remote-reward", "machine": machine(), "server": "http.server.ThreadingHTTPServer, "
-              "max_concurrency 1, in its own process on loopback", "load": {}, "ppo": []}
+    result = {
+        "benchmark": "remote-reward",
+        "machine": machine(),
+        "server": "http.server.ThreadingHTTPServer, max_concurrency 1, in its own process on loopback",
+        "load": {},
+        "ppo": [],
+    }
     import tempfile
 
     rule = Path(tempfile.mkdtemp()) / "rule_reward.py"
@@ -166,23 +201,33 @@ def main(argv=None) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-        print(f"load[{name}]: {row['requests']} requests of {args.rows}, {row['failed']} failed, "
-              f"{row['requests_per_second']} req/s, latency ms {row['latency_ms']}")
+        print(
+            f"load[{name}]: {row['requests']} requests of {args.rows}, {row['failed']} failed, "
+            f"{row['requests_per_second']} req/s, latency ms {row['latency_ms']}"
+        )
     proc, url = serve(["--reward", args.reward])
     try:
         for remote_url in (None, url):
             row = ppo_share(args.policy, args.reward, remote_url, args.updates, args.warmup)
             result["ppo"].append(row)
-            print(f"ppo[{row['reward']}]: {row['wall_seconds']} s for {args.updates} updates, reward "
-                  f"{row['reward_ms_per_update']} ms/update = {100 * row['reward_share']:.1f}% of wall time")
+            print(
+                f"ppo[{row['reward']}]: {row['wall_seconds']} s for {args.updates} updates, reward "
+                f"{row['reward_ms_per_update']} ms/update = {100 * row['reward_share']:.1f}% of wall time"
+            )
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     local, remote = result["ppo"]
     result["remote_reward_share"] = remote["reward_share"]
-    result["remote_minus_local_ms_per_update"] = round(remote["reward_ms_per_update"] - local["reward_ms_per_update"], 1)
+    result["remote_minus_local_ms_per_update"] = round(
+        remote["reward_ms_per_update"] - local["reward_ms_per_update"], 1
+    )
     result["same_final_scores"] = local["final_scores"] == remote["final_scores"]
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"remote-reward-{device_tag(result['machine'])}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else ROOT / "benchmarks" / "results" / f"remote-reward-{device_tag(result['machine'])}.json"
+    )
     from benchmarks.harness import write_results
     from benchmarks.tables import invocation
 
@@ -191,27 +236,37 @@ def main(argv=None) -> int:
     return 0
 
 
-
 def results_table(name, made_by: str) -> str:
     """The file's tables: the server under load, then PPO with the reward scored in process and through it."""
     from benchmarks.tables import fmt, load, source_line
 
     data = load(name)
-    lines = [source_line(name, made_by) + f" Server: {data.get('server', '?')}.", "",
-             "| load test | requests | failed | requests/s | completions/s | p50 ms | p99 ms | max ms |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        source_line(name, made_by) + f" Server: {data.get('server', '?')}.",
+        "",
+        "| load test | requests | failed | requests/s | completions/s | p50 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for reward, load_test in data["load"].items():
         lat = load_test["latency_ms"]
-        lines.append(f"| {reward} reward, {load_test['clients']} clients x {load_test['requests_per_client']} requests "
-                     f"x {load_test['rows_per_request']} completions | {load_test['requests']:,} | {load_test['failed']} "
-                     f"| {load_test['requests_per_second']:.1f} | {load_test['completions_per_second']:,.0f} | "
-                     f"{lat['p50']:.0f} | {lat['p99']:.0f} | {lat['max']:.0f} |")
-    lines += ["", "| PPO run, reward scored | updates timed | batch | wall s | reward s | reward share of wall time |"
-                  " final scores |", "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {reward} reward, {load_test['clients']} clients x {load_test['requests_per_client']} requests "
+            f"x {load_test['rows_per_request']} completions | {load_test['requests']:,} | {load_test['failed']} "
+            f"| {load_test['requests_per_second']:.1f} | {load_test['completions_per_second']:,.0f} | "
+            f"{lat['p50']:.0f} | {lat['p99']:.0f} | {lat['max']:.0f} |"
+        )
+    lines += [
+        "",
+        "| PPO run, reward scored | updates timed | batch | wall s | reward s | reward share of wall time |"
+        " final scores |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for run in data["ppo"]:
-        lines.append(f"| {run['reward']} | {run['updates']} (after {run['warmup']}) | {run['batch_size']} | "
-                     f"{run['wall_seconds']:.2f} | {run['reward_seconds']:.3f} | {run['reward_share']:.1%} | "
-                     f"{run['final_scores']:.4f} |")
+        lines.append(
+            f"| {run['reward']} | {run['updates']} (after {run['warmup']}) | {run['batch_size']} | "
+            f"{run['wall_seconds']:.2f} | {run['reward_seconds']:.3f} | {run['reward_share']:.1%} | "
+            f"{run['final_scores']:.4f} |"
+        )
     lines += ["", f"Same final scores in-process and through the server: {fmt(data.get('same_final_scores'))}."]
     return "\n".join(lines)
 

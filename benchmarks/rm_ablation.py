@@ -37,35 +37,89 @@ def main(argv=None) -> int:
 
     policy = out / "policy"
     _run_all([[_cli(), "pretrain", "--out", str(policy)]] if not (policy / "metrics.json").exists() else [])
-    _run_all([[_cli(), "train-reward-model", "--base", str(policy), "--out", str(out / f"rm_{name}"),
-               "--center-rewards-coefficient", str(coefficient)]
-              for name, coefficient in CENTRING.items() if not (out / f"rm_{name}" / "metrics.json").exists()])
+    _run_all(
+        [
+            [
+                _cli(),
+                "train-reward-model",
+                "--base",
+                str(policy),
+                "--out",
+                str(out / f"rm_{name}"),
+                "--center-rewards-coefficient",
+                str(coefficient),
+            ]
+            for name, coefficient in CENTRING.items()
+            if not (out / f"rm_{name}" / "metrics.json").exists()
+        ]
+    )
     runs = list(itertools.product(args.backends.split(","), CENTRING, TEMPERATURES))
     folder = {r: out / f"{r[0]}_{r[1]}_t{r[2]}" for r in runs}
-    _run_all([[_cli(), "ppo", "--backend", b, "--policy", str(policy), "--reward", str(out / f"rm_{c}"),
-               "--temperature", str(t), "--seed", str(args.seed), "--out", str(folder[(b, c, t)]), "--overwrite"]
-              for (b, c, t) in runs if not (folder[(b, c, t)] / "eval.json").exists()])
+    _run_all(
+        [
+            [
+                _cli(),
+                "ppo",
+                "--backend",
+                b,
+                "--policy",
+                str(policy),
+                "--reward",
+                str(out / f"rm_{c}"),
+                "--temperature",
+                str(t),
+                "--seed",
+                str(args.seed),
+                "--out",
+                str(folder[(b, c, t)]),
+                "--overwrite",
+            ]
+            for (b, c, t) in runs
+            if not (folder[(b, c, t)] / "eval.json").exists()
+        ]
+    )
 
     reward_models = {}
     for name in CENTRING:
         metrics = json.loads((out / f"rm_{name}" / "metrics.json").read_text())
-        reward_models[name] = {"pairwise": metrics["heldout_pairwise_accuracy"],
-                               "wrong_value": metrics["heldout_by_kind"]["wrong_value"],
-                               "chosen_std": metrics["heldout_scores"]["chosen"]["std"],
-                               "score_gap": round(metrics["heldout_scores"]["chosen"]["mean"]
-                                                  - metrics["heldout_scores"]["rejected"]["mean"], 3)}
+        reward_models[name] = {
+            "pairwise": metrics["heldout_pairwise_accuracy"],
+            "wrong_value": metrics["heldout_by_kind"]["wrong_value"],
+            "chosen_std": metrics["heldout_scores"]["chosen"]["std"],
+            "score_gap": round(
+                metrics["heldout_scores"]["chosen"]["mean"] - metrics["heldout_scores"]["rejected"]["mean"], 3
+            ),
+        }
     rows = []
     for backend, centring, temperature in runs:
         report = json.loads((folder[(backend, centring, temperature)] / "eval.json").read_text())
-        rows.append({"backend": backend, "reward_model": centring, "temperature": temperature,
-                     "greedy_exact": report["greedy"]["exact"], "sampled_exact": report["sampled"]["exact"],
-                     "sampled_value_acc": report["sampled"]["value_acc"],
-                     "sampled_charset_acc": report["sampled"]["charset_acc"]})
+        rows.append(
+            {
+                "backend": backend,
+                "reward_model": centring,
+                "temperature": temperature,
+                "greedy_exact": report["greedy"]["exact"],
+                "sampled_exact": report["sampled"]["exact"],
+                "sampled_value_acc": report["sampled"]["value_acc"],
+                "sampled_charset_acc": report["sampled"]["charset_acc"],
+            }
+        )
     info = machine()
     device = device_tag(info)
     stem = ROOT / "benchmarks" / "results" / f"rm-ablation-{device}"
-    stem.with_suffix(".json").write_text(json.dumps({"benchmark": "rm_ablation", "machine": info, "seed": args.seed,
-                                                     "reward_models": reward_models, "runs": rows}, indent=2) + "\n")
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "benchmark": "rm_ablation",
+                "machine": info,
+                "seed": args.seed,
+                "reward_models": reward_models,
+                "runs": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     from benchmarks.tables import invocation, write
 
     print(write(stem.with_suffix(".md"), results_table(stem.with_suffix(".json"), invocation())).read_text())
@@ -83,8 +137,10 @@ def _run_all(commands: list[list[str]], jobs: int = 2) -> None:
     pending = list(commands)
     while pending:
         batch, pending = pending[:jobs], pending[jobs:]
-        procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for c in batch]
+        procs = [
+            subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for c in batch
+        ]
         for command, proc in zip(batch, procs):
             _, err = proc.communicate()
             if proc.returncode:
@@ -97,16 +153,27 @@ def results_table(name, made_by: str) -> str:
 
     data = load(name)
     reward_models, rows = data["reward_models"], data["runs"]
-    lines = [source_line(name, made_by) + f" Seed {data.get('seed', 0)}, one run per cell.", "",
-             "| reward model | held-out pairwise | wrong value | right answers' score std | mean score gap |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {rm} | {m['pairwise']:.3f} | {m['wrong_value']:.3f} | {m['chosen_std']:.3f} | {m['score_gap']:.3f} |"
-              for rm, m in reward_models.items()]
-    lines += ["", "| backend | reward model | rollout temperature | greedy exact | sampled exact | sampled value | "
-              "sampled charset |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['backend']} | {r['reward_model']} | {r['temperature']} | {r['greedy_exact']:.3f} | "
-              f"{r['sampled_exact']:.3f} | {r['sampled_value_acc']:.3f} | {r['sampled_charset_acc']:.3f} |"
-              for r in rows]
+    lines = [
+        source_line(name, made_by) + f" Seed {data.get('seed', 0)}, one run per cell.",
+        "",
+        "| reward model | held-out pairwise | wrong value | right answers' score std | mean score gap |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {rm} | {m['pairwise']:.3f} | {m['wrong_value']:.3f} | {m['chosen_std']:.3f} | {m['score_gap']:.3f} |"
+        for rm, m in reward_models.items()
+    ]
+    lines += [
+        "",
+        "| backend | reward model | rollout temperature | greedy exact | sampled exact | sampled value | "
+        "sampled charset |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['backend']} | {r['reward_model']} | {r['temperature']} | {r['greedy_exact']:.3f} | "
+        f"{r['sampled_exact']:.3f} | {r['sampled_value_acc']:.3f} | {r['sampled_charset_acc']:.3f} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 

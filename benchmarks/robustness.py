@@ -93,8 +93,13 @@ def _cli(args: list[str], log: Path) -> bool:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
-        code = subprocess.run([str(python if python.exists() else sys.executable), "-m", "trl_ext", *args],
-                              stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+        code = subprocess.run(
+            [str(python if python.exists() else sys.executable), "-m", "trl_ext", *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        ).returncode
     if code:
         print(f"FAILED (exit {code}): trl-ext {' '.join(args)}; log {log}")
     return code == 0
@@ -116,9 +121,30 @@ def _run(out: Path, row: str, policy: int, seed: int, extra: list[str], tag: str
     folder = _run_dir(out, row, policy, seed, tag)
     if (folder / "summary.json").exists():
         return True
-    return _cli(["ppo", *ROWS[row], "--policy", str(out / f"policy-{policy}"), "--reward", str(out / f"reward-{policy}"),
-                 "--out", str(folder), "--total-episodes", str(BUDGET), "--seed", str(seed), "--probe-every", "5",
-                 "--stop-at-target", "true", "--overwrite", "true", *extra], folder.parent / f"{folder.name}.log")
+    return _cli(
+        [
+            "ppo",
+            *ROWS[row],
+            "--policy",
+            str(out / f"policy-{policy}"),
+            "--reward",
+            str(out / f"reward-{policy}"),
+            "--out",
+            str(folder),
+            "--total-episodes",
+            str(BUDGET),
+            "--seed",
+            str(seed),
+            "--probe-every",
+            "5",
+            "--stop-at-target",
+            "true",
+            "--overwrite",
+            "true",
+            *extra,
+        ],
+        folder.parent / f"{folder.name}.log",
+    )
 
 
 def _result(out: Path, row: str, policy: int, seed: int, tag: str) -> dict | None:
@@ -129,10 +155,18 @@ def _result(out: Path, row: str, policy: int, seed: int, tag: str) -> dict | Non
     greedy = json.loads((folder / "eval.json").read_text())["greedy"]
     learnt = [c for c in CHARSETS if greedy["per_label"][c]["charset_acc"] >= 0.9]
     reached = summary.get("reached_0_99") or {}
-    return {"row": row, "policy": policy, "seed": seed, "greedy_exact": greedy["exact"],
-            "sampled_exact": summary["sampled"]["exact"], "success": bool(reached),
-            "episodes_to_0_99": reached.get("episode"), "episodes": summary["episodes"],
-            "charsets_learnt": learnt, "train_seconds": summary["train_seconds"]}
+    return {
+        "row": row,
+        "policy": policy,
+        "seed": seed,
+        "greedy_exact": greedy["exact"],
+        "sampled_exact": summary["sampled"]["exact"],
+        "success": bool(reached),
+        "episodes_to_0_99": reached.get("episode"),
+        "episodes": summary["episodes"],
+        "charsets_learnt": learnt,
+        "train_seconds": summary["train_seconds"],
+    }
 
 
 def _write(results: list[dict], args, extra: list[str]) -> None:
@@ -146,16 +180,35 @@ def _write(results: list[dict], args, extra: list[str]) -> None:
     runs = sorted(keep.values(), key=lambda r: (list(ROWS).index(r["row"]), r["policy"], r["seed"]))
     summary = _summary(runs)
     command = "OMP_NUM_THREADS=1 python benchmarks/robustness.py " + " ".join(
-        a for a in (f"--rows {args.rows}", f"--policies {args.policies}", f"--seeds {args.seeds}",
-                    f"--extra '{args.extra}'" if args.extra else "", f"--tag {args.tag}" if args.tag else "") if a)
+        a
+        for a in (
+            f"--rows {args.rows}",
+            f"--policies {args.policies}",
+            f"--seeds {args.seeds}",
+            f"--extra '{args.extra}'" if args.extra else "",
+            f"--tag {args.tag}" if args.tag else "",
+        )
+        if a
+    )
     commands = sorted(set(old.get("commands", [])) | {command})
     info["cpu"] = cpu_name() or "unknown"
     json_path = stem.with_suffix(".json")
-    write_results(json_path, {"benchmark": "robustness", "machine": info, "budget_episodes": BUDGET,
-                              "extra_flags": extra, "commands": commands, "rows": {r: ROWS[r] for r in summary},
-                              "summary": summary, "runs": runs},
-                  lambda data: _source(json_path.name, data["commands"], data["machine"]) + "\n\n"
-                  + _table(data["summary"], data["runs"]))
+    write_results(
+        json_path,
+        {
+            "benchmark": "robustness",
+            "machine": info,
+            "budget_episodes": BUDGET,
+            "extra_flags": extra,
+            "commands": commands,
+            "rows": {r: ROWS[r] for r in summary},
+            "summary": summary,
+            "runs": runs,
+        },
+        lambda data: (
+            _source(json_path.name, data["commands"], data["machine"]) + "\n\n" + _table(data["summary"], data["runs"])
+        ),
+    )
     print(stem.with_suffix(".md").read_text())
 
 
@@ -166,33 +219,52 @@ def _summary(runs: list[dict]) -> dict:
     summary = {}
     for row, rs in by_row.items():
         reached = [r["episodes_to_0_99"] for r in rs if r["episodes_to_0_99"] is not None]
-        summary[row] = {"runs": len(rs), "successes": sum(r["success"] for r in rs),
-                        "success_rate": round(sum(r["success"] for r in rs) / len(rs), 3),
-                        "median_episodes_to_0_99": statistics.median(reached) if reached else None,
-                        "failures": [f"policy {r['policy']} seed {r['seed']}: {r['greedy_exact']:.3f}, learnt "
-                                     f"{'+'.join(r['charsets_learnt']) or 'none'}" for r in rs if not r["success"]]}
+        summary[row] = {
+            "runs": len(rs),
+            "successes": sum(r["success"] for r in rs),
+            "success_rate": round(sum(r["success"] for r in rs) / len(rs), 3),
+            "median_episodes_to_0_99": statistics.median(reached) if reached else None,
+            "failures": [
+                f"policy {r['policy']} seed {r['seed']}: {r['greedy_exact']:.3f}, learnt "
+                f"{'+'.join(r['charsets_learnt']) or 'none'}"
+                for r in rs
+                if not r["success"]
+            ],
+        }
     return summary
 
 
 def _source(name: str, commands: list[str], m: dict) -> str:
-    machine = ", ".join(str(m[k]) for k in ("cpu", "device") if k in m) + \
-        (f", {m['cpu_count']} cores, torch {m['torch']}, trl {m.get('trl', '-')}" if "cpu_count" in m else "")
-    return (f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by "
-            f"{'; '.join(f'`{c}`' for c in commands) or 'not recorded'}; {machine}.*")
+    machine = ", ".join(str(m[k]) for k in ("cpu", "device") if k in m) + (
+        f", {m['cpu_count']} cores, torch {m['torch']}, trl {m.get('trl', '-')}" if "cpu_count" in m else ""
+    )
+    return (
+        f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by "
+        f"{'; '.join(f'`{c}`' for c in commands) or 'not recorded'}; {machine}.*"
+    )
 
 
 def _table(summary: dict, runs: list[dict]) -> str:
-    lines = ["| row | runs | reached greedy exact 0.99 | median episodes to 0.99 | failures (final greedy exact, sets learnt) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| row | runs | reached greedy exact 0.99 | median episodes to 0.99 | failures (final greedy exact, sets learnt) |",
+        "|---|---|---|---|---|",
+    ]
     for row, s in summary.items():
-        lines.append(f"| {row} | {s['runs']} | {s['successes']} ({s['success_rate']:.0%}) | "
-                     f"{s['median_episodes_to_0_99'] or '-'} | {'; '.join(s['failures']) or 'none'} |")
-    lines += ["", "| row | policy | seed | greedy exact | sampled exact | episodes to 0.99 | sets learnt | seconds |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {row} | {s['runs']} | {s['successes']} ({s['success_rate']:.0%}) | "
+            f"{s['median_episodes_to_0_99'] or '-'} | {'; '.join(s['failures']) or 'none'} |"
+        )
+    lines += [
+        "",
+        "| row | policy | seed | greedy exact | sampled exact | episodes to 0.99 | sets learnt | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
-        lines.append(f"| {r['row']} | {r['policy']} | {r['seed']} | {r['greedy_exact']:.3f} | {r['sampled_exact']:.3f} | "
-                     f"{r['episodes_to_0_99'] or '-'} | {'+'.join(r['charsets_learnt']) or 'none'} | "
-                     f"{r['train_seconds']:.0f} |")
+        lines.append(
+            f"| {r['row']} | {r['policy']} | {r['seed']} | {r['greedy_exact']:.3f} | {r['sampled_exact']:.3f} | "
+            f"{r['episodes_to_0_99'] or '-'} | {'+'.join(r['charsets_learnt']) or 'none'} | "
+            f"{r['train_seconds']:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -62,14 +62,19 @@ SHAPES = ("16x48", "64x64")
 PHASES = ("timing/generate", "timing/reward", "timing/experience", "timing/update")
 RESULT = "RESULT "
 READY, UPDATE, GO = "LOCKSTEP ready", "LOCKSTEP update ", "go"  # the turn-taking lines between a row and this script
-QUESTIONS = ["What is {a} + {b}? Answer with just the number.", "Name a fruit that starts with the letter {c}.",
-             "Write one sentence about the number {a}.", "Is {a} larger than {b}? Answer yes or no."]
+QUESTIONS = [
+    "What is {a} + {b}? Answer with just the number.",
+    "Name a fruit that starts with the letter {c}.",
+    "Write one sentence about the number {a}.",
+    "Is {a} larger than {b}? Answer yes or no.",
+]
 
 
 def default_model() -> Path:
     cache = os.environ.get("TRL_EXT_CACHE")
-    return Path(cache) / "SmolLM2-135M-Instruct" if cache else \
-        Path.home() / ".cache" / "trl-ext" / "SmolLM2-135M-Instruct"
+    return (
+        Path(cache) / "SmolLM2-135M-Instruct" if cache else Path.home() / ".cache" / "trl-ext" / "SmolLM2-135M-Instruct"
+    )
 
 
 def matmul_rate(dtype_name: str, size: int = 1024, repeats: int = 5) -> float:
@@ -84,15 +89,18 @@ def matmul_rate(dtype_name: str, size: int = 1024, repeats: int = 5) -> float:
         start = time.perf_counter()
         torch.matmul(a, b)
         best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best
+    return 2 * size**3 / best
 
 
 def prompts(tokenizer, n: int) -> list[list[int]]:
     rows = []
     for i in range(n):
         text = QUESTIONS[i % len(QUESTIONS)].format(a=7 + i, b=5 + 3 * i, c="ABCDEFGHIKLMNOPRST"[i % 18])
-        rows.append(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                  tokenize=True, return_dict=False))
+        rows.append(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
     return rows
 
 
@@ -127,18 +135,29 @@ class MergedLoop(Sampler):
             self.copy.load_state_dict(dict(policy_weights(model, dtype)), strict=True)
         self.stale, self.synced = False, id(model)
         seconds = time.perf_counter() - start
-        self.stats.update(syncs=self.stats["syncs"] + 1, sync_seconds=self.stats["sync_seconds"] + seconds,
-                          last_sync_seconds=seconds)
+        self.stats.update(
+            syncs=self.stats["syncs"] + 1, sync_seconds=self.stats["sync_seconds"] + seconds, last_sync_seconds=seconds
+        )
 
     def sample(self, model, query_ids, query_mask, options, generator=None) -> Completions:
         from trl_ext.ppo.rollout.loop import sample_responses
 
         if self.stale or self.synced != id(model):
             self.sync(model)
-        return Completions(sample_responses(self.copy, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
-                                            eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
-                                            temperature=options.temperature, top_k=options.top_k,
-                                            top_p=options.top_p, generator=generator))
+        return Completions(
+            sample_responses(
+                self.copy,
+                query_ids,
+                query_mask,
+                max_new_tokens=options.max_new_tokens,
+                eos_token_id=options.eos_token_id,
+                pad_token_id=options.pad_token_id,
+                temperature=options.temperature,
+                top_k=options.top_k,
+                top_p=options.top_p,
+                generator=generator,
+            )
+        )
 
 
 def wait_for_turn() -> float:
@@ -168,11 +187,20 @@ def measure(engine: str, batch: int, tokens: int, args) -> dict:
     updates = args.warmup + args.updates
     ids = prompts(tokenizer, batch * updates)
     data = Dataset.from_dict({"input_ids": ids})
-    cfg = PPOConfig(sampler=SAMPLER[engine], batch_size=batch, total_episodes=batch * updates, response_length=tokens,
-                    temperature=0.7, num_ppo_epochs=1, learning_rate=1e-5, seed=0)
+    cfg = PPOConfig(
+        sampler=SAMPLER[engine],
+        batch_size=batch,
+        total_episodes=batch * updates,
+        response_length=tokens,
+        temperature=0.7,
+        num_ppo_epochs=1,
+        learning_rate=1e-5,
+        seed=0,
+    )
     lora = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = PPOTrainer(policy, length_reward, args=cfg, train_dataset=data, processing_class=tokenizer,
-                         peft_config=lora)
+    trainer = PPOTrainer(
+        policy, length_reward, args=cfg, train_dataset=data, processing_class=tokenizer, peft_config=lora
+    )
     went, ended = [], []  # when each update's turn began, when it ended
 
     def on_update(update, stats):
@@ -189,33 +217,48 @@ def measure(engine: str, batch: int, tokens: int, args) -> dict:
     else:
         went.append(time.perf_counter())
     history = trainer.train(on_update)
-    timed = history[args.warmup:]
-    walls = [end - begin for begin, end in zip(went[args.warmup:], ended[args.warmup:])]
+    timed = history[args.warmup :]
+    walls = [end - begin for begin, end in zip(went[args.warmup :], ended[args.warmup :])]
     phases = {name: sum(h[name] for h in timed) / len(timed) for name in PHASES}
     generated = sum(h["val/response_length"] * batch for h in timed) / len(timed)
     rollout = phases["timing/generate"]
     rate = matmul_rate("bfloat16" if dtype == "bfloat16" else "float32")
     floor = 2 * parameters * generated / rate  # 2 x parameters flops a generated token, the prefill left out
     row = {
-        "engine": engine, "prompts": batch, "response_tokens": tokens, "updates": args.updates,
-        "compute_dtype": dtype, "parameters": parameters, "threads": torch.get_num_threads(),
-        "rollout_seconds": round(rollout, 3), "rollout_tokens_per_second": round(generated / rollout, 1),
+        "engine": engine,
+        "prompts": batch,
+        "response_tokens": tokens,
+        "updates": args.updates,
+        "compute_dtype": dtype,
+        "parameters": parameters,
+        "threads": torch.get_num_threads(),
+        "rollout_seconds": round(rollout, 3),
+        "rollout_tokens_per_second": round(generated / rollout, 1),
         "generated_tokens_per_update": round(generated, 1),
         "phases_seconds": {k.removeprefix("timing/"): round(v, 3) for k, v in phases.items()},
-        "update_seconds": round(sum(phases.values()), 3), "update_wall_seconds": round(sum(walls) / len(walls), 3),
+        "update_seconds": round(sum(phases.values()), 3),
+        "update_wall_seconds": round(sum(walls) / len(walls), 3),
         "non_rollout_seconds": round(sum(phases.values()) - rollout, 3),
-        "timed_updates": [{"generate": round(h["timing/generate"], 3),
-                           "non_rollout": round(sum(h[name] for name in PHASES) - h["timing/generate"], 3),
-                           "response_length": round(float(h["val/response_length"]), 2)} for h in timed],
-        "first_update_seconds": round(ended[0] - went[0], 2), "lockstep": bool(args.lockstep),
-        "matmul_flops_per_second": round(rate), "compute_floor_seconds": round(floor, 3),
+        "timed_updates": [
+            {
+                "generate": round(h["timing/generate"], 3),
+                "non_rollout": round(sum(h[name] for name in PHASES) - h["timing/generate"], 3),
+                "response_length": round(float(h["val/response_length"]), 2),
+            }
+            for h in timed
+        ],
+        "first_update_seconds": round(ended[0] - went[0], 2),
+        "lockstep": bool(args.lockstep),
+        "matmul_flops_per_second": round(rate),
+        "compute_floor_seconds": round(floor, 3),
         "rollout_over_floor": round(rollout / floor, 2),
         "load_average": [round(x, 2) for x in os.getloadavg()],  # the machine's, at the row's end (other work slows it)
     }
     sampler = trainer.sampler
     if hasattr(sampler, "stats"):  # vLLM (engine start in the first update) and the merged loop: weight syncs
-        row["vllm" if engine == "vllm" else "syncs"] = {k: round(v, 3) if isinstance(v, float) else v
-                                                        for k, v in sampler.stats.items()}
+        row["vllm" if engine == "vllm" else "syncs"] = {
+            k: round(v, 3) if isinstance(v, float) else v for k, v in sampler.stats.items()
+        }
     import resource
 
     row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -223,11 +266,28 @@ def measure(engine: str, batch: int, tokens: int, args) -> dict:
 
 
 def row_command(engine: str, shape: str, args) -> tuple[list[str], dict]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", engine, "--shapes", shape, "--model",
-           str(args.model), "--updates", str(args.updates), "--warmup", str(args.warmup), "--threads",
-           str(args.threads), "--lockstep"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--one",
+        engine,
+        "--shapes",
+        shape,
+        "--model",
+        str(args.model),
+        "--updates",
+        str(args.updates),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        str(args.threads),
+        "--lockstep",
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     return cmd, env
 
 
@@ -237,8 +297,9 @@ class Row:
     def __init__(self, engine: str, shape: str, args, logs: Path):
         cmd, env = row_command(engine, shape, args)
         self.engine, self.log = engine, logs / f"{engine}-{shape}.log"
-        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=open(self.log, "w"), text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True, cwd=ROOT
+        )
         self.lines, self.result, self.error = queue.Queue(), None, None
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -261,7 +322,7 @@ class Row:
                 self.fail(self._why())
                 return None
             if line.startswith(RESULT):
-                self.result = json.loads(line[len(RESULT):])
+                self.result = json.loads(line[len(RESULT) :])
             if line.startswith(prefix):
                 return line
 
@@ -327,10 +388,15 @@ def speedups(rows: list[dict]) -> list[dict]:
         for other in ENGINES[1:]:
             base = by.get((other, batch, tokens))
             if base:
-                found.append({"shape": f"{batch}x{tokens}", "vllm_over": other,
-                              "rollout": round(base["rollout_seconds"] / row["rollout_seconds"], 2),
-                              "update": round(base["update_seconds"] / row["update_seconds"], 2),
-                              "non_rollout": round(base["non_rollout_seconds"] / row["non_rollout_seconds"], 2)})
+                found.append(
+                    {
+                        "shape": f"{batch}x{tokens}",
+                        "vllm_over": other,
+                        "rollout": round(base["rollout_seconds"] / row["rollout_seconds"], 2),
+                        "update": round(base["update_seconds"] / row["update_seconds"], 2),
+                        "non_rollout": round(base["non_rollout_seconds"] / row["non_rollout_seconds"], 2),
+                    }
+                )
     return found
 
 
@@ -341,26 +407,40 @@ def results_table(data: dict, name: str) -> str:
     from benchmarks.tables import source_line
 
     command = "`OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py`" + (
-        f" ({data['seconds'] / 60:.0f} min)" if data.get("seconds") else "")
-    lines = [source_line(name, command), "",
-             f"SmolLM2-135M-Instruct bf16 with LoRA inside the trainer, {data['settings']['threads']} thread, "
-             f"{data['settings']['updates']} timed updates a row after {data['settings']['warmup']} untimed, the rows "
-             "of a shape taking turns one update at a time. Seconds are means over the timed updates.", "",
-             "| shape | engine | rollout s | rollout tokens/s | generate / reward / experience / update s | whole update "
-             "s | first update s | rollout over the compute floor |", "|---|---|---|---|---|---|---|---|"]
+        f" ({data['seconds'] / 60:.0f} min)" if data.get("seconds") else ""
+    )
+    lines = [
+        source_line(name, command),
+        "",
+        f"SmolLM2-135M-Instruct bf16 with LoRA inside the trainer, {data['settings']['threads']} thread, "
+        f"{data['settings']['updates']} timed updates a row after {data['settings']['warmup']} untimed, the rows "
+        "of a shape taking turns one update at a time. Seconds are means over the timed updates.",
+        "",
+        "| shape | engine | rollout s | rollout tokens/s | generate / reward / experience / update s | whole update "
+        "s | first update s | rollout over the compute floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in data["rows"]:
-        phases = " / ".join(f"{r['phases_seconds'].get(p, 0.0):.2f}"
-                            for p in ("generate", "reward", "experience", "update"))
-        lines.append(f"| {r['prompts']}x{r['response_tokens']} | {r['engine']} | {r['rollout_seconds']:.2f} | "
-                     f"{r['rollout_tokens_per_second']:.0f} | {phases} | {r['update_seconds']:.2f} | "
-                     f"{r['first_update_seconds']:.0f} | {r['rollout_over_floor']:.0f}x |")
+        phases = " / ".join(
+            f"{r['phases_seconds'].get(p, 0.0):.2f}" for p in ("generate", "reward", "experience", "update")
+        )
+        lines.append(
+            f"| {r['prompts']}x{r['response_tokens']} | {r['engine']} | {r['rollout_seconds']:.2f} | "
+            f"{r['rollout_tokens_per_second']:.0f} | {phases} | {r['update_seconds']:.2f} | "
+            f"{r['first_update_seconds']:.0f} | {r['rollout_over_floor']:.0f}x |"
+        )
     for f in data.get("failed", []):
         error = " ".join(str(f.get("error", "")).split()).replace("|", "\\|")
         lines.append(f"| {f.get('shape', '?')} | {f.get('engine', '?')} | failed: {error} | | | | | |")
-    lines += ["", "| shape | vLLM over | rollout | whole update | non-rollout phases (a check: about 1) |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {s['shape']} | {s['vllm_over']} | {s['rollout']}x | {s['update']}x | {s['non_rollout']}x |"
-              for s in data["speedups"]]
+    lines += [
+        "",
+        "| shape | vLLM over | rollout | whole update | non-rollout phases (a check: about 1) |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {s['shape']} | {s['vllm_over']} | {s['rollout']}x | {s['update']}x | {s['non_rollout']}x |"
+        for s in data["speedups"]
+    ]
     return "\n".join(lines)
 
 
@@ -387,8 +467,10 @@ def main(argv=None) -> int:
         print(RESULT + json.dumps(measure(args.one, batch, tokens, args)), flush=True)
         return 0
     if not (Path(args.model) / "config.json").exists():
-        print(f"no checkpoint in {args.model}: make it with `python scripts/fetch_smollm2.py` (or pass --model); "
-              "nothing measured, nothing written")
+        print(
+            f"no checkpoint in {args.model}: make it with `python scripts/fetch_smollm2.py` (or pass --model); "
+            "nothing measured, nothing written"
+        )
         return 2
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -415,18 +497,28 @@ def main(argv=None) -> int:
 
     info = machine()
     info["load_average_at_end"] = os.getloadavg()  # other processes on the machine slow every row alike
-    result = {"benchmark": "rollout-engines-cpu", "machine": info, "model": str(args.model),
-              "settings": {k: v for k, v in vars(args).items() if k not in ("one", "out", "model")},
-              "seconds": round(time.perf_counter() - started, 1), "rows": rows, "speedups": speedups(rows),
-              "interleaved": {"how": "one process an engine, one update each in turn, the order rotated each round",
-                              "order": schedules},
-              "failed": failed}
+    result = {
+        "benchmark": "rollout-engines-cpu",
+        "machine": info,
+        "model": str(args.model),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("one", "out", "model")},
+        "seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
+        "speedups": speedups(rows),
+        "interleaved": {
+            "how": "one process an engine, one update each in turn, the order rotated each round",
+            "order": schedules,
+        },
+        "failed": failed,
+    }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     Path(args.out).with_suffix(".md").write_text(results_table(result, args.out) + "\n")
     print(f"wrote {args.out} and its table")
     for s in result["speedups"]:
-        print(f"{s['shape']}: vLLM over {s['vllm_over']}: rollout x{s['rollout']}, whole update x{s['update']} "
-              f"(non-rollout phases x{s['non_rollout']})")
+        print(
+            f"{s['shape']}: vLLM over {s['vllm_over']}: rollout x{s['rollout']}, whole update x{s['update']} "
+            f"(non-rollout phases x{s['non_rollout']})"
+        )
     return 0
 
 

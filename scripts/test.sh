@@ -23,8 +23,9 @@ if [ $status -ne 0 ]; then
   rm -rf "$setup_logs"
   exit $status
 fi
-echo "== ruff (pyproject.toml's [tool.ruff]) and mypy (its [tool.mypy] files)"
+echo "== ruff (pyproject.toml's [tool.ruff]: lint and format) and mypy (its [tool.mypy] files)"
 .venv/bin/ruff check . || status=1
+.venv/bin/ruff format --check . || status=1
 .venv/bin/mypy || status=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 logs=$(mktemp -d)

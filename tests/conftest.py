@@ -33,8 +33,12 @@ def trained_artifacts(tmp_path_factory):
 # TRL line (marked ``trl_api``, or ``needs_trl_ppo``) runs on the line(s) it concerns; every other test is
 # TRL-agnostic and runs once: those of these files on the TRL 1.12 side, the rest on the newest TRL's, so
 # that the two sides take about as long. A plain ``pytest`` runs everything.
-AGNOSTIC_ON_THE_TRL112_SIDE = ("test_checkpoints.py", "test_reward_model.py", "test_ppo_trainer.py",
-                               "test_pipeline_foundation.py")
+AGNOSTIC_ON_THE_TRL112_SIDE = (
+    "test_checkpoints.py",
+    "test_reward_model.py",
+    "test_ppo_trainer.py",
+    "test_pipeline_foundation.py",
+)
 LINE_MARKERS = ("trl_api", "needs_trl_ppo")
 
 

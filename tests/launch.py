@@ -32,13 +32,23 @@ def run_two_ranks(script: str, *args: str, **env: str) -> list[dict]:
     checked to come from ranks 0 and 1 of 2 that agree on the trained weights and the scores."""
     import pytest
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
-           str(ROOT / "tests/scripts" / script), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        *torchrun_port_args(),
+        str(ROOT / "tests/scripts" / script),
+        *args,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **env}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    ranks = sorted((json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)),  # lines may run together
-                   key=lambda r: r["rank"])
+    ranks = sorted(
+        (json.loads(line) for line in re.findall(r"\{.*?\}", run.stdout)),  # lines may run together
+        key=lambda r: r["rank"],
+    )
     assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)], run.stdout[-2000:]
     assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)  # the ranks agree
     assert ranks[0]["scores"] == ranks[1]["scores"]

@@ -44,10 +44,23 @@ def _trainer(tokenizer, out, **options):
     from trl_ext.tasks.doubling.models import build_policy
 
     data = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 32})
-    args = doubling_ppo_config(**{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 2, "learning_rate": 1e-3,
-                                  "output_dir": str(out), **options})
-    return PPOTrainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
-                      args=args, processing_class=tokenizer, train_dataset=data)
+    args = doubling_ppo_config(
+        **{
+            "batch_size": 4,
+            "total_episodes": 16,
+            "num_ppo_epochs": 2,
+            "learning_rate": 1e-3,
+            "output_dir": str(out),
+            **options,
+        }
+    )
+    return PPOTrainer(
+        build_policy(tokenizer),
+        lambda completions, **kw: [float(len(c)) for c in completions],
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=data,
+    )
 
 
 def test_trainer_moves_the_kl_weight_toward_the_target_and_resumes_it(tokenizer, tmp_path):
@@ -64,8 +77,14 @@ def test_trainer_moves_the_kl_weight_toward_the_target_and_resumes_it(tokenizer,
     assert any(kl > 1e-3 for kl in kls[1:-1])  # the rise was exercised
     state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["kl_coef"] == pytest.approx(trainer.kl_coef)
-    resumed = _trainer(tokenizer, tmp_path, kl_coef=0.2, kl_target=1e-3, kl_horizon=8,
-                       resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    resumed = _trainer(
+        tokenizer,
+        tmp_path,
+        kl_coef=0.2,
+        kl_target=1e-3,
+        kl_horizon=8,
+        resume_from_checkpoint=str(tmp_path / "checkpoint-2"),
+    )
     assert resumed.kl_coef == pytest.approx(weights[2])
     fixed_resume = _trainer(tokenizer, tmp_path, kl_coef=0.3, resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert fixed_resume.kl_coef == 0.3  # a fixed weight is the resumed run's own --kl-coef

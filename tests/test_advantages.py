@@ -33,7 +33,11 @@ def test_registry_decorator_duplicate_and_unknown_names():
     with pytest.raises(TypeError, match="properties"):
         kinds.register("c", colour="red")
     assert {"gae", "grpo", "rloo", "reinforce_pp"} <= set(ADVANTAGE_ESTIMATORS)
-    assert set(core.KL_ESTIMATORS) >= {"k1", "k2", "k3"} and set(losses.LOSS_AGGREGATIONS) == {"bnpo", "grpo", "dr_grpo"}
+    assert set(core.KL_ESTIMATORS) >= {"k1", "k2", "k3"} and set(losses.LOSS_AGGREGATIONS) == {
+        "bnpo",
+        "grpo",
+        "dr_grpo",
+    }
 
 
 def test_registered_estimator_is_a_config_choice():
@@ -53,15 +57,17 @@ def test_group_statistics_grpo_and_rloo_by_hand():
     returns = torch.tensor([1.0, 3.0, 2.0, 2.0, 5.0])
     groups = torch.tensor([0, 0, 1, 1, 7])  # a group of one at the end
     group = core.group_normalised_scores(returns, groups, "group")
-    assert torch.allclose(group, torch.tensor([-1 / (2 ** 0.5 + 1e-4), 1 / (2 ** 0.5 + 1e-4), 0.0, 0.0, 0.0]))
+    assert torch.allclose(group, torch.tensor([-1 / (2**0.5 + 1e-4), 1 / (2**0.5 + 1e-4), 0.0, 0.0, 0.0]))
     assert torch.allclose(core.group_normalised_scores(returns, groups, "none"), torch.tensor([-1.0, 1, 0, 0, 0]))
     batch = core.group_normalised_scores(returns, groups, "batch")
     assert torch.allclose(batch, torch.tensor([-1.0, 1, 0, 0, 0]) / (returns.std() + 1e-4))
     rloo = core.leave_one_out_advantages(torch.tensor([1.0, 3.0, 8.0, 4.0]), torch.tensor([0, 0, 0, 1]))
     assert torch.allclose(rloo, torch.tensor([1 - 5.5, 3 - 4.5, 8 - 2.0, 0.0]))
     # rows of a group need not be adjacent
-    assert torch.allclose(core.leave_one_out_advantages(torch.tensor([1.0, 8.0, 3.0]), torch.tensor([0, 1, 0])),
-                          torch.tensor([-2.0, 0.0, 2.0]))
+    assert torch.allclose(
+        core.leave_one_out_advantages(torch.tensor([1.0, 8.0, 3.0]), torch.tensor([0, 1, 0])),
+        torch.tensor([-2.0, 0.0, 2.0]),
+    )
 
 
 def test_discounted_returns_by_hand():
@@ -74,8 +80,9 @@ def _advantages(estimator, values=None, **overrides):
     cfg = PPOConfig(advantage_estimator=estimator, kl_coef=0.5, **overrides)
     logprobs = torch.tensor([[-1.0, -1.0, -1.0, 0.0], [-2.0, -1.0, 0.0, 0.0]])
     ref = torch.tensor([[-1.5, -1.0, -0.5, 0.0], [-2.0, -1.5, 0.0, 0.0]])
-    return compute_advantages(torch.tensor([2.0, -1.0]), logprobs, ref, values, MASK,
-                              torch.tensor([True, False]), torch.tensor([0, 0]), cfg)
+    return compute_advantages(
+        torch.tensor([2.0, -1.0]), logprobs, ref, values, MASK, torch.tensor([True, False]), torch.tensor([0, 0]), cfg
+    )
 
 
 def test_compute_advantages_rules_by_hand():
@@ -90,12 +97,14 @@ def test_compute_advantages_rules_by_hand():
     assert torch.equal(after.value_mask, torch.tensor([[1.0, 1, 1, 1], [1, 1, 1, 0]]))
     assert after.rewards[0, 3] == 2.0 and after.rewards[1, 2] == -1.0
     whitened = _advantages("test_outcome", whiten_advantages=True).advantages
-    assert torch.allclose(whitened, core.masked_whiten(out.advantages + torch.tensor([[0.0], [3.0]]) * MASK, MASK) * MASK)
+    assert torch.allclose(
+        whitened, core.masked_whiten(out.advantages + torch.tensor([[0.0], [3.0]]) * MASK, MASK) * MASK
+    )
 
 
 def test_critic_free_estimators_and_gae():
     grpo = _advantages("grpo").advantages  # returns 2 and -1.25, one group: centred +-1.625, std 3.25 / sqrt(2)
-    expected = 1.625 / (3.25 / 2 ** 0.5 + 1e-4)
+    expected = 1.625 / (3.25 / 2**0.5 + 1e-4)
     assert torch.allclose(grpo, torch.tensor([[1.0, 1, 1, 0], [-1.0, -1, 0, 0]]) * expected)
     assert torch.allclose(_advantages("rloo").advantages, torch.tensor([[3.25, 3.25, 3.25, 0], [-3.25, -3.25, 0, 0]]))
     reinforce = _advantages("reinforce_pp", whiten_advantages=False).advantages
@@ -126,10 +135,20 @@ def test_loss_aggregations_and_sequence_clip_by_hand():
 def test_policy_loss_adds_beta_times_k3():
     logp = torch.tensor([[-1.0, -2.0, -1.0, 0.0], [-1.0, -1.0, 0.0, 0.0]], requires_grad=True)
     ref, adv = logp.detach() - 0.3, torch.ones(2, 4)
-    cfg = SimpleNamespace(policy_loss="clip", policy_loss_kwargs=None, cliprange=0.2, beta=0.0, loss_type="grpo", response_length=4,
-                          kl_loss_estimator="k3", use_bias_correction_kl=True)
+    cfg = SimpleNamespace(
+        policy_loss="clip",
+        policy_loss_kwargs=None,
+        cliprange=0.2,
+        beta=0.0,
+        loss_type="grpo",
+        response_length=4,
+        kl_loss_estimator="k3",
+        use_bias_correction_kl=True,
+    )
     plain, _ = losses.policy_loss(logp, logp.detach(), ref, adv, MASK, cfg)
-    with_kl, stats = losses.policy_loss(logp, logp.detach(), ref, adv, MASK, SimpleNamespace(**{**vars(cfg), "beta": 0.1}))
+    with_kl, stats = losses.policy_loss(
+        logp, logp.detach(), ref, adv, MASK, SimpleNamespace(**{**vars(cfg), "beta": 0.1})
+    )
     k3 = torch.expm1(torch.tensor(-0.3)) + 0.3
     assert plain.item() == pytest.approx(-1.0) and with_kl.item() == pytest.approx(-1.0 + 0.1 * k3.item(), abs=1e-6)
     assert stats["kl_loss"].item() == pytest.approx(k3.item(), abs=1e-6)

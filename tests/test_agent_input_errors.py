@@ -86,12 +86,18 @@ class UndocumentedCounter:  # no subclass of Counter: a method inherits its pare
 
 REFUSALS = {  # the option that names the bad tool -> the start of its line
     "tool without a docstring": (("--tools", "undocumented"), "tool 'undocumented' has no docstring"),
-    "tool argument without a type hint": (("--tools", "unhinted"), "tool 'unhinted' has no type hint on its "
-                                                                  "argument 'b'"),
-    "tool argument the docstring does not describe": (("--tools", "undescribed"), "tool 'undescribed' has no "
-                                                      "description of its argument 'b' in its docstring"),
-    "environment method without a docstring": (("--environment", "UndocumentedCounter"),
-                                               "environment method 'UndocumentedCounter.increment' has no docstring"),
+    "tool argument without a type hint": (
+        ("--tools", "unhinted"),
+        "tool 'unhinted' has no type hint on its argument 'b'",
+    ),
+    "tool argument the docstring does not describe": (
+        ("--tools", "undescribed"),
+        "tool 'undescribed' has no description of its argument 'b' in its docstring",
+    ),
+    "environment method without a docstring": (
+        ("--environment", "UndocumentedCounter"),
+        "environment method 'UndocumentedCounter.increment' has no docstring",
+    ),
 }
 
 
@@ -100,15 +106,36 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("agent_input")
     (root / "agent_code.py").write_text(USER_CODE)
     prompts = root / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"Go {i}."}]}) + "\n"
-                               for i in range(4)))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": [{"role": "user", "content": f"Go {i}."}]}) + "\n" for i in range(4))
+    )
     return {"code": root / "agent_code.py", "policy": tiny_tool_model(root / "policy"), "prompts": prompts}
 
 
 def _rlhf(files, out, option: str, name: str) -> list[str]:
-    return ["rlhf", "--policy", str(files["policy"]), "--prompts", str(files["prompts"]), "--out", str(out),
-            option, f"{files['code']}:{name}", "--reward-fn", f"{files['code']}:zero", "--tool-template", "qwen2_5",
-            "--batch-size", "4", "--total-episodes", "4", "--response-length", "16", "--lora-r", "4"]
+    return [
+        "rlhf",
+        "--policy",
+        str(files["policy"]),
+        "--prompts",
+        str(files["prompts"]),
+        "--out",
+        str(out),
+        option,
+        f"{files['code']}:{name}",
+        "--reward-fn",
+        f"{files['code']}:zero",
+        "--tool-template",
+        "qwen2_5",
+        "--batch-size",
+        "4",
+        "--total-episodes",
+        "4",
+        "--response-length",
+        "16",
+        "--lora-r",
+        "4",
+    ]
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
@@ -150,8 +177,11 @@ def test_the_trainer_path_refuses_them_with_the_same_lines(files):
     for (option, name), line in REFUSALS.values():
         with pytest.raises(InputError, match=f"^{line}"):
             check_tools([user(name)]) if option == "--tools" else EnvironmentPool(user(name)).probe_tools()
-    with pytest.raises(InputError, match="^tool 'shaped' has a type hint transformers cannot turn into a JSON "
-                                         "schema: Couldn't convert the type hint"):
+    with pytest.raises(
+        InputError,
+        match="^tool 'shaped' has a type hint transformers cannot turn into a JSON "
+        "schema: Couldn't convert the type hint",
+    ):
         check_tools([user("shaped")])
     check_tools([user("multiply"), *EnvironmentPool(user("Counter")).probe_tools()])
 

@@ -22,8 +22,11 @@ def test_invocation_ids_are_unique_and_sort_by_when_they_were_made(monkeypatch):
 def test_settings_differences_name_every_key_either_side_sets_otherwise():
     a = {"lr": 1e-4, "whiten": True, "only_a": 1, "same": None}
     b = {"lr": 2e-4, "whiten": True, "only_b": None, "same": None}
-    assert harness.settings_differences(a, b) == {"lr": [1e-4, 2e-4], "only_a": [1, "<absent>"],
-                                                  "only_b": ["<absent>", None]}
+    assert harness.settings_differences(a, b) == {
+        "lr": [1e-4, 2e-4],
+        "only_a": [1, "<absent>"],
+        "only_b": ["<absent>", None],
+    }
     assert harness.settings_differences(a, dict(a)) == {}
 
 
@@ -31,9 +34,16 @@ def test_time_ratios_are_per_invocation_and_never_across():
     def row(trainer, seed, invocation, seconds):
         return {"trainer": trainer, "seed": seed, "invocation": invocation, "seconds_per_update": seconds}
 
-    rows = [row("ours", 10, "A", 10.0), row("theirs", 10, "A", 40.0), row("ours", 11, "A", 12.0),
-            row("theirs", 11, "B", 30.0), row("ours", 12, "B", 15.0), row("theirs", 12, "B", 30.0),
-            row("ours", 13, None, 1.0), row("theirs", 13, None, 100.0)]  # no invocation recorded: left out
+    rows = [
+        row("ours", 10, "A", 10.0),
+        row("theirs", 10, "A", 40.0),
+        row("ours", 11, "A", 12.0),
+        row("theirs", 11, "B", 30.0),
+        row("ours", 12, "B", 15.0),
+        row("theirs", 12, "B", 30.0),
+        row("ours", 13, None, 1.0),
+        row("theirs", 13, None, 100.0),
+    ]  # no invocation recorded: left out
     found = harness.invocation_ratios(rows, "ours", "theirs")
     assert [f["invocation"] for f in found] == ["A", "B"]
     a, b = found
@@ -52,12 +62,19 @@ def test_a_rows_time_alone_is_what_no_other_row_covers():
 
 
 def test_comparisons_compute_the_differing_settings_of_each_pair_and_extra():
-    plan = {"pairs": [{"rows": ["a", "b"], "differs_in": []}],
-            "extras": {"c": {"compare_with": "b", "about": "only one side has it", "differs_in": ["lr"]}}}
+    plan = {
+        "pairs": [{"rows": ["a", "b"], "differs_in": []}],
+        "extras": {"c": {"compare_with": "b", "about": "only one side has it", "differs_in": ["lr"]}},
+    }
 
     def row(trainer, seed, lr):
-        return {"trainer": trainer, "seed": seed, "invocation": "I", "seconds_per_update": 1.0,
-                "settings": {"lr": lr, "epochs": 2}}
+        return {
+            "trainer": trainer,
+            "seed": seed,
+            "invocation": "I",
+            "seconds_per_update": 1.0,
+            "settings": {"lr": lr, "epochs": 2},
+        }
 
     found = {tuple(c["rows"]): c for c in harness.comparisons([row("a", 0, 1), row("b", 0, 1), row("c", 0, 2)], plan)}
     assert found["a", "b"]["differing_settings"] == {} and found["a", "b"]["as_declared"]
@@ -77,8 +94,14 @@ def test_a_plan_places_every_row_once_and_runs_a_pairs_rows_together(tmp_path):
     with pytest.raises(harness.PlanError, match="exactly one pair or be an extra"):
         harness.check_pairs_and_extras(path, pairs, {}, ["a", "b", "c"])
     plan = {"rows": {"a": {}, "b": {}, "c": {}}, "pairs": pairs, "extras": extras}
-    assert harness.plan_jobs(plan, [0, 1], ["a", "b", "c"]) == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("b", 1),
-                                                                 ("c", 1)]
+    assert harness.plan_jobs(plan, [0, 1], ["a", "b", "c"]) == [
+        ("a", 0),
+        ("b", 0),
+        ("c", 0),
+        ("a", 1),
+        ("b", 1),
+        ("c", 1),
+    ]
 
 
 def test_the_results_json_and_its_table_are_written_together_from_the_file(tmp_path):

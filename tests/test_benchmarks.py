@@ -17,15 +17,27 @@ def _targets():
 
 
 def _rows(*sampled, greedy=1.0, eps=100.0):
-    return [{"greedy_exact": greedy, "sampled_exact": s, "episodes_per_second": eps, "train_seconds": 10.0,
-             "seconds_to_target": 1.0} for s in sampled]
+    return [
+        {
+            "greedy_exact": greedy,
+            "sampled_exact": s,
+            "episodes_per_second": eps,
+            "train_seconds": 10.0,
+            "seconds_to_target": 1.0,
+        }
+        for s in sampled
+    ]
 
 
 def test_ours_must_match_trls_rows_on_every_seed_and_their_speed():
     targets = _targets()
-    per_seed = {"rloo": _rows(0.95, 0.97, 0.96, eps=100.0), "scratch-rloo-quick": _rows(0.98, 0.96, 0.99, eps=90.0),
-                "grpo": _rows(0.86, 0.85, 0.82), "scratch-grpo-quick": _rows(0.96, 0.96, 0.96, greedy=0.98),
-                "scratch-rloo-tuned": _rows(0.98, 0.97, 0.99)}
+    per_seed = {
+        "rloo": _rows(0.95, 0.97, 0.96, eps=100.0),
+        "scratch-rloo-quick": _rows(0.98, 0.96, 0.99, eps=90.0),
+        "grpo": _rows(0.86, 0.85, 0.82),
+        "scratch-grpo-quick": _rows(0.96, 0.96, 0.96, greedy=0.98),
+        "scratch-rloo-tuned": _rows(0.98, 0.97, 0.99),
+    }
     verdicts = {c["check"]: c["ok"] for c in targets._checks(per_seed)}
     assert verdicts["scratch-rloo-quick seed 0: greedy >= 0.99 and sampled >= rloo's"]
     assert not verdicts["scratch-rloo-quick seed 1: greedy >= 0.99 and sampled >= rloo's"]  # 0.96 < 0.97
@@ -47,11 +59,35 @@ def test_same_config_pairs_are_reported_per_seed_and_only_their_speed_is_checked
 
 def test_throughput_times_ppo_and_a_critic_free_row(trained_artifacts, tmp_path):
     out = tmp_path / "throughput.json"
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput.py"), "--policy",
-                          str(trained_artifacts["policy"]), "--reward", str(trained_artifacts["reward"]), "--backends",
-                          "scratch", "--advantage-estimators", "gae,grpo", "--separate-critic", "--updates", "2",
-                          "--warmup", "1", "--batch-size", "16", "--num-ppo-epochs", "1", "--out", str(out)],
-                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "throughput.py"),
+            "--policy",
+            str(trained_artifacts["policy"]),
+            "--reward",
+            str(trained_artifacts["reward"]),
+            "--backends",
+            "scratch",
+            "--advantage-estimators",
+            "gae,grpo",
+            "--separate-critic",
+            "--updates",
+            "2",
+            "--warmup",
+            "1",
+            "--batch-size",
+            "16",
+            "--num-ppo-epochs",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     rows = {r["backend"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"scratch", "scratch-grpo"} and all(r["episodes_per_second"] > 0 for r in rows.values())
@@ -63,21 +99,59 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
     """benchmarks/gpu.py --tiny: the in-house rows (a pass-size row among them) run on any machine; its table renders
     a results file as docs/results.md shows it."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--shapes", "8x8",
-                           "--updates", "1", "--warmup", "1", "--rows", "trl-ext/static,trl-ext/loop+mb2"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu.py"),
+            "--tiny",
+            "--shapes",
+            "8x8",
+            "--updates",
+            "1",
+            "--warmup",
+            "1",
+            "--rows",
+            "trl-ext/static,trl-ext/loop+mb2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("trl-ext/") and ": {" in line}
     assert set(rows) == {"trl-ext/static", "trl-ext/loop+mb2"} and "'rows_per_pass': 2" in rows["trl-ext/loop+mb2"]
-    result = {"rows": [{"row": "trl-ext/static+mb8", "batch_size": 64, "response_length": 128, "rows_per_pass": 8,
-                        "episodes_per_second": 31.37, "ms_per_decode_step": 4.26, "generate_share": 0.267,
-                        "seconds_per_update": 2.04, "peak_gpu_mb": 13845.4, "graphs_compiled_while_timed": 0,
-                        "first_update_seconds": 12.05, "timing_phases_per_update": {
-                            "timing/generate": 0.548, "timing/experience": 0.47, "timing/update": 0.999}}],
-              "failed": [{"row": "trl-ppo", "shape": "64x128", "error": "CUDA out of memory"}]}
+    result = {
+        "rows": [
+            {
+                "row": "trl-ext/static+mb8",
+                "batch_size": 64,
+                "response_length": 128,
+                "rows_per_pass": 8,
+                "episodes_per_second": 31.37,
+                "ms_per_decode_step": 4.26,
+                "generate_share": 0.267,
+                "seconds_per_update": 2.04,
+                "peak_gpu_mb": 13845.4,
+                "graphs_compiled_while_timed": 0,
+                "first_update_seconds": 12.05,
+                "timing_phases_per_update": {
+                    "timing/generate": 0.548,
+                    "timing/experience": 0.47,
+                    "timing/update": 0.999,
+                },
+            }
+        ],
+        "failed": [{"row": "trl-ppo", "shape": "64x128", "error": "CUDA out of memory"}],
+    }
     (tmp_path / "r.json").write_text(json.dumps(result))
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--table", str(tmp_path / "r.json")],
-                   check=True, cwd=ROOT, env=env)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--table", str(tmp_path / "r.json")],
+        check=True,
+        cwd=ROOT,
+        env=env,
+    )
     table = (tmp_path / "r.md").read_text()
     assert "| `trl-ext/static+mb8` | 64x128 | 8 | 31.4 | 4.3 | 27% | 2.04 (0.55 / 0.47 / 1.00) | 13,845 | 0 |" in table
     assert "| `trl-ppo` | 64x128 | failed: CUDA out of memory |" in table

@@ -20,10 +20,11 @@ TINY_RUN = ["--total-episodes", "4", "--batch-size", "2", "--response-length", "
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("chat_prompts")
-    return {"chat": tiny_qwen2(root / "qwen_chat", chat_template="qwen2.5", vocab_size=QWEN2_VOCAB,
-                               dtype=torch.bfloat16),
-            "plain": tiny_qwen2(root / "qwen_plain", vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16),
-            "deberta": tiny_deberta_reward(root / "deberta", vocab_size=DEBERTA_V2_VOCAB, dtype=torch.bfloat16)}
+    return {
+        "chat": tiny_qwen2(root / "qwen_chat", chat_template="qwen2.5", vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16),
+        "plain": tiny_qwen2(root / "qwen_plain", vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16),
+        "deberta": tiny_deberta_reward(root / "deberta", vocab_size=DEBERTA_V2_VOCAB, dtype=torch.bfloat16),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,11 @@ def texts() -> list[str]:
 
 
 def chat_ids(tokenizer, conversation) -> list[int]:
-    return list(tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True,
-                                              return_dict=True)["input_ids"])
+    return list(
+        tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
+    )
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -52,6 +56,7 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 # ------------------------------------------------------------------ what the policy receives
+
 
 def test_conversations_reach_the_policy_as_the_chat_template_renders_them(tokenizers):
     from trl_ext.data.prompt_files import prepare_prompts
@@ -65,9 +70,11 @@ def test_conversations_reach_the_policy_as_the_chat_template_renders_them(tokeni
     first = prepared.dataset["input_ids"][0]
     assert first[0] == im_start and first.count(im_end) == 2  # Qwen's special tokens, each one token
     generation_prompt = tok(text="<|im_start|>assistant\n")["input_ids"]
-    assert all(ids[-len(generation_prompt):] == generation_prompt for ids in prepared.dataset["input_ids"])
-    assert prepared.summary == (f"[prompts] 8 conversations from {RECIPE / 'prompts.jsonl'}, rendered with the "
-                                "policy's chat template (generation prompt added)")
+    assert all(ids[-len(generation_prompt) :] == generation_prompt for ids in prepared.dataset["input_ids"])
+    assert prepared.summary == (
+        f"[prompts] 8 conversations from {RECIPE / 'prompts.jsonl'}, rendered with the "
+        "policy's chat template (generation prompt added)"
+    )
 
 
 @pytest.mark.parametrize("name", ["chat", "plain"])
@@ -86,9 +93,16 @@ def test_standard_rows_are_the_raw_text_under_never_and_on_a_tokenizer_without_t
     assert prepare_prompts(standard, tok, chat_template=mode).dataset["answer"] == [str(i) for i in range(8)]
 
 
-@pytest.mark.parametrize("name, mode, templated", [("chat", "auto", True), ("chat", "always", True),
-                                                   ("chat", "never", False), ("plain", "auto", False),
-                                                   ("plain", "never", False)])
+@pytest.mark.parametrize(
+    "name, mode, templated",
+    [
+        ("chat", "auto", True),
+        ("chat", "always", True),
+        ("chat", "never", False),
+        ("plain", "auto", False),
+        ("plain", "never", False),
+    ],
+)
 def test_chat_template_modes_on_plain_prompts(tokenizers, name, mode, templated):
     from trl_ext.data.prompt_files import prepare_prompts
 
@@ -110,11 +124,12 @@ def test_modes_that_cannot_work_are_refused_in_one_line(tokenizers):
     from trl_ext.data.prompt_files import prepare_prompts
     from trl_ext.errors import InputError
 
-    cases = [("plain", RECIPE / "prompts.jsonl", "auto",
-              f"{RECIPE / 'prompts.jsonl'}:1: a conversation, but the tokenizer"),
-             ("plain", RECIPE / "prompts_plain.txt", "always", "chat_template 'always', but the tokenizer"),
-             ("chat", RECIPE / "prompts.jsonl", "never", "the prompts are conversations"),
-             ("chat", RECIPE / "prompts.jsonl", "sometimes", "chat_template must be one of auto, always, never")]
+    cases = [
+        ("plain", RECIPE / "prompts.jsonl", "auto", f"{RECIPE / 'prompts.jsonl'}:1: a conversation, but the tokenizer"),
+        ("plain", RECIPE / "prompts_plain.txt", "always", "chat_template 'always', but the tokenizer"),
+        ("chat", RECIPE / "prompts.jsonl", "never", "the prompts are conversations"),
+        ("chat", RECIPE / "prompts.jsonl", "sometimes", "chat_template must be one of auto, always, never"),
+    ]
     for name, path, mode, message in cases:
         with pytest.raises(InputError) as caught:
             prepare_prompts(path, tokenizers[name], chat_template=mode)
@@ -146,11 +161,17 @@ MALFORMED = [
     ('{"prompt": "ok"}\n\n{"prompt": "  "}\n', 3, "expected 'prompt' as non-empty text"),
     ('{"prompt": 7}\n', 1, "expected 'prompt' as non-empty text"),
     ('{"prompt": []}\n', 1, "expected 'prompt' as non-empty text"),
-    ('{"prompt": [{"role": "user", "content": "hi"}]}\n{"prompt": [{"role": "user"}]}\n', 2,
-     "message 0 of 'prompt' is {'role': 'user'}"),
+    (
+        '{"prompt": [{"role": "user", "content": "hi"}]}\n{"prompt": [{"role": "user"}]}\n',
+        2,
+        "message 0 of 'prompt' is {'role': 'user'}",
+    ),
     ('{"prompt": [{"role": "user", "content": "hi"}, "hello"]}\n', 1, "message 1 of 'prompt' is 'hello'"),
-    ('{"prompt": [{"role": "user", "content": "hi"}]}\n{"prompt": "text"}\n', 2,
-     "mixes text and conversations (line 1 is a conversation)"),
+    (
+        '{"prompt": [{"role": "user", "content": "hi"}]}\n{"prompt": "text"}\n',
+        2,
+        "mixes text and conversations (line 1 is a conversation)",
+    ),
     ('{"prompt": "ok"}\n{"prompt": "a", "input_ids": [1]}\n', 2, "the field 'input_ids' is reserved"),
     ('{"prompt": "ok"}\n{"prompt": \n', 2, "not valid JSON"),
     ('["prompt"]\n', 1, "expected a JSON object"),
@@ -175,19 +196,34 @@ def test_rlhf_refuses_bad_prompts_before_anything_runs(models, tmp_path, capsys)
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": [{"role": "user", "content": "hi"}]}\n{"prompt": [{"role": "user", "content": 3}]}\n')
-    cases = [(models["plain"], RECIPE / "prompts.jsonl", [], f"{RECIPE / 'prompts.jsonl'}:1: a conversation, but"),
-             (models["chat"], bad, [], f"{bad}:2: message 0 of 'prompt'"),
-             (models["plain"], RECIPE / "prompts_plain.txt", ["--chat-template", "always"], "chat_template 'always'"),
-             (models["chat"], RECIPE / "prompts.jsonl", ["--chat-template", "never"], "the prompts are conversations")]
+    cases = [
+        (models["plain"], RECIPE / "prompts.jsonl", [], f"{RECIPE / 'prompts.jsonl'}:1: a conversation, but"),
+        (models["chat"], bad, [], f"{bad}:2: message 0 of 'prompt'"),
+        (models["plain"], RECIPE / "prompts_plain.txt", ["--chat-template", "always"], "chat_template 'always'"),
+        (models["chat"], RECIPE / "prompts.jsonl", ["--chat-template", "never"], "the prompts are conversations"),
+    ]
     for number, (policy, prompts, extra, message) in enumerate(cases):
         out = tmp_path / f"o{number}"
-        code = main(["rlhf", "--policy", str(policy), "--reward-fn", RECORDER, "--prompts", str(prompts),
-                     "--out", str(out), *extra])
+        code = main(
+            [
+                "rlhf",
+                "--policy",
+                str(policy),
+                "--reward-fn",
+                RECORDER,
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(out),
+                *extra,
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and not out.exists(), (extra, err)
 
 
 # ------------------------------------------------------------------ the reward functions' view
+
 
 def test_trl_backend_adapter_hands_the_conversation_and_an_assistant_message(tokenizers, tmp_path, monkeypatch):
     """The adapter that plays TRL PPO's reward model: no TRL PPO needed to check what it hands on."""
@@ -219,8 +255,9 @@ def test_classifier_reward_scores_a_single_user_turn_as_its_text_pair(models):
     scorer = ClassifierReward.from_pretrained(models["deberta"], pair=True)
     prompts, answers = ["Why is the sky blue?", "Name a bakery."], ["Scattering.", "Crumbs."]
     as_text = scorer(prompts, answers)
-    as_chat = scorer([[{"role": "user", "content": p}] for p in prompts],
-                     [[{"role": "assistant", "content": a}] for a in answers])
+    as_chat = scorer(
+        [[{"role": "user", "content": p}] for p in prompts], [[{"role": "assistant", "content": a}] for a in answers]
+    )
     assert as_chat == as_text
 
 
@@ -228,8 +265,21 @@ def _run_rlhf(policy, prompts, out, record, monkeypatch, capsys, *extra):
     from trl_ext.commands.cli import main
 
     monkeypatch.setenv("CHAT_PROMPTS_RECORD", str(record))
-    code = main(["rlhf", "--policy", str(policy), "--reward-fn", RECORDER, "--prompts", str(prompts),
-                 "--out", str(out), *TINY_RUN, *extra])
+    code = main(
+        [
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--reward-fn",
+            RECORDER,
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            *TINY_RUN,
+            *extra,
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     calls = [json.loads(line) for line in record.read_text().splitlines()]
@@ -238,7 +288,7 @@ def _run_rlhf(policy, prompts, out, record, monkeypatch, capsys, *extra):
 
 def _assert_conversational_calls(calls, expected_prompts, tok):
     seen = [p for call in calls for p in call["prompts"]]
-    assert seen == expected_prompts[:len(seen)] and len(seen) == 4  # two updates of two prompts, in file order
+    assert seen == expected_prompts[: len(seen)] and len(seen) == 4  # two updates of two prompts, in file order
     for call in calls:
         for completion, ids in zip(call["completions"], call["completion_ids"] or [None] * 2):
             assert isinstance(completion, list) and len(completion) == 1 and completion[0]["role"] == "assistant"
@@ -248,23 +298,30 @@ def _assert_conversational_calls(calls, expected_prompts, tok):
 
 
 @pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
-def test_rlhf_on_a_chat_model_samples_through_its_template(models, tokenizers, tmp_path, monkeypatch, capsys,
-                                                           backend):
+def test_rlhf_on_a_chat_model_samples_through_its_template(models, tokenizers, tmp_path, monkeypatch, capsys, backend):
     tok = tokenizers["chat"]
     received = []
     if backend == "scratch":  # what the policy is given, batch by batch
         from trl_ext.ppo.trainer import PPOTrainer
 
         step = PPOTrainer.train_step
-        monkeypatch.setattr(PPOTrainer, "train_step",
-                            lambda self, rows: received.extend(rows["input_ids"]) or step(self, rows))
+        monkeypatch.setattr(
+            PPOTrainer, "train_step", lambda self, rows: received.extend(rows["input_ids"]) or step(self, rows)
+        )
     out = tmp_path / backend
-    prompts = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": c, "answer": str(i)}  # a column, as GRPO has
-                                                       for i, c in enumerate(conversations())])
-    lines, calls, summary = _run_rlhf(models["chat"], prompts, out, tmp_path / "calls.jsonl",
-                                      monkeypatch, capsys, "--backend", backend)
-    assert lines[0] == (f"[prompts] 8 conversations from {prompts}, rendered with the policy's "
-                        "chat template (generation prompt added)")
+    prompts = write_jsonl(
+        tmp_path / "prompts.jsonl",
+        [
+            {"prompt": c, "answer": str(i)}  # a column, as GRPO has
+            for i, c in enumerate(conversations())
+        ],
+    )
+    lines, calls, summary = _run_rlhf(
+        models["chat"], prompts, out, tmp_path / "calls.jsonl", monkeypatch, capsys, "--backend", backend
+    )
+    assert lines[0] == (
+        f"[prompts] 8 conversations from {prompts}, rendered with the policy's chat template (generation prompt added)"
+    )
     assert summary["updates"] == 2 and summary["first_score"] == pytest.approx(0.5)
     _assert_conversational_calls(calls, conversations(), tok)
     assert [a for call in calls for a in call["columns"]["answer"]] == ["0", "1", "2", "3"]
@@ -273,13 +330,23 @@ def test_rlhf_on_a_chat_model_samples_through_its_template(models, tokenizers, t
 
 
 def test_rlhf_auto_wraps_plain_prompts_for_a_chat_model_and_scores_them_with_a_reward_model(
-        models, tokenizers, tmp_path, monkeypatch, capsys):
+    models, tokenizers, tmp_path, monkeypatch, capsys
+):
     """auto on a chat model: text lines become user turns for the policy and the reward function; the DeBERTa
     reward model (no template) scores them beside it."""
-    lines, calls, summary = _run_rlhf(models["chat"], RECIPE / "prompts_plain.txt", tmp_path / "o",
-                                      tmp_path / "calls.jsonl", monkeypatch, capsys, "--reward", str(models["deberta"]))
-    assert lines[0].endswith("wrapped as user turns and rendered with the chat template: chat_template auto "
-                             "(the tokenizer has one)")
+    lines, calls, summary = _run_rlhf(
+        models["chat"],
+        RECIPE / "prompts_plain.txt",
+        tmp_path / "o",
+        tmp_path / "calls.jsonl",
+        monkeypatch,
+        capsys,
+        "--reward",
+        str(models["deberta"]),
+    )
+    assert lines[0].endswith(
+        "wrapped as user turns and rendered with the chat template: chat_template auto (the tokenizer has one)"
+    )
     _assert_conversational_calls(calls, [[{"role": "user", "content": t}] for t in texts()], tokenizers["chat"])
     assert summary["updates"] == 2 and summary["first_score"] is not None
 
@@ -292,12 +359,23 @@ def test_rlhf_on_a_model_without_template_uses_the_text(models, tokenizers, tmp_
         from trl_ext.ppo.trainer import PPOTrainer
 
         step = PPOTrainer.train_step
-        monkeypatch.setattr(PPOTrainer, "train_step",
-                            lambda self, rows: received.extend(rows["input_ids"]) or step(self, rows))
-    lines, calls, summary = _run_rlhf(models["plain"], RECIPE / "prompts_plain.txt", tmp_path / backend,
-                                      tmp_path / "calls.jsonl", monkeypatch, capsys, "--backend", backend)
-    assert lines[0] == (f"[prompts] 8 plain-text lines from {RECIPE / 'prompts_plain.txt'}, used as they are, "
-                        "no chat template: chat_template auto (the tokenizer has none)")
+        monkeypatch.setattr(
+            PPOTrainer, "train_step", lambda self, rows: received.extend(rows["input_ids"]) or step(self, rows)
+        )
+    lines, calls, summary = _run_rlhf(
+        models["plain"],
+        RECIPE / "prompts_plain.txt",
+        tmp_path / backend,
+        tmp_path / "calls.jsonl",
+        monkeypatch,
+        capsys,
+        "--backend",
+        backend,
+    )
+    assert lines[0] == (
+        f"[prompts] 8 plain-text lines from {RECIPE / 'prompts_plain.txt'}, used as they are, "
+        "no chat template: chat_template auto (the tokenizer has none)"
+    )
     assert summary["updates"] == 2
     seen = [p for call in calls for p in call["prompts"]]
     completions = [c for call in calls for c in call["completions"]]
@@ -311,17 +389,23 @@ def test_rlhf_on_a_model_without_template_uses_the_text(models, tokenizers, tmp_
 
 # ------------------------------------------------------------------ SFT and preference stages
 
+
 def test_stage_files_in_another_format_than_the_prompts_get_a_note(models, tmp_path):
     from trl_ext.runs.rlhf import PromptOptions, RLHFStages, load_prompts
 
-    _, lines = load_prompts(PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),
-                            RLHFStages(sft_data=str(RECIPE / "sft.jsonl"), preferences=str(RECIPE / "preferences.jsonl")),
-                            str(models["chat"]))
-    assert len(lines) == 2 and lines[1].startswith(f"[prompts] note: --sft-data {RECIPE / 'sft.jsonl'} and "
-                                                   f"--preferences {RECIPE / 'preferences.jsonl'} hold text")
-    _, lines = load_prompts(PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),
-                            RLHFStages(sft_data=str(RECIPE / "sft_chat.jsonl"),
-                                       preferences=str(RECIPE / "preferences_chat.jsonl")), str(models["chat"]))
+    _, lines = load_prompts(
+        PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),
+        RLHFStages(sft_data=str(RECIPE / "sft.jsonl"), preferences=str(RECIPE / "preferences.jsonl")),
+        str(models["chat"]),
+    )
+    assert len(lines) == 2 and lines[1].startswith(
+        f"[prompts] note: --sft-data {RECIPE / 'sft.jsonl'} and --preferences {RECIPE / 'preferences.jsonl'} hold text"
+    )
+    _, lines = load_prompts(
+        PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),
+        RLHFStages(sft_data=str(RECIPE / "sft_chat.jsonl"), preferences=str(RECIPE / "preferences_chat.jsonl")),
+        str(models["chat"]),
+    )
     assert len(lines) == 1
 
 
@@ -337,7 +421,9 @@ def test_conversational_stage_rows_are_checked_like_prompts():
     assert not check_sft_rows(Dataset.from_list([{"text": "hi hello"}]))
     with pytest.raises(SFTDataError, match=r"row 0: message 0 of 'completion' is 'hello'"):
         check_sft_rows(Dataset.from_dict({"prompt": [user], "completion": [["hello"]]}))
-    assert check_preferences(Dataset.from_list([{"chosen": user + answer, "rejected": user + [{**answer[0], "content": "no"}]}]))
+    assert check_preferences(
+        Dataset.from_list([{"chosen": user + answer, "rejected": user + [{**answer[0], "content": "no"}]}])
+    )
     with pytest.raises(PreferenceError, match=r"row 0: without a 'prompt', 'chosen' needs the prompt's messages"):
         check_preferences(Dataset.from_list([{"chosen": answer, "rejected": [{**answer[0], "content": "no"}]}]))
 
@@ -348,10 +434,27 @@ def test_rlhf_pipeline_on_conversational_sft_and_preference_rows(models, tmp_pat
     preferences on a DeBERTa base without template (scored as text pairs, as ClassifierReward scores such
     conversations), then PPO through the template."""
     lines, calls, summary = _run_rlhf(
-        models["chat"], RECIPE / "prompts.jsonl", tmp_path / "o", tmp_path / "calls.jsonl", monkeypatch, capsys,
-        "--sft-data", str(RECIPE / "sft_chat.jsonl"), "--sft-steps", "2", "--preferences",
-        str(RECIPE / "preferences_chat.jsonl"), "--reward-base", str(models["deberta"]), "--reward-steps", "2",
-        "--reward-eval-n", "4", "--stage-batch-size", "4")
+        models["chat"],
+        RECIPE / "prompts.jsonl",
+        tmp_path / "o",
+        tmp_path / "calls.jsonl",
+        monkeypatch,
+        capsys,
+        "--sft-data",
+        str(RECIPE / "sft_chat.jsonl"),
+        "--sft-steps",
+        "2",
+        "--preferences",
+        str(RECIPE / "preferences_chat.jsonl"),
+        "--reward-base",
+        str(models["deberta"]),
+        "--reward-steps",
+        "2",
+        "--reward-eval-n",
+        "4",
+        "--stage-batch-size",
+        "4",
+    )
     assert not any("note:" in line for line in lines)
     stage = json.loads((tmp_path / "o" / "reward_model" / "stage.json").read_text())
     assert 0.0 <= stage["heldout_pairwise_accuracy"] <= 1.0
@@ -369,12 +472,14 @@ def test_reward_model_on_conversations_with_a_chat_template_scores_as_it_trained
     from trl_ext.stages.reward_model import score_pairs, tokenize_preferences, train_reward_model
 
     rows = [json.loads(line) for line in (RECIPE / "preferences_chat.jsonl").read_text().splitlines()]
-    data = Dataset.from_list([{"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]}
-                              for r in rows])
+    data = Dataset.from_list(
+        [{"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]} for r in rows]
+    )
     tok = AutoTokenizer.from_pretrained(models["chat"])
     model = AutoModelForSequenceClassification.from_pretrained(models["chat"], num_labels=1, dtype=torch.float32)
-    history = train_reward_model(model, tok, data, output_dir=str(tmp_path / "rm"), steps=2, batch_size=4,
-                                 learning_rate=1e-3)
+    history = train_reward_model(
+        model, tok, data, output_dir=str(tmp_path / "rm"), steps=2, batch_size=4, learning_rate=1e-3
+    )
     assert any("loss" in h for h in history)
     ids = tokenize_preferences(data, tok)["chosen_ids"][0]
     assert ids == list(tok.apply_chat_template(data["chosen"][0], tokenize=True, return_dict=True)["input_ids"])
@@ -386,9 +491,14 @@ def test_reward_model_on_conversations_with_a_chat_template_scores_as_it_trained
 
 
 @pytest.mark.trl_api
-@pytest.mark.parametrize("row", [{"messages": [{"role": "user", "content": "hi there"},
-                                               {"role": "assistant", "content": "hello you"}]},
-                                 {"text": "hi there hello you"}], ids=["messages", "text"])
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello you"}]},
+        {"text": "hi there hello you"},
+    ],
+    ids=["messages", "text"],
+)
 def test_sft_takes_trl_language_modeling_rows(models, tmp_path, row):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -396,9 +506,15 @@ def test_sft_takes_trl_language_modeling_rows(models, tmp_path, row):
     from trl_ext.stages.sft import supervised_finetune
 
     policy = models["chat"]
-    _, history = supervised_finetune(AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32),
-                                     AutoTokenizer.from_pretrained(policy), Dataset.from_list([row] * 4),
-                                     output_dir=str(tmp_path), steps=2, batch_size=2, learning_rate=1e-3)
+    _, history = supervised_finetune(
+        AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32),
+        AutoTokenizer.from_pretrained(policy),
+        Dataset.from_list([row] * 4),
+        output_dir=str(tmp_path),
+        steps=2,
+        batch_size=2,
+        learning_rate=1e-3,
+    )
     assert len([h for h in history if "loss" in h]) == 2
 
 
@@ -420,8 +536,16 @@ def test_trl_backend_on_a_chat_model_padded_with_its_eos(models, tokenizers, tmp
     assert trl_tok is not tok and tok.pad_token == "<|im_end|>" and trl_tok.pad_token != "<|im_end|>"
     assert trl_tok.pad_token_id not in {t for q in queries for t in q} and trl_tok.eos_token == "<|im_end|>"
     assert pad_outside_queries(trl_tok, queries) is trl_tok  # nothing to change
-    _, calls, summary = _run_rlhf(policy, RECIPE / "prompts.jsonl", tmp_path / "out", tmp_path / "calls.jsonl",
-                                  monkeypatch, capsys, "--backend", "trl")
+    _, calls, summary = _run_rlhf(
+        policy,
+        RECIPE / "prompts.jsonl",
+        tmp_path / "out",
+        tmp_path / "calls.jsonl",
+        monkeypatch,
+        capsys,
+        "--backend",
+        "trl",
+    )
     _assert_conversational_calls(calls, conversations(), tok)
     assert summary["updates"] == 2
     assert AutoTokenizer.from_pretrained(tmp_path / "out").pad_token == "<|im_end|>"
@@ -433,6 +557,10 @@ def test_trl_backend_without_a_spare_pad_token_says_so(tokenizers):
 
     tok = tokenizers["chat"]
     every_special = [tok.convert_tokens_to_ids(t) for t in tok.all_special_tokens] + [tok.pad_token_id]
-    with pytest.raises(InputError, match=re.escape("TRL 1.12's PPO drops the pad token from queries, and the pad "
-                                                   "token '<|endoftext|>' occurs in the prompts;")):
+    with pytest.raises(
+        InputError,
+        match=re.escape(
+            "TRL 1.12's PPO drops the pad token from queries, and the pad token '<|endoftext|>' occurs in the prompts;"
+        ),
+    ):
         pad_outside_queries(tok, [every_special])

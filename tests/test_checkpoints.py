@@ -21,9 +21,31 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _ppo(artifacts, out, *extra):
-    return [sys.executable, "-m", "trl_ext", "ppo", "--policy", str(artifacts["policy"]), "--reward",
-            str(artifacts["reward"]), "--out", str(out), "--batch-size", "8", "--total-episodes", "96",
-            "--save-steps", "2", "--save-total-limit", "3", "--probe-every", "0", "--eval-n", "20", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "trl_ext",
+        "ppo",
+        "--policy",
+        str(artifacts["policy"]),
+        "--reward",
+        str(artifacts["reward"]),
+        "--out",
+        str(out),
+        "--batch-size",
+        "8",
+        "--total-episodes",
+        "96",
+        "--save-steps",
+        "2",
+        "--save-total-limit",
+        "3",
+        "--probe-every",
+        "0",
+        "--eval-n",
+        "20",
+        *extra,
+    ]
 
 
 def test_sigkill_then_resume_ends_with_the_same_weights(trained_artifacts, tmp_path):
@@ -33,8 +55,9 @@ def test_sigkill_then_resume_ends_with_the_same_weights(trained_artifacts, tmp_p
     kept = sorted((p.name for p in whole.glob("checkpoint-*")), key=lambda name: int(name.split("-")[1]))
     assert kept == ["checkpoint-8", "checkpoint-10", "checkpoint-12"]  # save_total_limit 3, the last at the end
 
-    proc = subprocess.Popen(_ppo(trained_artifacts, killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=ENV, cwd=ROOT)
+    proc = subprocess.Popen(
+        _ppo(trained_artifacts, killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT
+    )
     deadline = time.time() + 300
     while not (killed / "checkpoint-4" / "trainer_state.json").exists() and time.time() < deadline:
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -43,8 +66,13 @@ def test_sigkill_then_resume_ends_with_the_same_weights(trained_artifacts, tmp_p
     proc.wait()
     assert proc.returncode == -signal.SIGKILL and not (killed / "summary.json").exists()
 
-    resumed = subprocess.run(_ppo(trained_artifacts, killed, "--resume-from-checkpoint", "latest"),
-                             capture_output=True, text=True, env=ENV, cwd=ROOT)
+    resumed = subprocess.run(
+        _ppo(trained_artifacts, killed, "--resume-from-checkpoint", "latest"),
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = load_file(str(whole / "model.safetensors")), load_file(str(killed / "model.safetensors"))
     assert a.keys() == b.keys()
@@ -61,9 +89,16 @@ def _trainer(tokenizer, out, **options):
     from trl_ext.tasks.doubling.models import build_policy
 
     data = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 16})
-    args = doubling_ppo_config(**{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 1, "output_dir": str(out), **options})
-    return PPOTrainer(build_policy(tokenizer), lambda completions, **kw: [float(len(c)) for c in completions],
-                      args=args, processing_class=tokenizer, train_dataset=data)
+    args = doubling_ppo_config(
+        **{"batch_size": 4, "total_episodes": 16, "num_ppo_epochs": 1, "output_dir": str(out), **options}
+    )
+    return PPOTrainer(
+        build_policy(tokenizer),
+        lambda completions, **kw: [float(len(c)) for c in completions],
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=data,
+    )
 
 
 def test_bad_resumes_are_named_and_half_written_checkpoints_skipped(tokenizer, tmp_path):
@@ -85,8 +120,11 @@ def test_bad_resumes_are_named_and_half_written_checkpoints_skipped(tokenizer, t
 
 
 def test_unknown_tracker_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown tracker\(s\) tensorbored in report_to: known are none, all, .*"
-                                         r"tensorboard.*wandb"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown tracker\(s\) tensorbored in report_to: known are none, all, .*"
+        r"tensorboard.*wandb",
+    ):
         PPOConfig(report_to="tensorbored")
 
 

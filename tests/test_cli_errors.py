@@ -17,6 +17,7 @@ def _one_command(monkeypatch, run):
 def _raises(err):
     def run(opts) -> CommandResult:
         raise err
+
     return run
 
 
@@ -28,9 +29,15 @@ def test_hierarchy_keeps_the_builtin_types():
         PPOConfig(learning_rate=0)
 
 
-@pytest.mark.parametrize("err", [InputError("bad option --x: 3\nsecond line"), FileNotFoundError("no file 'a'"),
-                                 TrainingError("non-finite loss at update 3"),
-                                 BackendUnavailableError("the trl backend needs TRL <= 1.12")])
+@pytest.mark.parametrize(
+    "err",
+    [
+        InputError("bad option --x: 3\nsecond line"),
+        FileNotFoundError("no file 'a'"),
+        TrainingError("non-finite loss at update 3"),
+        BackendUnavailableError("the trl backend needs TRL <= 1.12"),
+    ],
+)
 def test_user_errors_are_one_line_and_exit_2(monkeypatch, capsys, err):
     _one_command(monkeypatch, _raises(err))
     assert cli.main(["boom"]) == 2
@@ -65,8 +72,10 @@ def test_a_library_input_error_is_one_line(monkeypatch, capsys):
 
     _one_command(monkeypatch, lambda opts: peft_model(_two_layers(), LoraConfig(target_modules=["q_proj"])))
     assert cli.main(["boom"]) == 2
-    assert capsys.readouterr().err == ("trl-ext: error: LoRA target modules q_proj match no module of the policy "
-                                       "(TwoLayers); its linear modules: up_proj, down_proj (or 'all-linear')\n")
+    assert capsys.readouterr().err == (
+        "trl-ext: error: LoRA target modules q_proj match no module of the policy "
+        "(TwoLayers); its linear modules: up_proj, down_proj (or 'all-linear')\n"
+    )
 
 
 def test_other_library_errors_keep_their_traceback(monkeypatch):

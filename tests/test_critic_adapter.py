@@ -15,13 +15,22 @@ from trl_ext.ppo.model import CRITIC_ADAPTER, CRITIC_ADAPTER_FILE, VALUE_HEAD_FI
 def _lora(**options):
     from peft import LoraConfig
 
-    return LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear",
-                      **options)
+    return LoraConfig(
+        task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear", **options
+    )
 
 
 def _config(**options):
-    base = dict(batch_size=4, num_ppo_epochs=2, num_mini_batches=1, total_episodes=8, response_length=5,
-                learning_rate=1e-2, temperature=1.0, critic_adapter=True)
+    base = dict(
+        batch_size=4,
+        num_ppo_epochs=2,
+        num_mini_batches=1,
+        total_episodes=8,
+        response_length=5,
+        learning_rate=1e-2,
+        temperature=1.0,
+        critic_adapter=True,
+    )
     return PPOConfig(**{**base, **options})
 
 
@@ -190,8 +199,14 @@ def _length(completions, **_):
 def _trainer(path, tokenizer, **options):
     from transformers import AutoModelForCausalLM
 
-    return PPOTrainer(AutoModelForCausalLM.from_pretrained(path), _length, args=_config(**options),
-                      train_dataset=_prompts(tokenizer), processing_class=tokenizer, peft_config=_lora())
+    return PPOTrainer(
+        AutoModelForCausalLM.from_pretrained(path),
+        _length,
+        args=_config(**options),
+        train_dataset=_prompts(tokenizer),
+        processing_class=tokenizer,
+        peft_config=_lora(),
+    )
 
 
 def test_short_run_trains_both_adapters_and_resumes_them(qwen, tmp_path):
@@ -221,7 +236,9 @@ def test_save_writes_the_policy_adapter_and_the_critic_beside(qwen, tmp_path):
     trainer.train()
     out = trainer.save(tmp_path / "saved")
     assert (out / "adapter_model.safetensors").exists() and not (out / CRITIC_ADAPTER).exists()
-    assert not any(f".{CRITIC_ADAPTER}." in k or "critic" in k for k in load_file(str(out / "adapter_model.safetensors")))
+    assert not any(
+        f".{CRITIC_ADAPTER}." in k or "critic" in k for k in load_file(str(out / "adapter_model.safetensors"))
+    )
     assert (out / VALUE_HEAD_FILE).exists() and (out / CRITIC_ADAPTER_FILE).exists()
 
     saved_policy = PeftModel.from_pretrained(_base(path), out).eval()

@@ -18,10 +18,24 @@ def test_grpo_trains_groups_without_a_critic(tokenizer):
         seen.append(list(prompts))
         return [float(len(c)) for c in completions]
 
-    cfg = doubling_ppo_config(advantage_estimator="grpo", num_generations=2, batch_size=4, num_ppo_epochs=1, total_episodes=8,
-                    beta=0.1, loss_type="grpo", separate_critic=True, response_length=6)
-    trainer = PPOTrainer(build_policy(tokenizer), length_reward, args=cfg,
-                         train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0), processing_class=tokenizer)
+    cfg = doubling_ppo_config(
+        advantage_estimator="grpo",
+        num_generations=2,
+        batch_size=4,
+        num_ppo_epochs=1,
+        total_episodes=8,
+        beta=0.1,
+        loss_type="grpo",
+        separate_critic=True,
+        response_length=6,
+    )
+    trainer = PPOTrainer(
+        build_policy(tokenizer),
+        length_reward,
+        args=cfg,
+        train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0),
+        processing_class=tokenizer,
+    )
     assert trainer.actor_critic.value_head is None and trainer.actor_critic.critic_backbone is None
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     history = trainer.train()

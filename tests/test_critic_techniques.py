@@ -22,8 +22,9 @@ def _gae(**overrides):
     cfg = PPOConfig(kl_coef=0.5, gamma=1.0, whiten_advantages=False, **overrides)
     logprobs = torch.tensor([[-1.0, -1.0, -1.0, 0.0], [-2.0, -1.0, 0.0, 0.0]])
     ref = torch.tensor([[-1.5, -1.0, -0.5, 0.0], [-2.0, -1.5, 0.0, 0.0]])
-    return compute_advantages(torch.tensor([2.0, -1.0]), logprobs, ref, VALUES, MASK, torch.tensor([True, True]),
-                              torch.tensor([0, 0]), cfg)
+    return compute_advantages(
+        torch.tensor([2.0, -1.0]), logprobs, ref, VALUES, MASK, torch.tensor([True, True]), torch.tensor([0, 0]), cfg
+    )
 
 
 # reward-to-go of those rewards: the lambda = 1 returns
@@ -62,9 +63,17 @@ def test_decoupled_gae_policy_from_lam_critic_from_critic_lam():
     # a batch's own critic lambda (the warm-up's) comes before the config's
     logprobs = torch.tensor([[-1.0, -1.0, -1.0, 0.0], [-2.0, -1.0, 0.0, 0.0]])
     ref = torch.tensor([[-1.5, -1.0, -0.5, 0.0], [-2.0, -1.5, 0.0, 0.0]])
-    warm = compute_advantages(torch.tensor([2.0, -1.0]), logprobs, ref, VALUES, MASK, torch.tensor([True, True]),
-                              torch.tensor([0, 0]), PPOConfig(kl_coef=0.5, gamma=1.0, lam=0.5, whiten_advantages=False),
-                              critic_lam=1.0)
+    warm = compute_advantages(
+        torch.tensor([2.0, -1.0]),
+        logprobs,
+        ref,
+        VALUES,
+        MASK,
+        torch.tensor([True, True]),
+        torch.tensor([0, 0]),
+        PPOConfig(kl_coef=0.5, gamma=1.0, lam=0.5, whiten_advantages=False),
+        critic_lam=1.0,
+    )
     assert torch.allclose(warm.advantages, HALF) and torch.allclose(warm.returns, MONTE_CARLO)
 
 
@@ -134,24 +143,27 @@ def test_positive_lm_loss_by_hand_and_over_micro_batches():
     positive = torch.tensor([True, False, True])
     whole = torch.tensor(4.0)  # the positive rows' tokens: 3 + 1
     assert losses.positive_lm_loss(logp, mask, positive, whole).item() == pytest.approx((1 + 2 + 3 + 0.5) / 4)
-    parts = sum(losses.positive_lm_loss(logp[i:i + 1], mask[i:i + 1], positive[i:i + 1], whole) for i in range(3))
+    parts = sum(losses.positive_lm_loss(logp[i : i + 1], mask[i : i + 1], positive[i : i + 1], whole) for i in range(3))
     assert parts.item() == pytest.approx(6.5 / 4)
     assert losses.positive_lm_loss(logp, mask, torch.zeros(3, dtype=torch.bool), torch.tensor(0.0)).item() == 0.0
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(critic_lam=1.5), "critic_lam must be within"),
-    (dict(critic_lam=1.0, advantage_estimator="grpo", num_generations=2), "gae's settings"),
-    (dict(lam_length_alpha=0.0), "lam_length_alpha must be positive"),
-    (dict(cliprange_high=-0.1), "cliprange_high must not be negative"),
-    (dict(cliprange_high=0.28, policy_loss="sequence_clip"), "cliprange_high is the built-in clip's"),
-    (dict(positive_lm_coef=-1.0), "positive_lm_coef must not be negative"),
-    (dict(critic_warmup_patience=-1, critic_warmup_steps=4), "critic_warmup_patience must not be negative"),
-    (dict(critic_warmup_patience=2), "need critic_warmup_steps"),
-    (dict(critic_warmup_lam=1.0), "need critic_warmup_steps"),
-    (dict(critic_warmup_lam=2.0, critic_warmup_steps=4), "critic_warmup_lam must be within"),
-    (dict(critic_warmup_min_delta=1.0, critic_warmup_steps=4, critic_warmup_patience=1), "fraction of the loss"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(critic_lam=1.5), "critic_lam must be within"),
+        (dict(critic_lam=1.0, advantage_estimator="grpo", num_generations=2), "gae's settings"),
+        (dict(lam_length_alpha=0.0), "lam_length_alpha must be positive"),
+        (dict(cliprange_high=-0.1), "cliprange_high must not be negative"),
+        (dict(cliprange_high=0.28, policy_loss="sequence_clip"), "cliprange_high is the built-in clip's"),
+        (dict(positive_lm_coef=-1.0), "positive_lm_coef must not be negative"),
+        (dict(critic_warmup_patience=-1, critic_warmup_steps=4), "critic_warmup_patience must not be negative"),
+        (dict(critic_warmup_patience=2), "need critic_warmup_steps"),
+        (dict(critic_warmup_lam=1.0), "need critic_warmup_steps"),
+        (dict(critic_warmup_lam=2.0, critic_warmup_steps=4), "critic_warmup_lam must be within"),
+        (dict(critic_warmup_min_delta=1.0, critic_warmup_steps=4, critic_warmup_patience=1), "fraction of the loss"),
+    ],
+)
 def test_bad_settings_are_one_input_error(options, message):
     with pytest.raises(InputError, match=message):
         PPOConfig(**options)
@@ -165,12 +177,23 @@ def _trainer(tokenizer, **options):
     from trl_ext.tasks.doubling.models import build_policy
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
-    base = dict(batch_size=4, num_ppo_epochs=2, num_mini_batches=2, total_episodes=8, response_length=5,
-                learning_rate=1e-2, temperature=1.0)
+    base = dict(
+        batch_size=4,
+        num_ppo_epochs=2,
+        num_mini_batches=2,
+        total_episodes=8,
+        response_length=5,
+        learning_rate=1e-2,
+        temperature=1.0,
+    )
     config = PPOConfig(**{**base, **options})
-    return PPOTrainer(build_policy(tokenizer), _length, args=config,
-                      train_dataset=ppo_prompt_dataset(tokenizer, 4 * config.total_episodes, seed=0),
-                      processing_class=tokenizer)
+    return PPOTrainer(
+        build_policy(tokenizer),
+        _length,
+        args=config,
+        train_dataset=ppo_prompt_dataset(tokenizer, 4 * config.total_episodes, seed=0),
+        processing_class=tokenizer,
+    )
 
 
 def test_warmup_stops_when_the_value_loss_stops_falling_with_lambda_one_returns(tokenizer, monkeypatch):
@@ -185,8 +208,14 @@ def test_warmup_stops_when_the_value_loss_stops_falling_with_lambda_one_returns(
 
     monkeypatch.setattr(trainer_module, "make_experience", make_experience)
     # a cap of 10, patience 1, and only a fall to under 1% of the best counts: the warm-up ends after 2 updates
-    trainer = _trainer(tokenizer, total_episodes=12, critic_warmup_steps=10, critic_warmup_patience=1,
-                       critic_warmup_min_delta=0.99, critic_warmup_lam=1.0)
+    trainer = _trainer(
+        tokenizer,
+        total_episodes=12,
+        critic_warmup_steps=10,
+        critic_warmup_patience=1,
+        critic_warmup_min_delta=0.99,
+        critic_warmup_lam=1.0,
+    )
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     moved = []
 
@@ -216,9 +245,18 @@ def test_defaults_log_explained_variance_and_equal_their_neutral_values(tokenize
 
 
 def test_all_techniques_on_train_and_log(tokenizer):
-    history = _trainer(tokenizer, num_generations=2, critic_warmup_steps=1, critic_warmup_patience=1,
-                       critic_warmup_lam=1.0, critic_lam=1.0, lam_length_alpha=0.5, cliprange_high=0.28,
-                       positive_lm_coef=0.1, positive_lm_threshold=2.0).train()
+    history = _trainer(
+        tokenizer,
+        num_generations=2,
+        critic_warmup_steps=1,
+        critic_warmup_patience=1,
+        critic_warmup_lam=1.0,
+        critic_lam=1.0,
+        lam_length_alpha=0.5,
+        cliprange_high=0.28,
+        positive_lm_coef=0.1,
+        positive_lm_threshold=2.0,
+    ).train()
     assert len(history) == 2
     for stats in history:
         for name in ("val/explained_variance", "loss/positive_lm_avg", "loss/value_avg", "loss/policy_avg"):

@@ -12,8 +12,15 @@ def _length(completions, **_):
 
 
 def _config(**options):
-    base = dict(batch_size=4, num_ppo_epochs=2, num_mini_batches=2, total_episodes=12, response_length=5,
-                learning_rate=1e-2, temperature=1.0)
+    base = dict(
+        batch_size=4,
+        num_ppo_epochs=2,
+        num_mini_batches=2,
+        total_episodes=12,
+        response_length=5,
+        learning_rate=1e-2,
+        temperature=1.0,
+    )
     return PPOConfig(**{**base, **options})
 
 
@@ -30,9 +37,13 @@ def test_warmup_trains_the_value_function_alone_then_the_policy(tokenizer, separ
     from trl_ext.tasks.doubling.models import build_policy
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
-    trainer = PPOTrainer(build_policy(tokenizer), _length, args=_config(critic_warmup_steps=2,
-                                                                        separate_critic=separate_critic),
-                         train_dataset=ppo_prompt_dataset(tokenizer, 12, seed=0), processing_class=tokenizer)
+    trainer = PPOTrainer(
+        build_policy(tokenizer),
+        _length,
+        args=_config(critic_warmup_steps=2, separate_critic=separate_critic),
+        train_dataset=ppo_prompt_dataset(tokenizer, 12, seed=0),
+        processing_class=tokenizer,
+    )
     policy, head = _snapshot(trainer.policy), _snapshot(trainer.actor_critic.value_head)
     steps = []
 
@@ -51,24 +62,31 @@ def test_warmup_builds_no_policy_graph(tokenizer, separate_critic):
     from trl_ext.tasks.doubling.models import build_policy
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
-    trainer = PPOTrainer(build_policy(tokenizer), _length,
-                         args=_config(critic_warmup_steps=1, total_episodes=8, separate_critic=separate_critic,
-                                      ent_coef=0.01),  # an entropy term: its graph is built outside warm-up
-                         train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0), processing_class=tokenizer)
+    trainer = PPOTrainer(
+        build_policy(tokenizer),
+        _length,
+        args=_config(
+            critic_warmup_steps=1, total_episodes=8, separate_critic=separate_critic, ent_coef=0.01
+        ),  # an entropy term: its graph is built outside warm-up
+        train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0),
+        processing_class=tokenizer,
+    )
     head = trainer.actor_critic.value_head
     passes, backwards = {1: [], 2: []}, {1: [], 2: []}
     real_pass, real_backward = trainer.passes.policy_pass, trainer.learner.backward
 
     def policy_pass(*args, **kwargs):
         out = real_pass(*args, **kwargs)
-        passes[trainer.update_index + 1].append((out.logprobs.requires_grad, out.entropy.requires_grad,
-                                                 out.values.requires_grad))
+        passes[trainer.update_index + 1].append(
+            (out.logprobs.requires_grad, out.entropy.requires_grad, out.values.requires_grad)
+        )
         return out
 
     def backward(loss):
         real_backward(loss)
-        backwards[trainer.update_index + 1].append((any(p.grad is not None for p in trainer.policy.parameters()),
-                                                    head.weight.grad is not None))
+        backwards[trainer.update_index + 1].append(
+            (any(p.grad is not None for p in trainer.policy.parameters()), head.weight.grad is not None)
+        )
 
     trainer.passes.policy_pass, trainer.learner.backward = policy_pass, backward
     trainer.train()
@@ -83,12 +101,17 @@ def test_critic_starts_as_the_reward_model(tokenizer, tmp_path):
     from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer)
-    reward_model = GPT2ForSequenceClassification(policy.config.__class__(**{**policy.config.to_dict(),
-                                                                            "num_labels": 1}))
+    reward_model = GPT2ForSequenceClassification(
+        policy.config.__class__(**{**policy.config.to_dict(), "num_labels": 1})
+    )
     reward_model.config.pad_token_id = tokenizer.pad_token_id
     reward_model.save_pretrained(tmp_path / "rm", safe_serialization=True)
-    trainer = PPOTrainer(policy, _length, args=_config(separate_critic=True, critic_init=str(tmp_path / "rm")),
-                         processing_class=tokenizer)
+    trainer = PPOTrainer(
+        policy,
+        _length,
+        args=_config(separate_critic=True, critic_init=str(tmp_path / "rm")),
+        processing_class=tokenizer,
+    )
     ids = torch.tensor([tokenizer("S数字:1234x2=2468E")["input_ids"]])
     mask = torch.ones_like(ids)
     _, values = trainer.model(ids, mask, torch.arange(ids.shape[1])[None])
@@ -110,5 +133,9 @@ def test_critic_options_bad_input_names_the_option(tokenizer, tmp_path):
     policy = build_policy(tokenizer)
     policy.save_pretrained(tmp_path / "causal", safe_serialization=True)  # a causal LM, not a reward model
     with pytest.raises(ValueError, match="not a sequence classifier"):
-        PPOTrainer(build_policy(tokenizer), _length,
-                   args=_config(separate_critic=True, critic_init=str(tmp_path / "causal")), processing_class=tokenizer)
+        PPOTrainer(
+            build_policy(tokenizer),
+            _length,
+            args=_config(separate_critic=True, critic_init=str(tmp_path / "causal")),
+            processing_class=tokenizer,
+        )

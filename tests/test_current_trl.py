@@ -36,27 +36,42 @@ def models(tmp_path_factory):
 
 def conversations(n: int) -> Dataset:
     words = ["apple", "river", "stone", "cloud"]
-    return Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": f"say {words[i % 4]}"}] for i in range(n)],
-        "target": [words[i % 4] for i in range(n)],
-    })
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"say {words[i % 4]}"}] for i in range(n)],
+            "target": [words[i % 4] for i in range(n)],
+        }
+    )
 
 
 def test_in_house_ppo_on_conversations_with_two_reward_functions(models):
     calls = []
 
     def short(completions, completion_ids, **kwargs):
-        calls.append({"completions": completions, "completion_ids": completion_ids, **kwargs,
-                      "step_at_call": kwargs["trainer_state"].global_step})
+        calls.append(
+            {
+                "completions": completions,
+                "completion_ids": completion_ids,
+                **kwargs,
+                "step_at_call": kwargs["trainer_state"].global_step,
+            }
+        )
         return [-len(ids) / 8 for ids in completion_ids]
 
     def mentions_target(prompts, completions, target, **kwargs):
         return [float(t in c[0]["content"]) for c, t in zip(completions, target)]
 
-    args = doubling_ppo_config(batch_size=4, total_episodes=8, response_length=6, num_ppo_epochs=1, learning_rate=1e-2,
-                     reward_weights=[1.0, 0.5])
-    trainer = PPOTrainer(str(models["chat_policy"]), [short, mentions_target], args=args,
-                         train_dataset=conversations(8))
+    args = doubling_ppo_config(
+        batch_size=4,
+        total_episodes=8,
+        response_length=6,
+        num_ppo_epochs=1,
+        learning_rate=1e-2,
+        reward_weights=[1.0, 0.5],
+    )
+    trainer = PPOTrainer(
+        str(models["chat_policy"]), [short, mentions_target], args=args, train_dataset=conversations(8)
+    )
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     history = trainer.train()
 
@@ -117,11 +132,23 @@ def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_
 
     Config, Trainer = (trl.GRPOConfig, trl.GRPOTrainer) if kind == "grpo" else (trl.RLOOConfig, trl.RLOOTrainer)
     reward = ClassifierReward.from_pretrained(models["chat_reward"])
-    args = Config(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                  max_completion_length=6, max_steps=1, learning_rate=1e-2, use_cpu=True, bf16=False,
-                  report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True)
-    trainer = Trainer(model=str(models["chat_policy"]), reward_funcs=[reward], args=args,
-                      train_dataset=conversations(8))
+    args = Config(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=6,
+        max_steps=1,
+        learning_rate=1e-2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=str(models["chat_policy"]), reward_funcs=[reward], args=args, train_dataset=conversations(8)
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     logged = [h for h in trainer.state.log_history if "reward" in h]
@@ -136,7 +163,9 @@ def test_bad_inputs_are_named(models):
     args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=4)
     with pytest.raises(DatasetError, match=r"row 0 is a conversation, but the tokenizer .*qwen2_plain.* has no chat"):
         PPOTrainer(str(models["plain_policy"]), lambda **kw: [], args=args, train_dataset=conversations(4))
-    with pytest.raises(ArtifactError, match=r"qwen2_chat' holds a causal LM \(Qwen2ForCausalLM\), not a sequence classifier"):
+    with pytest.raises(
+        ArtifactError, match=r"qwen2_chat' holds a causal LM \(Qwen2ForCausalLM\), not a sequence classifier"
+    ):
         PPOTrainer(str(models["chat_policy"]), str(models["chat_policy"]), args=args)
     with pytest.raises(InputError, match="reward_weights has 3 values for 2 reward functions"):
         PPOTrainer(str(models["chat_policy"]), [len, len], args=PPOConfig(reward_weights=[1, 2, 3]))
@@ -150,8 +179,11 @@ def test_bad_inputs_are_named(models):
         return [None] * len(completions)
 
     trainer = PPOTrainer(str(models["chat_policy"]), [only_first, never], args=args, train_dataset=conversations(4))
-    with pytest.raises(RewardError, match=r"every reward function \(only_first, never\) returned None for row 1 "
-                                          r"\(prompt \[\{'role': 'user', 'content': 'say river'\}\]\)"):
+    with pytest.raises(
+        RewardError,
+        match=r"every reward function \(only_first, never\) returned None for row 1 "
+        r"\(prompt \[\{'role': 'user', 'content': 'say river'\}\]\)",
+    ):
         trainer.train()
 
 
@@ -161,8 +193,19 @@ def test_trl_backend_refused_on_newer_trl(monkeypatch, tmp_path, capsys):
     from trl_ext.commands.cli import main
 
     monkeypatch.setattr(compat, "installed_trl_version", lambda: "1.16.0")
-    code = main(["ppo", "--backend", "trl", "--policy", str(tmp_path), "--reward", str(tmp_path),
-                 "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "ppo",
+            "--backend",
+            "trl",
+            "--policy",
+            str(tmp_path),
+            "--reward",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert "installed TRL is 1.16.0" in err[0] and "pip install 'trl-ext[trl-ppo]'" in err[0]
@@ -173,9 +216,25 @@ def test_trl_backend_refused_on_newer_trl(monkeypatch, tmp_path, capsys):
 def test_trl_backend_refused_by_the_installed_trl(tmp_path):
     import trl
 
-    run = subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", "ppo", "--backend", "trl", "--policy", str(tmp_path),
-                          "--reward", str(tmp_path), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trl_ext.commands.cli",
+            "ppo",
+            "--backend",
+            "trl",
+            "--policy",
+            str(tmp_path),
+            "--reward",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == run.stderr.strip().splitlines()[0]
     assert f"installed TRL is {trl.__version__}" in run.stderr and "trl-ext[trl-ppo]" in run.stderr
@@ -194,10 +253,12 @@ def test_packaging_admits_current_trl_and_keeps_trl_ppo_behind_an_extra():
 
 
 def test_library_imports_neither_trl_ppo_nor_the_task_nor_the_command_line():
-    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat, trl_ext.runs.group_trainers; "
-            "assert 'trl.experimental.ppo' not in sys.modules, 'trl.experimental.ppo'; "
-            "loaded = [m for m in sys.modules if m.startswith(('trl_ext.tasks.doubling', 'trl_ext.commands'))]; "
-            "assert not loaded, loaded")
+    code = (
+        "import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat, trl_ext.runs.group_trainers; "
+        "assert 'trl.experimental.ppo' not in sys.modules, 'trl.experimental.ppo'; "
+        "loaded = [m for m in sys.modules if m.startswith(('trl_ext.tasks.doubling', 'trl_ext.commands'))]; "
+        "assert not loaded, loaded"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
@@ -208,8 +269,9 @@ def test_trl_rewards_own_functions_work_unchanged(models):
 
     overlong = get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=2)  # reads completion_ids
     args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=6, num_ppo_epochs=1)
-    trainer = PPOTrainer(str(models["chat_policy"]), [think_format_reward, overlong], args=args,
-                         train_dataset=conversations(4))
+    trainer = PPOTrainer(
+        str(models["chat_policy"]), [think_format_reward, overlong], args=args, train_dataset=conversations(4)
+    )
     stats = trainer.train()[0]
     assert stats["rewards/think_format_reward/mean"] == 0.0  # a random policy writes no <think> block
     assert -1.0 <= stats[f"rewards/{overlong.__name__}/mean"] <= 0.0

@@ -24,9 +24,20 @@ def _train(rank: int, world_size: int, out: str) -> None:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     data = pretrain_dataset(tokenizer, STEPS * BATCH, 0)
-    result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=BATCH, lr=3e-3, warmup_steps=2,
-                             use_labels=False, seed=0, desc="test", show_progress=False, rank=rank,
-                             world_size=world_size)
+    result = supervised_loop(
+        model,
+        data,
+        tokenizer.pad_token_id,
+        batch_size=BATCH,
+        lr=3e-3,
+        warmup_steps=2,
+        use_labels=False,
+        seed=0,
+        desc="test",
+        show_progress=False,
+        rank=rank,
+        world_size=world_size,
+    )
     weights = {name: p.detach().clone() for name, p in model.named_parameters()}
     save_file({**weights, "losses": torch.tensor(result.losses)}, f"{out}/rank{rank}_of{world_size}.safetensors")
 
@@ -39,8 +50,9 @@ def _rank(rank: int, world_size: int, out: str, told: tuple[int, int] | None = N
 
     from trl_ext.errors import InputError
 
-    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=world_size,
-                            timeout=timedelta(minutes=2))
+    dist.init_process_group(
+        "gloo", init_method=f"file://{out}/store", rank=rank, world_size=world_size, timeout=timedelta(minutes=2)
+    )
     try:
         _train(rank if told is None else told[rank], world_size, out)
     except InputError as error:
@@ -59,8 +71,11 @@ def test_two_ranks_take_the_steps_of_one_process(tmp_path):
         assert torch.equal(ranks[0][name], ranks[1][name]), name  # the ranks stay in sync, bit for bit
     # Six Adam steps at lr 3e-3 with the gradient summed in another order: every element within 2e-6 but a few of
     # the attention's key bias, whose gradient is 0 up to rounding (an Intel Xeon: 3 of 210,944 at 2.3e-6)
-    assert_same_adam_steps({n: w for n, w in ranks[0].items() if n != "losses"},
-                           {n: w for n, w in one.items() if n != "losses"}, tolerance=2e-6)
+    assert_same_adam_steps(
+        {n: w for n, w in ranks[0].items() if n != "losses"},
+        {n: w for n, w in one.items() if n != "losses"},
+        tolerance=2e-6,
+    )
     # the loss each step reports is the whole batch's mean, as one process computes it
     torch.testing.assert_close(ranks[0]["losses"], one["losses"], atol=1e-6, rtol=1e-6)
     assert one["losses"][-1] < one["losses"][0]  # it trained
@@ -79,8 +94,30 @@ def test_rank_outside_the_group_is_refused():
     from trl_ext.tasks.doubling.supervised import supervised_loop
 
     with pytest.raises(InputError, match="rank 2 of world_size 2"):
-        supervised_loop(None, [None] * 8, 0, batch_size=4, lr=1e-3, warmup_steps=1, use_labels=False, seed=0,
-                        desc="x", rank=2, world_size=2)
+        supervised_loop(
+            None,
+            [None] * 8,
+            0,
+            batch_size=4,
+            lr=1e-3,
+            warmup_steps=1,
+            use_labels=False,
+            seed=0,
+            desc="x",
+            rank=2,
+            world_size=2,
+        )
     with pytest.raises(InputError, match="needs an initialised torch.distributed process group"):
-        supervised_loop(torch.nn.Linear(2, 2), Dataset.from_dict({"input_ids": [[1, 2]] * 8}), 0, batch_size=4,
-                        lr=1e-3, warmup_steps=1, use_labels=False, seed=0, desc="x", rank=0, world_size=2)
+        supervised_loop(
+            torch.nn.Linear(2, 2),
+            Dataset.from_dict({"input_ids": [[1, 2]] * 8}),
+            0,
+            batch_size=4,
+            lr=1e-3,
+            warmup_steps=1,
+            use_labels=False,
+            seed=0,
+            desc="x",
+            rank=0,
+            world_size=2,
+        )

@@ -42,8 +42,9 @@ def test_doubling_commands_run_the_doubling_values():
     assert all(getattr(defaults, k) != v for k, v in DOUBLING_PPO.items())  # each one really differs
     for command in (ppo.COMMAND, demo.DEMO, demo.COMPARE):
         budget = ("total_episodes", "learning_rate")  # the demo's shorter run, and the rate that suits it
-        assert {k: command.defaults[k] for k in DOUBLING_COMMAND_PPO if k not in budget} == \
-            {k: v for k, v in DOUBLING_COMMAND_PPO.items() if k not in budget}
+        assert {k: command.defaults[k] for k in DOUBLING_COMMAND_PPO if k not in budget} == {
+            k: v for k, v in DOUBLING_COMMAND_PPO.items() if k not in budget
+        }
     assert demo.DEMO.defaults["total_episodes"] == 9600 and ppo.COMMAND.defaults["total_episodes"] == 19200
     assert demo.DEMO.defaults["learning_rate"] == 1e-3 and ppo.COMMAND.defaults["learning_rate"] == 3e-4
     assert doubling_ppo_config(batch_size=4).learning_rate == 3e-4 and doubling_ppo_config(batch_size=4).batch_size == 4
@@ -58,8 +59,9 @@ def _options(command: str, *argv: str, config=None):
 
     parser = argparse.ArgumentParser()
     add_command_arguments(parser, commands()[command])
-    return build_options(commands()[command], parser.parse_args(list(argv) + (["--config", str(config)] if config
-                                                                              else [])))
+    return build_options(
+        commands()[command], parser.parse_args(list(argv) + (["--config", str(config)] if config else []))
+    )
 
 
 DOUBLING_RUN = ("--policy", "p", "--reward", "r", "--out", "o")
@@ -69,17 +71,25 @@ def test_a_flag_holds_over_the_backend_preset_and_every_source_is_recorded(tmp_p
     from trl_ext.tasks.doubling.presets import PRESETS
 
     (tmp_path / "run.yaml").write_text("num_ppo_epochs: 3\nbeta: 0.1\n")
-    opts = _options("ppo", *DOUBLING_RUN, "--backend", "scratch-grpo-quick", "--learning-rate", "1e-4",
-                    config=tmp_path / "run.yaml")
+    opts = _options(
+        "ppo", *DOUBLING_RUN, "--backend", "scratch-grpo-quick", "--learning-rate", "1e-4", config=tmp_path / "run.yaml"
+    )
     preset = PRESETS["grpo-quick"]
     assert (opts.train.learning_rate, opts.train.num_ppo_epochs, opts.train.beta) == (1e-4, 3, 0.1)
-    assert {k: getattr(opts.train, k) for k in preset if k not in ("learning_rate", "num_ppo_epochs", "beta")} == \
-        {k: v for k, v in preset.items() if k not in ("learning_rate", "num_ppo_epochs", "beta")}
+    assert {k: getattr(opts.train, k) for k in preset if k not in ("learning_rate", "num_ppo_epochs", "beta")} == {
+        k: v for k, v in preset.items() if k not in ("learning_rate", "num_ppo_epochs", "beta")
+    }
     sources = opts.sources
-    assert (sources["learning_rate"], sources["num_ppo_epochs"], sources["kl_coef"]) == \
-        ("flag", "yaml", "preset grpo-quick")
-    assert (sources["response_length"], sources["cliprange"], sources["backend"]) == \
-        ("command default", "default", "flag")
+    assert (sources["learning_rate"], sources["num_ppo_epochs"], sources["kl_coef"]) == (
+        "flag",
+        "yaml",
+        "preset grpo-quick",
+    )
+    assert (sources["response_length"], sources["cliprange"], sources["backend"]) == (
+        "command default",
+        "default",
+        "flag",
+    )
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo"])
@@ -88,11 +98,13 @@ def test_the_estimator_picks_its_doubling_preset(estimator):
     (docs/decisions.md, "Defaults that fit the estimator")."""
     from trl_ext.tasks.doubling.presets import ESTIMATOR_PRESETS, PRESETS
 
-    opts = _options("ppo", *DOUBLING_RUN, "--advantage-estimator", estimator, "--num-generations", "4",
-                    "--total-episodes", "6400")
+    opts = _options(
+        "ppo", *DOUBLING_RUN, "--advantage-estimator", estimator, "--num-generations", "4", "--total-episodes", "6400"
+    )
     preset = PRESETS[ESTIMATOR_PRESETS[estimator]]
-    expected = dataclasses.replace(PPOConfig(**{**ppo.COMMAND.defaults, **preset}), num_generations=4,
-                                   total_episodes=6400)
+    expected = dataclasses.replace(
+        PPOConfig(**{**ppo.COMMAND.defaults, **preset}), num_generations=4, total_episodes=6400
+    )
     assert opts.train == expected
     assert opts.sources["learning_rate"] == f"preset {ESTIMATOR_PRESETS[estimator]}"
     plain = _options("ppo", *DOUBLING_RUN, "--advantage-estimator", estimator, "--backend", "trl")
@@ -105,14 +117,16 @@ def test_compare_rows_take_their_preset_under_what_the_user_gave():
     from trl_ext.tasks.doubling.pipeline import PPORun, row_options
     from trl_ext.tasks.doubling.presets import PRESETS
 
-    opts = _options("compare", "--out", "c", "--backends", "scratch,scratch-rloo-quick,rloo", "--learning-rate",
-                    "5e-4")
-    rows = {b: row_options(opts, Path("c"), PPORun(b, "classifier", 1, b)) for b in ("scratch", "scratch-rloo-quick",
-                                                                                      "rloo")}
+    opts = _options("compare", "--out", "c", "--backends", "scratch,scratch-rloo-quick,rloo", "--learning-rate", "5e-4")
+    rows = {
+        b: row_options(opts, Path("c"), PPORun(b, "classifier", 1, b))
+        for b in ("scratch", "scratch-rloo-quick", "rloo")
+    }
     assert {b: r.train.learning_rate for b, r in rows.items()} == {b: 5e-4 for b in rows}  # the flag, every row
     assert rows["scratch"].train.advantage_estimator == "gae" and rows["scratch"].train.num_ppo_epochs == 4
     for backend, preset in (("scratch-rloo-quick", "rloo-quick"), ("rloo", "rloo")):
         train = rows[backend].train
-        assert {k: getattr(train, k) for k in PRESETS[preset] if k != "learning_rate"} == \
-            {k: v for k, v in PRESETS[preset].items() if k != "learning_rate"}
+        assert {k: getattr(train, k) for k in PRESETS[preset] if k != "learning_rate"} == {
+            k: v for k, v in PRESETS[preset].items() if k != "learning_rate"
+        }
         assert rows[backend].sources["policy_loss"] == f"preset {preset}" and train.seed == 1

@@ -12,8 +12,22 @@ from trl_ext.trl_compat import trl_ppo_available
 ROOT = Path(__file__).resolve().parents[1]
 # Runnable backends of the default demo: TRL's PPO only where TRL <= 1.12 is installed.
 RUNNABLE = ["trl", "scratch"] if trl_ppo_available() else ["scratch"]
-TINY = ["--pretrain-steps", "60", "--reward-steps", "30", "--batch-size", "8", "--total-episodes", "16",
-        "--probe-every", "1", "--probe-n", "10", "--eval-n", "20"]
+TINY = [
+    "--pretrain-steps",
+    "60",
+    "--reward-steps",
+    "30",
+    "--batch-size",
+    "8",
+    "--total-episodes",
+    "16",
+    "--probe-every",
+    "1",
+    "--probe-n",
+    "10",
+    "--eval-n",
+    "20",
+]
 
 
 def _run(args, timeout=600, env_extra=None):
@@ -29,8 +43,14 @@ def test_demo_end_to_end_tiny_and_resume(tmp_path):
     out = tmp_path / "demo"
     run = _cli("demo", "--out", str(out), *TINY)
     assert run.returncode == 0, run.stderr[-3000:]
-    for name in ("results.json", "report.md", "curves.png", "policy/model.safetensors", "reward/model.safetensors",
-                 *(f"ppo_{b}/summary.json" for b in RUNNABLE)):
+    for name in (
+        "results.json",
+        "report.md",
+        "curves.png",
+        "policy/model.safetensors",
+        "reward/model.safetensors",
+        *(f"ppo_{b}/summary.json" for b in RUNNABLE),
+    ):
         assert (out / name).exists(), name
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # pretraining ran data parallel on the two workers (one where the machine has one core)
@@ -50,8 +70,17 @@ def test_demo_end_to_end_tiny_and_resume(tmp_path):
     assert "greedy exact" in run.stdout  # the terminal table
     # the output is the stages, their progress and the table: no warnings or notices, no library progress bars
     output = run.stdout + run.stderr
-    for noise in ("Warning", "WARNING", "it/s]", "Writing model shards", "Loading weights", "Setting accelerator",
-                  "attention_mask", "loss_type", "===training policy==="):
+    for noise in (
+        "Warning",
+        "WARNING",
+        "it/s]",
+        "Writing model shards",
+        "Loading weights",
+        "Setting accelerator",
+        "attention_mask",
+        "loss_type",
+        "===training policy===",
+    ):
         assert noise not in output, (noise, output[-3000:])
     if "trl" not in RUNNABLE:  # newest TRL: the trl row says why it did not run and how to get it
         assert not (out / "ppo_trl").exists()
@@ -103,11 +132,33 @@ def test_multi_cpu_recipe_runs_two_ranks(trained_artifacts, tmp_path, backend):
     out = tmp_path / backend
     from launch import accelerate_port_args
 
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *accelerate_port_args(), "--config_file",
-           str(ROOT / "recipes/accelerate/multi_cpu.yaml"), str(ROOT / "recipes/doubling/ppo.py"),
-           "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",
-           str(trained_artifacts["reward"]), "--out", str(out), "--batch-size", "8", "--total-episodes", "32",
-           "--probe-every", "1", "--probe-n", "10", "--eval-n", "20"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *accelerate_port_args(),
+        "--config_file",
+        str(ROOT / "recipes/accelerate/multi_cpu.yaml"),
+        str(ROOT / "recipes/doubling/ppo.py"),
+        "--backend",
+        backend,
+        "--policy",
+        str(trained_artifacts["policy"]),
+        "--reward",
+        str(trained_artifacts["reward"]),
+        "--out",
+        str(out),
+        "--batch-size",
+        "8",
+        "--total-episodes",
+        "32",
+        "--probe-every",
+        "1",
+        "--probe-n",
+        "10",
+        "--eval-n",
+        "20",
+    ]
     run = _run(cmd, env_extra={"CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr[-4000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -133,16 +184,38 @@ def test_interrupted_demo_keeps_finished_stages(tmp_path):
     import time
 
     out = tmp_path / "demo"
-    long_run = [sys.executable, "-m", "trl_ext.commands.cli", "demo", "--out", str(out), *TINY[:-6],
-                "--total-episodes", "8000", "--probe-every", "0", "--eval-n", "20"]
+    long_run = [
+        sys.executable,
+        "-m",
+        "trl_ext.commands.cli",
+        "demo",
+        "--out",
+        str(out),
+        *TINY[:-6],
+        "--total-episodes",
+        "8000",
+        "--probe-every",
+        "0",
+        "--eval-n",
+        "20",
+    ]
     # A background job of a script ignores SIGINT, and so would the child: give it Ctrl-C back.
-    proc = subprocess.Popen(long_run, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        long_run,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 300
     # both supervised stages finished (the classifier, then pretraining on the workers)
-    while not all((out / stage / "metrics.json").exists() for stage in ("policy", "reward")) \
-            and time.time() < deadline and proc.poll() is None:
+    while (
+        not all((out / stage / "metrics.json").exists() for stage in ("policy", "reward"))
+        and time.time() < deadline
+        and proc.poll() is None
+    ):
         time.sleep(0.2)
     time.sleep(3)  # into the first PPO stage
     proc.send_signal(signal.SIGINT)
@@ -174,8 +247,22 @@ def test_compare_with_the_reward_model_beside_the_classifier(tmp_path):
     """`--rewards classifier,reward_model`: a scalar reward model is trained from the pretrained policy on the
     doubling preferences, and every backend runs once with each reward (rows `scratch` and `scratch+rm`)."""
     out = tmp_path / "cmp"
-    run = _cli("compare", "--out", str(out), "--seeds", "1", "--backends", "scratch", "--rewards",
-               "classifier,reward_model", "--reward-model-steps", "20", "--jobs", "1", *TINY)
+    run = _cli(
+        "compare",
+        "--out",
+        str(out),
+        "--seeds",
+        "1",
+        "--backends",
+        "scratch",
+        "--rewards",
+        "classifier,reward_model",
+        "--reward-model-steps",
+        "20",
+        "--jobs",
+        "1",
+        *TINY,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert [r["backend"] for r in results["rows"]] == ["scratch", "scratch+rm"]

@@ -55,14 +55,16 @@ def test_readme_is_short_and_its_first_screen_gives_the_demo_and_test_commands()
     lines = README.read_text().splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail into docs/"
     first_screen = "\n".join(lines[:40])
-    for command in ("bash scripts/setup.sh && OMP_NUM_THREADS=1 .venv/bin/trl-ext demo --out demo_out",
-                    "bash scripts/test.sh"):
+    for command in (
+        "bash scripts/setup.sh && OMP_NUM_THREADS=1 .venv/bin/trl-ext demo --out demo_out",
+        "bash scripts/test.sh",
+    ):
         assert f"```bash\n{command}\n```" in first_screen, f"the README's first 40 lines lack {command!r}"
     assert "scripts/test.sh" in (ROOT / ".ci/run").read_text()  # the README's test command is what CI runs
 
 
 def test_tutorials_are_named_by_topic_not_as_seeds():
-    """"seed 000" collides with the random ``seed``: the docs say which tutorial by topic (commands.md too: the
+    """ "seed 000" collides with the random ``seed``: the docs say which tutorial by topic (commands.md too: the
     options' help is written so), and only the index's table maps the topics to the numbers the code comments
     cite."""
     for page in our_pages():
@@ -90,9 +92,11 @@ def test_every_python_example_is_run_or_marked_a_sketch():
             claimed = [m for (p, m) in EXAMPLES if p == name(page) and m in block]
             if not block.startswith(SKETCH) and not claimed:
                 unclaimed.append(f"{name(page)}: {block.splitlines()[0]!r}")
-    assert not unclaimed, ("Python examples that no test runs (add them to EXAMPLES in tests/test_docs.py, or "
-                           f"start them with {SKETCH!r}): {unclaimed}")
-    for (page, marker) in EXAMPLES:
+    assert not unclaimed, (
+        "Python examples that no test runs (add them to EXAMPLES in tests/test_docs.py, or "
+        f"start them with {SKETCH!r}): {unclaimed}"
+    )
+    for page, marker in EXAMPLES:
         example(page, marker)
 
 
@@ -113,9 +117,11 @@ def chat_models(tmp_path_factory):
 
 
 def run_chat_example(block: str, chat_models, out: Path) -> dict:
-    block = (block.replace('"runs/qwen2.5-0.5b-instruct"', repr(str(chat_models["policy"])))
-             .replace('"runs/deberta-v3-reward-model"', repr(str(chat_models["reward"])))
-             .replace('"runs/ppo_chat"', repr(str(out))))
+    block = (
+        block.replace('"runs/qwen2.5-0.5b-instruct"', repr(str(chat_models["policy"])))
+        .replace('"runs/deberta-v3-reward-model"', repr(str(chat_models["reward"])))
+        .replace('"runs/ppo_chat"', repr(str(out)))
+    )
     scope = {}
     exec(block, scope)
     return scope
@@ -151,16 +157,26 @@ def test_rewards_example_runs(capsys):
 def test_algorithms_example_runs():
     """The four "add your own" files (recipes/extensions/), named from one PPOConfig, trained for two updates; in a
     fresh interpreter, as a user's script would run."""
-    done = subprocess.run([sys.executable, "-c", example("docs/algorithms.md", 'OURS = "recipes/extensions/"')],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", example("docs/algorithms.md", 'OURS = "recipes/extensions/"')],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "2 updates; critic: False; corrected: True"
 
 
 def test_multi_turn_example_runs():
     """The worked tool task: the policy learns to call the environment's tool (calls per rollout rise to about 1)."""
-    done = subprocess.run([sys.executable, "-c", example("docs/multi-turn.md", "environment_factory=SecretDigit")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", example("docs/multi-turn.md", "environment_factory=SecretDigit")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     first, last = (float(x) for x in re.search(r"calls per rollout ([\d.]+) -> ([\d.]+)", done.stdout).groups())
     assert last > first and last >= 0.5
@@ -169,11 +185,17 @@ def test_multi_turn_example_runs():
 def test_own_rollout_example_runs():
     """The worked rollout of one's own (recipes/extensions/step_environment.py): observations come back as user
     turns (environment tokens in the completions), and the reward it declares reaches scoring."""
-    done = subprocess.run([sys.executable, "-c", example("docs/multi-turn.md", "step_environment.py:guess_the_number")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", example("docs/multi-turn.md", "step_environment.py:guess_the_number")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = re.findall(r"turns per rollout ([\d.]+), environment tokens per rollout ([\d.]+), return ([\d.]+)",
-                      done.stdout)
+    rows = re.findall(
+        r"turns per rollout ([\d.]+), environment tokens per rollout ([\d.]+), return ([\d.]+)", done.stdout
+    )
     assert len(rows) == 2
     assert all(float(turns) > 1.0 and float(tokens) > 0.0 for turns, tokens, _ in rows)
 
@@ -188,7 +210,7 @@ def command_lines(page: Path) -> list[str]:
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #")[0].strip()
             if "trl-ext " in line and not line.startswith("#"):
-                lines.append(line[line.index("trl-ext ") + len("trl-ext "):])
+                lines.append(line[line.index("trl-ext ") + len("trl-ext ") :])
     return lines
 
 
@@ -219,11 +241,14 @@ def test_every_command_line_in_the_docs_parses():
 def test_generated_pages_are_current():
     """docs/commands.md (from the option dataclasses) and docs/results.md's tables (from benchmarks/results) are
     what scripts/gen_docs.py writes now; in a fresh interpreter, so that no test's registration shows."""
-    done = subprocess.run([sys.executable, "scripts/gen_docs.py", "--check"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "scripts/gen_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode != 1, f"scripts/gen_docs.py failed:\n{done.stderr[-4000:]}"
-    assert done.returncode == 0, (f"{done.stdout[-4000:]}\nthe generated docs are out of date: run "
-                                  "`python scripts/gen_docs.py` and commit docs/commands.md and docs/results.md")
+    assert done.returncode == 0, (
+        f"{done.stdout[-4000:]}\nthe generated docs are out of date: run "
+        "`python scripts/gen_docs.py` and commit docs/commands.md and docs/results.md"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- links and paths

@@ -73,7 +73,9 @@ def test_pretraining_prefixes_say_nothing_of_the_answers_set(tokenizer):
     for prefix in d.PREFIXES:
         sets = [d.parse_answer(t.split("=", 1)[1]).charset for t in prefixed if t[1:3] == prefix]
         assert all(0.25 < sets.count(label) / len(sets) < 0.42 for label in range(3)), prefix
-    assert d.pretrain_dataset(tokenizer, 50, 0, prefixed_share=0.0)["text"] == [s.text for s in d.generate_samples(50, 0)]
+    assert d.pretrain_dataset(tokenizer, 50, 0, prefixed_share=0.0)["text"] == [
+        s.text for s in d.generate_samples(50, 0)
+    ]
 
 
 def test_mixed_answers_hold_the_value_in_two_sets(tokenizer):
@@ -93,9 +95,11 @@ def test_mixed_answers_hold_the_value_in_two_sets(tokenizer):
 
 def test_datasets_hold_the_tokenizers_own_ids(tokenizer):
     """The task's tokenizer is read by a dict lookup (fast); the ids must be the ones the tokenizer gives."""
-    for data, column in ((d.classifier_dataset(tokenizer, 300, 1), "text"),
-                         (d.pretrain_dataset(tokenizer, 300, 1), "text"),  # '__' and prefixed texts
-                         (d.ppo_prompt_dataset(tokenizer, 300, 1), "prompt")):
+    for data, column in (
+        (d.classifier_dataset(tokenizer, 300, 1), "text"),
+        (d.pretrain_dataset(tokenizer, 300, 1), "text"),  # '__' and prefixed texts
+        (d.ppo_prompt_dataset(tokenizer, 300, 1), "prompt"),
+    ):
         assert data["input_ids"] == tokenizer(list(data[column]), add_special_tokens=False)["input_ids"]
     with pytest.raises(InputError, match="'A' at position 3"):
         d._tokenize(tokenizer, ["S__A:1"])

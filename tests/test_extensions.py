@@ -19,14 +19,20 @@ OURS = str(ROOT / "recipes" / "extensions")
 
 
 def test_each_kind_is_named_from_a_user_file_and_found_under_its_registered_name_too():
-    cfg = PPOConfig(sampler=f"{OURS}/generate_with_logprobs.py:GenerateWithLogprobs",
-                    advantage_estimator=f"{OURS}/median_baseline.py:median_baseline",
-                    policy_loss=f"{OURS}/clip_higher.py:clip_higher", policy_loss_kwargs={"cliprange_high": 0.3},
-                    kl_mode=f"{OURS}/mean_kl.py:mean_kl", num_generations=2)
-    for registry, spec, name in ((SAMPLERS, cfg.sampler, "generate_with_logprobs"),
-                                 (ADVANTAGE_ESTIMATORS, cfg.advantage_estimator, "median_baseline"),
-                                 (POLICY_LOSSES, cfg.policy_loss, "clip_higher"),
-                                 (core.KL_SHAPINGS, cfg.kl_mode, "mean_kl")):
+    cfg = PPOConfig(
+        sampler=f"{OURS}/generate_with_logprobs.py:GenerateWithLogprobs",
+        advantage_estimator=f"{OURS}/median_baseline.py:median_baseline",
+        policy_loss=f"{OURS}/clip_higher.py:clip_higher",
+        policy_loss_kwargs={"cliprange_high": 0.3},
+        kl_mode=f"{OURS}/mean_kl.py:mean_kl",
+        num_generations=2,
+    )
+    for registry, spec, name in (
+        (SAMPLERS, cfg.sampler, "generate_with_logprobs"),
+        (ADVANTAGE_ESTIMATORS, cfg.advantage_estimator, "median_baseline"),
+        (POLICY_LOSSES, cfg.policy_loss, "clip_higher"),
+        (core.KL_SHAPINGS, cfg.kl_mode, "mean_kl"),
+    ):
         assert registry[spec] is registry[name]  # the file ran once: its decorator registered the name
 
 
@@ -47,11 +53,14 @@ def test_a_name_registered_after_import_is_a_choice_at_once():
     assert PPOConfig(sampler="late_loop").sampler == "late_loop"  # the live registry, not a copy made at import
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("no_such_module_here:fn", "cannot import 'no_such_module_here'"),
-    ("missing_file.py:fn", "file 'missing_file.py' does not exist"),
-    (f"{OURS}/clip_higher.py:no_such_loss", "has no callable 'no_such_loss'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_such_module_here:fn", "cannot import 'no_such_module_here'"),
+        ("missing_file.py:fn", "file 'missing_file.py' does not exist"),
+        (f"{OURS}/clip_higher.py:no_such_loss", "has no callable 'no_such_loss'"),
+    ],
+)
 def test_user_code_that_does_not_resolve_is_one_error_naming_it(spec, message):
     with pytest.raises(InputError, match=message):
         PPOConfig(policy_loss=spec)
@@ -98,8 +107,20 @@ def test_the_command_line_names_user_code_and_takes_the_settings_as_json():
     ppo = commands()["ppo"]
     parser = argparse.ArgumentParser(exit_on_error=False)
     add_command_arguments(parser, ppo)
-    args = ["--policy", "p", "--reward", "r", "--out", "o", "--policy-loss", f"{OURS}/clip_higher.py:clip_higher",
-            "--policy-loss-kwargs", '{"cliprange_high": 0.28}', "--kl-mode", f"{OURS}/mean_kl.py:mean_kl"]
+    args = [
+        "--policy",
+        "p",
+        "--reward",
+        "r",
+        "--out",
+        "o",
+        "--policy-loss",
+        f"{OURS}/clip_higher.py:clip_higher",
+        "--policy-loss-kwargs",
+        '{"cliprange_high": 0.28}',
+        "--kl-mode",
+        f"{OURS}/mean_kl.py:mean_kl",
+    ]
     opts = build_options(ppo, parser.parse_args(args))
     assert opts.train.policy_loss_kwargs == {"cliprange_high": 0.28}
     assert opts.train.kl_mode.endswith("mean_kl.py:mean_kl")
@@ -114,8 +135,13 @@ def _trainer(tokenizer, **options):
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     cfg = PPOConfig(batch_size=4, total_episodes=4, response_length=6, **options)
-    return PPOTrainer(build_policy(tokenizer), reward_funcs=CharsetCompliance(), args=cfg,
-                      train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0), processing_class=tokenizer)
+    return PPOTrainer(
+        build_policy(tokenizer),
+        reward_funcs=CharsetCompliance(),
+        args=cfg,
+        train_dataset=ppo_prompt_dataset(tokenizer, 8, seed=0),
+        processing_class=tokenizer,
+    )
 
 
 def test_the_correction_is_refused_for_an_engine_named_that_returns_no_log_probs(tokenizer):
@@ -129,8 +155,11 @@ def test_the_correction_warns_where_auto_picked_an_engine_without_log_probs(toke
 
 
 def test_the_correction_applies_to_any_engine_that_returns_log_probs(tokenizer):
-    trainer = _trainer(tokenizer, sampler=f"{OURS}/generate_with_logprobs.py:GenerateWithLogprobs",
-                       vllm_importance_sampling_correction=True)
+    trainer = _trainer(
+        tokenizer,
+        sampler=f"{OURS}/generate_with_logprobs.py:GenerateWithLogprobs",
+        vllm_importance_sampling_correction=True,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         (stats,) = trainer.train()

@@ -48,7 +48,8 @@ def test_indices_on_a_bf16_checkpoint_of_a_real_vocabulary(tmp_path):
 
 def _recording(module, seen: list):
     module.register_forward_pre_hook(
-        lambda _, args, kwargs: seen.append(type(kwargs.get("logits_to_keep"))), with_kwargs=True)
+        lambda _, args, kwargs: seen.append(type(kwargs.get("logits_to_keep"))), with_kwargs=True
+    )
 
 
 @pytest.mark.parametrize("epochs", [1, 2])
@@ -69,8 +70,13 @@ def test_every_pass_of_an_update_and_every_prefill_hands_indices(tokenizer, epoc
 
     seen.clear()
     ids = torch.tensor([queries[0], queries[1]])
-    options = dict(max_new_tokens=3, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                   temperature=1.0, generator=torch.Generator().manual_seed(0))
+    options = dict(
+        max_new_tokens=3,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
     sample_responses(trainer.policy, ids, torch.ones_like(ids), **options)
     assert len(seen) == 3 and set(seen) == {torch.Tensor}  # the prefill and every decode step
 

@@ -19,7 +19,7 @@ RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 # 120: 2 rows of 50 per chunk (one (6, 50) row of the batch is over it: row by row); 650: two whole (6, 50) rows
 # of the batch per chunk; 10**6: all in one
-@pytest.mark.parametrize("budget, chunks", [(120, 9), (650, 2), (10 ** 6, 1)])
+@pytest.mark.parametrize("budget, chunks", [(120, 9), (650, 2), (10**6, 1)])
 def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype, budget, chunks):
     torch.manual_seed(0)
     whole = (torch.randn(3, 9, 50) * 4).to(dtype)
@@ -38,8 +38,9 @@ def test_chunked_logprobs_and_entropy_equal_the_full_softmax(monkeypatch, dtype,
 def _saved_bytes(function, *inputs) -> int:
     """Bytes of the tensors autograd keeps for the backward pass of ``function(*inputs)``."""
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel() * t.element_size()) or t,
-                                                  lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.numel() * t.element_size()) or t, lambda t: t
+    ):
         function(*inputs)
     return sum(saved)
 
@@ -80,7 +81,7 @@ def test_automatic_rows_follow_the_gpu_memory_on_a_gpu(monkeypatch):
 def test_automatic_rows_bound_the_logits_of_one_pass():
     assert rows_per_pass(0, 64, 65, 151936) == 13  # Qwen's vocabulary, 64 response tokens: 13 rows a pass
     assert rows_per_pass(0, 64, 9, 42) == 64  # a tiny vocabulary: the whole batch in one pass
-    assert rows_per_pass(0, 4, 10 ** 6, 10 ** 6) == 1
+    assert rows_per_pass(0, 4, 10**6, 10**6) == 1
     assert rows_per_pass(3, 64, 65, 151936) == 3 and rows_per_pass(100, 8, 1, 1) == 8
     with pytest.raises(ValueError, match="micro_batch_size must not be negative"):
         PPOConfig(micro_batch_size=-1)
@@ -89,8 +90,14 @@ def test_automatic_rows_bound_the_logits_of_one_pass():
 def _update(tokenizer, policy, options, forwards=None):
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
-    cfg = PPOConfig(batch_size=len(RESPONSES), num_mini_batches=2, num_ppo_epochs=2, learning_rate=1e-3,
-                    response_length=7, **options)
+    cfg = PPOConfig(
+        batch_size=len(RESPONSES),
+        num_mini_batches=2,
+        num_ppo_epochs=2,
+        learning_rate=1e-3,
+        response_length=7,
+        **options,
+    )
     trainer = PPOTrainer(policy, args=cfg, processing_class=tokenizer)
     if forwards is not None:
         trainer.policy.register_forward_hook(lambda module, args, out: forwards.append(1))
@@ -103,16 +110,20 @@ def _update(tokenizer, policy, options, forwards=None):
             # GPT-2's key bias shifts every score of a row alike: its gradient is 0 up to rounding, and Adam
             # turns that noise into steps of up to lr (tests/test_trl_equality.py measures the same)
             width = p.shape[0] // 3
-            p = torch.cat([p[:width], p[2 * width:]])
+            p = torch.cat([p[:width], p[2 * width :]])
         weights[name] = p.detach().clone()
     return stats, weights
 
 
-@pytest.mark.parametrize("options", [
-    {},  # PPO: GAE, a shared critic, the token-mean loss
-    {"advantage_estimator": "grpo", "num_generations": 2, "loss_type": "grpo", "beta": 0.1, "ent_coef": 0.01},
-    {"advantage_estimator": "rloo", "num_generations": 2, "policy_loss": "sequence_clip", "loss_type": "dr_grpo"},
-], ids=["ppo-bnpo", "grpo-sequence-mean-beta-entropy", "rloo-sequence-clip-dr-grpo"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},  # PPO: GAE, a shared critic, the token-mean loss
+        {"advantage_estimator": "grpo", "num_generations": 2, "loss_type": "grpo", "beta": 0.1, "ent_coef": 0.01},
+        {"advantage_estimator": "rloo", "num_generations": 2, "policy_loss": "sequence_clip", "loss_type": "dr_grpo"},
+    ],
+    ids=["ppo-bnpo", "grpo-sequence-mean-beta-entropy", "rloo-sequence-clip-dr-grpo"],
+)
 def test_micro_batches_equal_one_pass(tokenizer, options):
     from trl_ext.tasks.doubling.models import build_policy
 
@@ -120,9 +131,12 @@ def test_micro_batches_equal_one_pass(tokenizer, options):
     forwards = []
     whole_stats, whole_weights = _update(tokenizer, copy.deepcopy(policy), options)
     # 1 row per experience pass; 3 rows per update pass: minibatches of 4 in uneven parts (3 + 1)
-    micro_stats, micro_weights = _update(tokenizer, copy.deepcopy(policy),
-                                         {**options, "local_rollout_forward_batch_size": 1, "micro_batch_size": 3},
-                                         forwards)
+    micro_stats, micro_weights = _update(
+        tokenizer,
+        copy.deepcopy(policy),
+        {**options, "local_rollout_forward_batch_size": 1, "micro_batch_size": 3},
+        forwards,
+    )
     experience_passes = len(RESPONSES)  # the reference is a separate copy: the policy's passes alone counted
     update_passes = 2 * 2 * 2  # epochs x minibatches x (3 + 1)
     assert len(forwards) == experience_passes + update_passes
@@ -131,7 +145,9 @@ def test_micro_batches_equal_one_pass(tokenizer, options):
             # relative too: a sequence ratio can be ~40 at this learning rate, where 1e-5 is float32's last bits
             assert micro_stats[name] == pytest.approx(value, rel=1e-6, abs=TOLERANCE), name
     start = policy.state_dict()
-    assert (whole_weights["policy.transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]).abs().max() > 1e-4  # it moved
+    assert (
+        whole_weights["policy.transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]
+    ).abs().max() > 1e-4  # it moved
     # Four Adam steps at lr 1e-3, micro-batch sums rounded otherwise. Measured: one element of 210k at 1.7e-5 (it
     # moved 3.3e-3 in all), every other below 3e-6; a wrong micro-batch weighting moves thousands by 1e-4 and more.
     assert_same_adam_steps(whole_weights, micro_weights)

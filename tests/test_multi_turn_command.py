@@ -44,8 +44,9 @@ class Counter:
 def _files(tmp_path):
     (tmp_path / "agent_code.py").write_text(USER_CODE)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"Go {i}."}]}) + "\n"
-                               for i in range(4)))
+    prompts.write_text(
+        "".join(json.dumps({"prompt": [{"role": "user", "content": f"Go {i}."}]}) + "\n" for i in range(4))
+    )
     return tiny_tool_model(tmp_path / "policy"), prompts
 
 
@@ -64,10 +65,33 @@ def test_rlhf_trains_with_tools_and_an_environment(tmp_path, monkeypatch):
     policy, prompts = _files(tmp_path)
     code_file = tmp_path / "agent_code.py"
     out = tmp_path / "o"
-    code = main(["rlhf", "--policy", str(policy), "--prompts", str(prompts), "--out", str(out),
-                 "--tools", f"{code_file}:multiply", "--environment", f"{code_file}:Counter",
-                 "--tool-template", "qwen2_5", "--max-tool-calling-iterations", "2", "--batch-size", "4",
-                 "--total-episodes", "4", "--response-length", "16", "--lora-r", "4"])
+    code = main(
+        [
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(out),
+            "--tools",
+            f"{code_file}:multiply",
+            "--environment",
+            f"{code_file}:Counter",
+            "--tool-template",
+            "qwen2_5",
+            "--max-tool-calling-iterations",
+            "2",
+            "--batch-size",
+            "4",
+            "--total-episodes",
+            "4",
+            "--response-length",
+            "16",
+            "--lora-r",
+            "4",
+        ]
+    )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 1 and summary["first_score"] == 0.0  # get_reward alone: no call, counter 0
@@ -81,10 +105,37 @@ def test_rlhf_refuses_tools_on_the_trl_backend_and_a_missing_tool(tmp_path, caps
     from trl_ext.commands.cli import main
 
     policy, prompts = _files(tmp_path)
-    common = ["rlhf", "--policy", str(policy), "--prompts", str(prompts), "--batch-size", "4",
-              "--total-episodes", "4", "--response-length", "8", "--lora-r", "4"]
-    assert main([*common, "--out", str(tmp_path / "a"), "--backend", "trl", "--reward-fn",
-                 f"{tmp_path / 'agent_code.py'}:multiply", "--tools", f"{tmp_path / 'agent_code.py'}:multiply"]) == 2
+    common = [
+        "rlhf",
+        "--policy",
+        str(policy),
+        "--prompts",
+        str(prompts),
+        "--batch-size",
+        "4",
+        "--total-episodes",
+        "4",
+        "--response-length",
+        "8",
+        "--lora-r",
+        "4",
+    ]
+    assert (
+        main(
+            [
+                *common,
+                "--out",
+                str(tmp_path / "a"),
+                "--backend",
+                "trl",
+                "--reward-fn",
+                f"{tmp_path / 'agent_code.py'}:multiply",
+                "--tools",
+                f"{tmp_path / 'agent_code.py'}:multiply",
+            ]
+        )
+        == 2
+    )
     assert "--backend scratch" in capsys.readouterr().err
     assert main([*common, "--out", str(tmp_path / "b"), "--environment", f"{tmp_path / 'agent_code.py'}:Nowhere"]) == 2
     err = capsys.readouterr().err

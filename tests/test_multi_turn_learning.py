@@ -13,12 +13,28 @@ UPDATES = 30
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ppo_with_a_critic_learns_to_call_the_tool(seed):
     tokenizer = lookup_tokenizer()
-    config = PPOConfig(batch_size=16, total_episodes=16 * UPDATES, response_length=40, learning_rate=1e-2,
-                       num_ppo_epochs=2, sampler="loop", kl_coef=0.0, temperature=1.0, seed=seed,
-                       advantage_estimator="gae", max_tool_calling_iterations=1, lr_scheduler_type="constant")
-    trainer = PPOTrainer(lookup_model(tokenizer, seed), reward_funcs=[right_digit], args=config,
-                         train_dataset=lookup_dataset(256, seed), processing_class=tokenizer,
-                         environment_factory=SecretDigit)
+    config = PPOConfig(
+        batch_size=16,
+        total_episodes=16 * UPDATES,
+        response_length=40,
+        learning_rate=1e-2,
+        num_ppo_epochs=2,
+        sampler="loop",
+        kl_coef=0.0,
+        temperature=1.0,
+        seed=seed,
+        advantage_estimator="gae",
+        max_tool_calling_iterations=1,
+        lr_scheduler_type="constant",
+    )
+    trainer = PPOTrainer(
+        lookup_model(tokenizer, seed),
+        reward_funcs=[right_digit],
+        args=config,
+        train_dataset=lookup_dataset(256, seed),
+        processing_class=tokenizer,
+        environment_factory=SecretDigit,
+    )
     history = trainer.train()
     reward = [s["objective/scores"] + s["turns/reward_per_rollout"] for s in history]
 

@@ -10,27 +10,36 @@ from trl_ext.ppo.advantages import _contiguous_advantages, compute_advantages
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
 # two rollouts: model turn, tool result, model turn (row 0); model turn, tool result, padding (row 1)
-MODEL_MASK = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 0],
-                           [1, 1, 0, 0, 0, 0, 0, 0]])
-TOOL = torch.tensor([[0, 0, 0, 1, 1, 0, 0, 0],
-                     [0, 0, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+MODEL_MASK = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 0], [1, 1, 0, 0, 0, 0, 0, 0]])
+TOOL = torch.tensor([[0, 0, 0, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)
 
 
 def _batch(seed=0, rows=2, width=8):
     g = torch.Generator().manual_seed(seed)
-    return dict(scores=torch.randn(rows, generator=g), logprobs=-torch.rand(rows, width, generator=g),
-                ref_logprobs=-torch.rand(rows, width, generator=g), values=torch.randn(rows, width, generator=g))
+    return dict(
+        scores=torch.randn(rows, generator=g),
+        logprobs=-torch.rand(rows, width, generator=g),
+        ref_logprobs=-torch.rand(rows, width, generator=g),
+        values=torch.randn(rows, width, generator=g),
+    )
 
 
 def _config(**options):
-    return doubling_ppo_config(**{**dict(num_generations=1, batch_size=2, kl_coef=0.1, gamma=0.9, lam=0.8),
-                                  **options})
+    return doubling_ppo_config(**{**dict(num_generations=1, batch_size=2, kl_coef=0.1, gamma=0.9, lam=0.8), **options})
 
 
 def _outcome(batch, config, turn_rewards=None):
-    return compute_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], MODEL_MASK,
-                              torch.tensor([True, False]), torch.zeros(2, dtype=torch.long), config,
-                              token_rewards=turn_rewards)
+    return compute_advantages(
+        batch["scores"],
+        batch["logprobs"],
+        batch["ref_logprobs"],
+        batch["values"],
+        MODEL_MASK,
+        torch.tensor([True, False]),
+        torch.zeros(2, dtype=torch.long),
+        config,
+        token_rewards=turn_rewards,
+    )
 
 
 def test_compact_and_expand_are_inverse_on_model_tokens():
@@ -89,10 +98,12 @@ def test_a_tool_tokens_logprob_or_value_changes_no_loss(estimator):
     changed_new[TOOL] -= 2.0  # the update's own log-probs at a tool token do not count either
     for loss_type in ("bnpo", "grpo", "dr_grpo"):
         config.loss_type = loss_type
-        one, _ = losses.policy_loss(new_logprobs, batch["logprobs"], batch["ref_logprobs"], first.advantages,
-                                    MODEL_MASK, config)
-        two, _ = losses.policy_loss(changed_new, changed["logprobs"], changed["ref_logprobs"], second.advantages,
-                                    MODEL_MASK, config)
+        one, _ = losses.policy_loss(
+            new_logprobs, batch["logprobs"], batch["ref_logprobs"], first.advantages, MODEL_MASK, config
+        )
+        two, _ = losses.policy_loss(
+            changed_new, changed["logprobs"], changed["ref_logprobs"], second.advantages, MODEL_MASK, config
+        )
         assert one.item() == pytest.approx(two.item(), abs=0), loss_type
     if first.returns is not None:
         new_values = batch["values"] + 0.3
@@ -111,11 +122,16 @@ def test_importance_weights_and_entropy_read_the_models_tokens_only(mode):
     changed[TOOL] = -float("inf")  # what an engine may report for tokens it did not sample
     one = core.importance_sampling_weights(batch["logprobs"], sampling, MODEL_MASK, mode)
     two = core.importance_sampling_weights(batch["logprobs"], changed, MODEL_MASK, mode)
-    assert torch.isfinite(two).all() and torch.equal(one * MODEL_MASK if one.shape[1] > 1 else one,
-                                                     two * MODEL_MASK if two.shape[1] > 1 else two)
+    assert torch.isfinite(two).all() and torch.equal(
+        one * MODEL_MASK if one.shape[1] > 1 else one, two * MODEL_MASK if two.shape[1] > 1 else two
+    )
     advantages = _outcome(batch, config).advantages
-    losses_ = [losses.policy_loss(batch["logprobs"] + 0.05, batch["logprobs"], batch["ref_logprobs"], advantages,
-                                  MODEL_MASK, config, w)[0] for w in (one, two)]
+    losses_ = [
+        losses.policy_loss(
+            batch["logprobs"] + 0.05, batch["logprobs"], batch["ref_logprobs"], advantages, MODEL_MASK, config, w
+        )[0]
+        for w in (one, two)
+    ]
     assert losses_[0].item() == losses_[1].item()
     entropy = torch.rand(2, 8)
     louder = entropy.clone()
@@ -143,10 +159,29 @@ def test_without_tool_tokens_the_advantages_are_the_rules_own(estimator):
     mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]])
     batch, config = _batch(3), _config(advantage_estimator=estimator, num_generations=2)
     ended = torch.tensor([True, False])
-    today = _contiguous_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], mask,
-                                   mask, ended, torch.zeros(2, dtype=torch.long), config, None, None)
-    masked = compute_advantages(batch["scores"], batch["logprobs"], batch["ref_logprobs"], batch["values"], mask,
-                                ended, torch.zeros(2, dtype=torch.long), config)
+    today = _contiguous_advantages(
+        batch["scores"],
+        batch["logprobs"],
+        batch["ref_logprobs"],
+        batch["values"],
+        mask,
+        mask,
+        ended,
+        torch.zeros(2, dtype=torch.long),
+        config,
+        None,
+        None,
+    )
+    masked = compute_advantages(
+        batch["scores"],
+        batch["logprobs"],
+        batch["ref_logprobs"],
+        batch["values"],
+        mask,
+        ended,
+        torch.zeros(2, dtype=torch.long),
+        config,
+    )
     for name in ("advantages", "returns", "values", "kl", "rewards", "non_score_rewards"):
         a, b = getattr(today, name), getattr(masked, name)
         if a is not None:

@@ -17,13 +17,30 @@ def _setup(tokenizer, **options):
 
     data = ppo_prompt_dataset(tokenizer, 16, seed=3)
     prompts = [tokenizer.decode(ids) for ids in data["input_ids"][:2]]
-    config = doubling_ppo_config(**{**dict(num_generations=2, batch_size=4, total_episodes=4, num_ppo_epochs=2,
-                                           num_mini_batches=1, response_length=8, learning_rate=1e-3,
-                                           max_grad_norm=1.0), **options})
+    config = doubling_ppo_config(
+        **{
+            **dict(
+                num_generations=2,
+                batch_size=4,
+                total_episodes=4,
+                num_ppo_epochs=2,
+                num_mini_batches=1,
+                response_length=8,
+                learning_rate=1e-3,
+                max_grad_norm=1.0,
+            ),
+            **options,
+        }
+    )
 
     def build(**extra):
-        return PPOTrainer(build_policy(tokenizer, seed=1), args=config, processing_class=tokenizer,
-                          train_dataset=Dataset.from_dict({"prompt": prompts}), **extra)
+        return PPOTrainer(
+            build_policy(tokenizer, seed=1),
+            args=config,
+            processing_class=tokenizer,
+            train_dataset=Dataset.from_dict({"prompt": prompts}),
+            **extra,
+        )
 
     return build, prompts
 
@@ -41,8 +58,7 @@ def test_a_rollout_func_without_environment_tokens_updates_as_today(tokenizer, e
 
     def rollout_func(given, trainer):
         calls.append(given)
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
-                "score": SCORES}
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "score": SCORES}
 
     def score(completions, score, **_):
         return score
@@ -66,9 +82,15 @@ def test_env_mask_leaves_environment_tokens_out_of_the_loss(tokenizer):
     env_mask = [[0 if i == 1 else 1 for i in range(len(ids))] for ids in completion_ids]  # the second token
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(2)]
     captured = {}
-    trainer = build(rollout_func=lambda given, trainer: {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
-                                                         "logprobs": None, "env_mask": env_mask},
-                    reward_funcs=[lambda completions, **_: [1.0, 0.0, 0.5, 0.2]])
+    trainer = build(
+        rollout_func=lambda given, trainer: {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "env_mask": env_mask,
+        },
+        reward_funcs=[lambda completions, **_: [1.0, 0.0, 0.5, 0.2]],
+    )
     real = trainer._update
 
     def spy(exp, forward=None):
@@ -82,8 +104,11 @@ def test_env_mask_leaves_environment_tokens_out_of_the_loss(tokenizer):
     assert stats["turns/per_rollout"] == 2.0  # model tokens, one environment token, model tokens: two turns
     plus = torch.zeros_like(exp.mask, dtype=torch.bool)
     plus[:, 1] = True
-    assert exp.mask[plus].sum() == 0 and exp.attention_mask[:, exp.query_length:][plus].all()
-    assert exp.outcome.advantages[plus].abs().sum() == 0 and exp.outcome.advantages[~plus & exp.mask.bool()].abs().sum() > 0
+    assert exp.mask[plus].sum() == 0 and exp.attention_mask[:, exp.query_length :][plus].all()
+    assert (
+        exp.outcome.advantages[plus].abs().sum() == 0
+        and exp.outcome.advantages[~plus & exp.mask.bool()].abs().sum() > 0
+    )
 
 
 def test_a_rollout_funcs_bad_output_is_one_clear_error(tokenizer):
@@ -92,12 +117,24 @@ def test_a_rollout_funcs_bad_output_is_one_clear_error(tokenizer):
     with pytest.raises(InputError, match="keys prompt_ids, completion_ids, logprobs"):
         build(rollout_func=lambda given, trainer: {"completion_ids": []}, reward_funcs=reward).train()
     with pytest.raises(InputError, match="returned 2 completion_ids for 4 completions"):
-        build(rollout_func=lambda given, trainer: {"prompt_ids": [[1]] * 4, "completion_ids": [[1], [2]],
-                                                   "logprobs": None}, reward_funcs=reward).train()
+        build(
+            rollout_func=lambda given, trainer: {
+                "prompt_ids": [[1]] * 4,
+                "completion_ids": [[1], [2]],
+                "logprobs": None,
+            },
+            reward_funcs=reward,
+        ).train()
     with pytest.raises(InputError, match="no model token"):
-        build(rollout_func=lambda given, trainer: {"prompt_ids": [[1]] * 4, "completion_ids": [[1]] * 4,
-                                                   "logprobs": None, "env_mask": [[0]] * 4},
-              reward_funcs=reward).train()
+        build(
+            rollout_func=lambda given, trainer: {
+                "prompt_ids": [[1]] * 4,
+                "completion_ids": [[1]] * 4,
+                "logprobs": None,
+                "env_mask": [[0]] * 4,
+            },
+            reward_funcs=reward,
+        ).train()
 
 
 def test_the_sampler_logprobs_of_a_rollout_func_reach_the_record(tokenizer):
@@ -105,9 +142,14 @@ def test_the_sampler_logprobs_of_a_rollout_func_reach_the_record(tokenizer):
     completion_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in COMPLETIONS]
     logprobs = [[-0.5] * len(ids) for ids in completion_ids]
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(2)]
-    trainer = build(rollout_func=lambda given, trainer: {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
-                                                         "logprobs": logprobs},
-                    reward_funcs=[lambda completions, **_: SCORES])
+    trainer = build(
+        rollout_func=lambda given, trainer: {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": logprobs,
+        },
+        reward_funcs=[lambda completions, **_: SCORES],
+    )
     stats = trainer.train()[0]
     assert stats["sampling/sampling_logp_difference/max"] > 0
     assert torch.isfinite(torch.tensor(stats["sampling/sampling_logp_difference/mean"]))

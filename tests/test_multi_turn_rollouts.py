@@ -58,8 +58,7 @@ def _scripted_sample(tok, turns):
 
 
 def _prompt_ids(tok, tools, prompt=PROMPT):
-    return tok.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=True,
-                                   return_dict=False)
+    return tok.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)
 
 
 def test_final_ids_are_the_templates_rendering_of_the_whole_conversation(tok):
@@ -84,15 +83,18 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
     # drops the tool calls of earlier assistant turns once a tool result follows: no pure suffix
     tokenizer.chat_template = tokenizer.chat_template.replace(
         "{%- for tool_call in message.tool_calls %}",
-        "{%- for tool_call in (message.tool_calls if loop.last else []) %}")
+        "{%- for tool_call in (message.tool_calls if loop.last else []) %}",
+    )
     with pytest.raises(ChatTemplateError, match="pure suffix"):
         tool_suffix_ids(tokenizer, [{"role": "tool", "name": "multiply", "content": "12"}])
 
 
 def test_a_template_without_tools_needs_a_tool_template_chosen_explicitly():
     tokenizer = tool_tokenizer()
-    tokenizer.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                               "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     with pytest.raises(ChatTemplateError, match="with_tool_template"):
         prepare_tokenizer(tokenizer)
     from trl_ext.agents import with_tool_template
@@ -103,8 +105,9 @@ def test_a_template_without_tools_needs_a_tool_template_chosen_explicitly():
 
 def test_faults_are_results_the_model_reads_and_are_counted(tok):
     turns = [call_text("broken", {"x": "a"}) + call_text("nowhere", {}), "Sorry."]
-    [t], counts = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [broken])], [Toolbox([broken])],
-                            budget=500)
+    [t], counts = run_turns(
+        _scripted_sample(tok, turns), tok, [_prompt_ids(tok, [broken])], [Toolbox([broken])], budget=500
+    )
     assert t.messages[1]["content"] == "{'error': 'the service is down'}"
     assert t.messages[2]["content"] == "{'error': 'Tool nowhere not found.'}"
     assert (counts.calls, counts.failures, counts.unknown) == (2, 2, 1)
@@ -113,8 +116,9 @@ def test_faults_are_results_the_model_reads_and_are_counted(tok):
 
 def test_a_malformed_call_is_counted_and_ends_the_rollout(tok):
     turns = ['<tool_call>\n{"name": "multiply", "argu\n</tool_call>', "never sampled"]
-    [t], counts = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])],
-                            budget=400)
+    [t], counts = run_turns(
+        _scripted_sample(tok, turns), tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])], budget=400
+    )
     assert counts.malformed == 1 and counts.calls == 0 and t.model_turns == 1
     assert "tool_calls" not in t.messages[0]
 
@@ -122,8 +126,9 @@ def test_a_malformed_call_is_counted_and_ends_the_rollout(tok):
 def test_the_loop_is_bounded_by_iterations_and_by_the_budget(tok):
     always = [call_text("multiply", {"a": 1, "b": 2})]
     sample = _scripted_sample(tok, always)
-    [t], counts = run_turns(sample, tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])], budget=2000,
-                            max_iterations=3)
+    [t], counts = run_turns(
+        sample, tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])], budget=2000, max_iterations=3
+    )
     assert (t.tool_rounds, t.model_turns, counts.calls) == (3, 4, 3)
     turn = len(tok(always[0] + "<|im_end|>", add_special_tokens=False)["input_ids"])
     suffix = len(tool_suffix_ids(tok, [{"role": "tool", "name": "multiply", "content": "2"}]))
@@ -136,8 +141,9 @@ def test_the_loop_is_bounded_by_iterations_and_by_the_budget(tok):
 
 def test_a_turn_cut_by_the_budget_ends_the_rollout(tok):
     turns = ["x" * 50]
-    [t], _ = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])],
-                       budget=20)
+    [t], _ = run_turns(
+        _scripted_sample(tok, turns), tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])], budget=20
+    )
     assert len(t.ids) == 20 and t.model_turns == 1 and sum(t.model_mask) == 20
 
 
@@ -151,21 +157,23 @@ def test_a_tool_result_reward_lands_on_its_turns_last_token(tok):
         return ToolResult("found", reward=0.5)
 
     turns = [call_text("lookup", {"key": "k"}), "Done."]
-    [t], _ = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [lookup])], [Toolbox([lookup])],
-                       budget=400)
+    [t], _ = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [lookup])], [Toolbox([lookup])], budget=400)
     first_turn = len(tok(turns[0] + "<|im_end|>", add_special_tokens=False)["input_ids"])
     assert t.turn_rewards == [(first_turn - 1, 0.5)]
     assert t.ids[first_turn - 1] == tok.eos_token_id and t.messages[1]["content"] == "found"
     # a result too long for the budget is dropped, but the tool ran: its turn keeps the reward
-    [t], counts = run_turns(_scripted_sample(tok, turns), tok, [_prompt_ids(tok, [lookup])], [Toolbox([lookup])],
-                            budget=first_turn + 2)
+    [t], counts = run_turns(
+        _scripted_sample(tok, turns), tok, [_prompt_ids(tok, [lookup])], [Toolbox([lookup])], budget=first_turn + 2
+    )
     assert counts.overlong == 1 and t.turn_rewards == [(first_turn - 1, 0.5)] and len(t.ids) == first_turn
 
 
 def test_tool_suffix_ids_are_what_the_template_adds_after_eos(tok):
     suffix = tool_suffix_ids(tok, [{"role": "tool", "name": "multiply", "content": "12"}])
-    assert tok.decode(suffix) == "\n<|im_start|>user\n<tool_response>\n12\n</tool_response><|im_end|>\n" \
-                                 "<|im_start|>assistant\n"
+    assert (
+        tok.decode(suffix) == "\n<|im_start|>user\n<tool_response>\n12\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- through the trainer
@@ -199,17 +207,32 @@ class Counter:
 def _dataset(n=4):
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count {i}."}] for i in range(n)],
-                              "start": list(range(n))})
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"Count {i}."}] for i in range(n)], "start": list(range(n))}
+    )
 
 
 def _trainer(path, **options):
     from trl_ext.ppo import PPOConfig, PPOTrainer
 
-    extra = {k: options.pop(k) for k in ("tools", "environment_factory", "rollout_func", "reward_funcs")
-             if k in options}
-    config = PPOConfig(**{**dict(batch_size=4, num_generations=2, total_episodes=4, response_length=300,
-                                 learning_rate=1e-3, num_ppo_epochs=1, sampler="loop", kl_coef=0.05), **options})
+    extra = {
+        k: options.pop(k) for k in ("tools", "environment_factory", "rollout_func", "reward_funcs") if k in options
+    }
+    config = PPOConfig(
+        **{
+            **dict(
+                batch_size=4,
+                num_generations=2,
+                total_episodes=4,
+                response_length=300,
+                learning_rate=1e-3,
+                num_ppo_epochs=1,
+                sampler="loop",
+                kl_coef=0.05,
+            ),
+            **options,
+        }
+    )
     # the tokenizer in memory: loaded back, a Qwen2 checkpoint's tokenizer gets a byte-level decoder
     return PPOTrainer(str(path), args=config, train_dataset=_dataset(), processing_class=tool_tokenizer(), **extra)
 
@@ -274,8 +297,15 @@ def _trains_two_turns(model_path, estimator, sampler):
     def length(completions, **_):
         return [float(len(c[-1]["content"])) for c in completions]
 
-    trainer = _trainer(model_path, environment_factory=Counter, reward_funcs=[length], advantage_estimator=estimator,
-                       sampler=sampler, response_length=200, max_tool_calling_iterations=2)
+    trainer = _trainer(
+        model_path,
+        environment_factory=Counter,
+        reward_funcs=[length],
+        advantage_estimator=estimator,
+        sampler=sampler,
+        response_length=200,
+        max_tool_calling_iterations=2,
+    )
     assert type(trainer.sampler).__name__.lower().startswith(sampler)
     # the first turn calls the tool (a tiny random model writes no parseable call); the next is the engine's own
     scripted = ScriptedSampler(trainer.tokenizer, [call_text("increment", {"step": 1})], engine=trainer.sampler)

@@ -16,11 +16,19 @@ TOLERANCE = 1e-6
 RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]
 ONE_STEP = dict(num_ppo_epochs=1, num_mini_batches=1, max_grad_norm=1.0)
 CRITIC_FREE = {
-    "grpo-beta-entropy": dict(advantage_estimator="grpo", num_generations=4, kl_coef=0.0, beta=0.1,
-                              loss_type="grpo", ent_coef=0.01),
+    "grpo-beta-entropy": dict(
+        advantage_estimator="grpo", num_generations=4, kl_coef=0.0, beta=0.1, loss_type="grpo", ent_coef=0.01
+    ),
     "grpo-no-kl": dict(advantage_estimator="grpo", num_generations=4, kl_coef=0.0, beta=0.0, loss_type="bnpo"),
-    "rloo-kl-in-reward": dict(advantage_estimator="rloo", num_generations=4, kl_coef=0.2, kl_estimator="k1",
-                              kl_mode="sequence", policy_loss="sequence_clip", loss_type="grpo"),
+    "rloo-kl-in-reward": dict(
+        advantage_estimator="rloo",
+        num_generations=4,
+        kl_coef=0.2,
+        kl_estimator="k1",
+        kl_mode="sequence",
+        policy_loss="sequence_clip",
+        loss_type="grpo",
+    ),
     "reinforce_pp": dict(advantage_estimator="reinforce_pp", num_generations=1, kl_coef=0.2),
 }
 WITH_CRITIC = {  # PPO: GAE and a value head (shared or separate), several epochs
@@ -54,13 +62,14 @@ def _run(tokenizer, policy, options, updates=1):
         trainer.ref_policy.register_forward_hook(lambda *_: passes.__setitem__("reference", passes["reference"] + 1))
     queries = ppo_prompt_dataset(tokenizer, len(RESPONSES), seed=0)["input_ids"]
     responses = [tokenizer(r, add_special_tokens=False)["input_ids"] for r in RESPONSES]
-    history = [trainer.step(queries, responses, [0.5 * i - 1.5 + u for i in range(len(RESPONSES))])
-               for u in range(updates)]
+    history = [
+        trainer.step(queries, responses, [0.5 * i - 1.5 + u for i in range(len(RESPONSES))]) for u in range(updates)
+    ]
     weights = {}
     for name, p in trainer.policy.named_parameters():
         if name.endswith("attn.c_attn.bias"):  # the key bias: a zero gradient up to rounding (test_micro_batches)
             width = p.shape[0] // 3
-            p = torch.cat([p[:width], p[2 * width:]])
+            p = torch.cat([p[:width], p[2 * width :]])
         weights[name] = p.detach().clone()
     return history, gradients, weights, passes
 
@@ -94,19 +103,25 @@ def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenize
         assert ours.keys() == theirs.keys()
         assert max((ours[n] - theirs[n]).abs().max().item() for n in theirs) < 1e-5
     start = {n: p.detach() for n, p in policy.named_parameters()}
-    assert (fused_weights["transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]).abs().max() > 5e-6
+    assert (
+        fused_weights["transformer.h.0.mlp.c_fc.weight"] - start["transformer.h.0.mlp.c_fc.weight"]
+    ).abs().max() > 5e-6
     gap = max((fused_weights[n] - full_weights[n]).abs().max().item() for n in full_weights)
     assert gap < TOLERANCE
 
 
-@pytest.mark.parametrize("options, update_passes", [
-    ({}, 4),  # PPO: GAE with a critic, 4 epochs (PPOConfig's defaults): the experience pass is the first epoch's
-    ({**ONE_STEP}, 1),  # PPO with one step per batch
-    ({**CRITIC_FREE["grpo-beta-entropy"], "num_ppo_epochs": 2}, 2),
-    ({**CRITIC_FREE["rloo-kl-in-reward"], "num_ppo_epochs": 1, "num_mini_batches": 2}, 1 + 2),
-    ({**CRITIC_FREE["grpo-no-kl"], **ONE_STEP, "micro_batch_size": 3}, 1 + 3),  # micro-batches of 3 + 3 + 2
-    ({"critic_warmup_steps": 1}, 1 + 4),  # the critic's warm-up steps run the critic alone: no fused pass
-], ids=["ppo", "ppo-one-step", "grpo-2-epochs", "rloo-2-minibatches", "grpo-micro-batches", "critic-warm-up"])
+@pytest.mark.parametrize(
+    "options, update_passes",
+    [
+        ({}, 4),  # PPO: GAE with a critic, 4 epochs (PPOConfig's defaults): the experience pass is the first epoch's
+        ({**ONE_STEP}, 1),  # PPO with one step per batch
+        ({**CRITIC_FREE["grpo-beta-entropy"], "num_ppo_epochs": 2}, 2),
+        ({**CRITIC_FREE["rloo-kl-in-reward"], "num_ppo_epochs": 1, "num_mini_batches": 2}, 1 + 2),
+        ({**CRITIC_FREE["grpo-no-kl"], **ONE_STEP, "micro_batch_size": 3}, 1 + 3),  # micro-batches of 3 + 3 + 2
+        ({"critic_warmup_steps": 1}, 1 + 4),  # the critic's warm-up steps run the critic alone: no fused pass
+    ],
+    ids=["ppo", "ppo-one-step", "grpo-2-epochs", "rloo-2-minibatches", "grpo-micro-batches", "critic-warm-up"],
+)
 def test_policy_passes_an_update(tokenizer, options, update_passes):
     from trl_ext.tasks.doubling.models import build_policy
 

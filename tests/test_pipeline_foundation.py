@@ -13,8 +13,18 @@ def test_pretraining_loss_falls(tokenizer):
     model = build_policy(tokenizer)
     assert sum(p.numel() for p in model.parameters()) == 210_944
     data = pretrain_dataset(tokenizer, 40 * 32, seed=1)
-    result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=32, lr=2e-3, warmup_steps=5,
-                             use_labels=False, seed=1, desc="t", show_progress=False)
+    result = supervised_loop(
+        model,
+        data,
+        tokenizer.pad_token_id,
+        batch_size=32,
+        lr=2e-3,
+        warmup_steps=5,
+        use_labels=False,
+        seed=1,
+        desc="t",
+        show_progress=False,
+    )
     assert sum(result.losses[-5:]) / 5 < 0.7 * sum(result.losses[:5]) / 5
 
 
@@ -29,8 +39,17 @@ def test_malformed_dataset_rows_are_named(tokenizer):
     with pytest.raises(ValueError, match="row 1 has empty input_ids"):
         supervised_loop(model, rows, 0, batch_size=1, lr=1e-3, warmup_steps=0, use_labels=True, seed=0, desc="t")
     with pytest.raises(ValueError, match=r"missing column\(s\) \['label'\]"):
-        supervised_loop(model, rows.remove_columns("label"), 0, batch_size=1, lr=1e-3, warmup_steps=0,
-                        use_labels=True, seed=0, desc="t")
+        supervised_loop(
+            model,
+            rows.remove_columns("label"),
+            0,
+            batch_size=1,
+            lr=1e-3,
+            warmup_steps=0,
+            use_labels=True,
+            seed=0,
+            desc="t",
+        )
 
 
 def test_default_recipes_reach_targets(trained_artifacts):
@@ -71,8 +90,13 @@ def test_artifacts_reload(trained_artifacts):
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "trl_ext.commands.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_cli_end_to_end_tiny(tmp_path):

@@ -10,9 +10,16 @@ def live_policy_loss(logprobs, old_logprobs, advantages, mask, cliprange):
 
     from trl_ext.ppo import losses
 
-    cfg = SimpleNamespace(policy_loss="clip", policy_loss_kwargs=None, loss_type="bnpo", beta=0.0, cliprange=cliprange,
-                          response_length=logprobs.shape[1])
+    cfg = SimpleNamespace(
+        policy_loss="clip",
+        policy_loss_kwargs=None,
+        loss_type="bnpo",
+        beta=0.0,
+        cliprange=cliprange,
+        response_length=logprobs.shape[1],
+    )
     return losses.policy_loss(logprobs, old_logprobs, old_logprobs, advantages, mask, cfg)
+
 
 def _mask():
     return torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.float32)
@@ -113,8 +120,9 @@ def test_clipped_losses_by_hand():
     # token 0: max(-1.5, -1.2) = -1.2 ; token 1: max(0.5, 0.8) = 0.8
     assert loss.item() == pytest.approx((-1.2 + 0.8) / 2)
     assert stats["clipfrac"].item() == pytest.approx(1.0)
-    vloss, vstats = core.clipped_value_loss(torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]),
-                                            torch.ones(1, 1), cliprange_value=0.2)
+    vloss, vstats = core.clipped_value_loss(
+        torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]), torch.ones(1, 1), cliprange_value=0.2
+    )
     assert vloss.item() == pytest.approx(0.5 * (0.2 - 2.0) ** 2) and vstats["clipfrac"].item() == 1.0
 
 
@@ -126,7 +134,7 @@ def test_ppo_loss_equals_trl_formula_on_same_tensors():
     torch.manual_seed(3)
     new, old, adv = torch.randn(5, 6), torch.randn(5, 6) * 0.1, torch.randn(5, 6)
     vpred, vold, ret = torch.randn(5, 6), torch.randn(5, 6), torch.randn(5, 6)
-    mask = (torch.rand(5, 6) > 0.3)
+    mask = torch.rand(5, 6) > 0.3
     ratio = torch.exp(new - old)
     trl_pg = masked_mean(torch.max(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.2)), mask)
     vclip = torch.clamp(vpred, vold - 0.2, vold + 0.2)

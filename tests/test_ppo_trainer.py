@@ -34,8 +34,9 @@ def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
 
     policy, tok, reward = pieces
     cfg = doubling_config(batch_size=16, num_mini_batches=2, total_episodes=32, num_ppo_epochs=2)
-    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0),
-                         processing_class=tok)
+    trainer = PPOTrainer(
+        policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0), processing_class=tok
+    )
     before, head_before = _params(trainer.policy), _params(trainer.actor_critic.value_head)
     history = trainer.train()
     assert len(history) == 2 and trainer.episode == 32
@@ -57,8 +58,9 @@ def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
 def test_step_wise_api(pieces):
     policy, tok, reward = pieces
     trainer = PPOTrainer(policy, args=doubling_ppo_config(batch_size=4, num_ppo_epochs=1), processing_class=tok)
-    queries = [tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]] * 2 + \
-              [tok("S大写:10x2=", add_special_tokens=False)["input_ids"]] * 2
+    queries = [tok("S数字:3320x2=", add_special_tokens=False)["input_ids"]] * 2 + [
+        tok("S大写:10x2=", add_special_tokens=False)["input_ids"]
+    ] * 2
     responses = trainer.generate(queries)
     assert len(responses) == 4 and all(0 < len(r) <= 8 for r in responses)
     assert all(tok.eos_token_id not in r[:-1] for r in responses)  # cut after the first eos
@@ -74,15 +76,27 @@ def test_step_wise_api(pieces):
 
 def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
     policy, tok, _ = pieces
-    trainer = PPOTrainer(policy, args=doubling_ppo_config(batch_size=2, num_ppo_epochs=1, missing_eos_penalty=1.5),
-                         processing_class=tok)
+    trainer = PPOTrainer(
+        policy, args=doubling_ppo_config(batch_size=2, num_ppo_epochs=1, missing_eos_penalty=1.5), processing_class=tok
+    )
     queries = [tok("S数字:12x2=", add_special_tokens=False)["input_ids"]] * 2
-    finished, cut = tok("24E", add_special_tokens=False)["input_ids"], tok("2444", add_special_tokens=False)["input_ids"]
+    finished, cut = (
+        tok("24E", add_special_tokens=False)["input_ids"],
+        tok("2444", add_special_tokens=False)["input_ids"],
+    )
     query_ids, query_mask = trainer._pad_queries(queries)
     responses = torch.tensor([finished + [tok.pad_token_id], cut])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
-    batch = RolloutBatch(query_ids, query_mask, responses, loss_mask=mask, attention_mask=mask, prompts=queries,
-                         completions=["24E", "2444"], completion_ids=[finished, cut])
+    batch = RolloutBatch(
+        query_ids,
+        query_mask,
+        responses,
+        loss_mask=mask,
+        attention_mask=mask,
+        prompts=queries,
+        completions=["24E", "2444"],
+        completion_ids=[finished, cut],
+    )
     experience, _ = trainer._experience(batch, torch.tensor([1.0, 1.0]))
     assert experience.outcome.scores.tolist() == [1.0, -0.5]
     with pytest.raises(ValueError, match="missing_eos_penalty must not be negative"):
@@ -104,8 +118,9 @@ def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch
 
     monkeypatch.setattr(core, "clipped_value_loss", sometimes_nan)
     cfg = doubling_config(batch_size=8, num_ppo_epochs=1, total_episodes=32, output_dir=str(tmp_path))
-    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0),
-                         processing_class=tok)
+    trainer = PPOTrainer(
+        policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0), processing_class=tok
+    )
     with pytest.raises(PPOError, match="non-finite loss .* update 2.*last good policy is saved"):
         trainer.train()
     from transformers import AutoModelForCausalLM
@@ -139,8 +154,13 @@ def test_learning_raises_requested_charset_rate(pieces):
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     cfg = doubling_config(batch_size=64, total_episodes=64 * 60, learning_rate=1e-3, seed=1, separate_critic=True)
-    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
-                         processing_class=tok)
+    trainer = PPOTrainer(
+        policy,
+        reward,
+        args=cfg,
+        train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
+        processing_class=tok,
+    )
     trainer.train()
     after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     assert after >= before + 0.25, (before, after)
@@ -155,8 +175,13 @@ def test_bad_reward_output_inside_training_is_named(pieces):
     def half_nan(prompts, completions, **columns):
         return [float("nan") if i == 3 else 1.0 for i in range(len(prompts))]
 
-    trainer = PPOTrainer(policy, half_nan, args=doubling_ppo_config(batch_size=8, total_episodes=8),
-                         train_dataset=ppo_prompt_dataset(tok, 8, seed=0), processing_class=tok)
+    trainer = PPOTrainer(
+        policy,
+        half_nan,
+        args=doubling_ppo_config(batch_size=8, total_episodes=8),
+        train_dataset=ppo_prompt_dataset(tok, 8, seed=0),
+        processing_class=tok,
+    )
     with pytest.raises(RewardError, match="'half_nan' returned nan at index 3"):
         trainer.train()
 
@@ -180,8 +205,13 @@ def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
 
     recording.__name__ = "recording"
     data = ppo_prompt_dataset(tok, 16, seed=3)
-    PPOTrainer(policy, recording, args=doubling_config(batch_size=16, total_episodes=16), train_dataset=data,
-               processing_class=tok).train()
+    PPOTrainer(
+        policy,
+        recording,
+        args=doubling_config(batch_size=16, total_episodes=16),
+        train_dataset=data,
+        processing_class=tok,
+    ).train()
     queries, _ = pad_batch(tok(seen["prompts"], add_special_tokens=False)["input_ids"], tok.pad_token_id, "left")
     responses, _ = pad_batch(tok(seen["completions"], add_special_tokens=False)["input_ids"], tok.pad_token_id)
     module = as_ppo_reward_model(reward, tok, data)
@@ -194,8 +224,10 @@ def test_in_house_trainer_does_not_need_trl_ppo():
     import subprocess
     import sys
 
-    code = ("import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.commands.ppo; "
-            "assert 'trl.experimental.ppo' not in sys.modules, 'imported'")
+    code = (
+        "import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.commands.ppo; "
+        "assert 'trl.experimental.ppo' not in sys.modules, 'imported'"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
@@ -220,9 +252,16 @@ def test_bad_loss_on_one_rank_stops_every_rank(tmp_path):
     root = Path(__file__).resolve().parents[1]
     from launch import accelerate_port_args
 
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *accelerate_port_args(), "--config_file",
-           str(root / "recipes/accelerate/multi_cpu.yaml"), str(root / "tests/scripts/bad_loss_two_ranks.py"),
-           str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *accelerate_port_args(),
+        "--config_file",
+        str(root / "recipes/accelerate/multi_cpu.yaml"),
+        str(root / "tests/scripts/bad_loss_two_ranks.py"),
+        str(tmp_path),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=root)
     out = run.stdout + run.stderr
@@ -246,8 +285,7 @@ def test_reward_model_moves_to_the_trainer_device_and_value_head_is_read_back(pi
             return [0.0] * len(prompts)
 
     placed = Placed()
-    trainer = PPOTrainer(policy, placed, args=doubling_config(batch_size=4, num_ppo_epochs=1),
-                         processing_class=tok)
+    trainer = PPOTrainer(policy, placed, args=doubling_config(batch_size=4, num_ppo_epochs=1), processing_class=tok)
     assert placed.device == trainer.accelerator.device
     with torch.no_grad():
         trainer.actor_critic.value_head.weight.fill_(0.25)
@@ -267,9 +305,14 @@ def test_a_registered_advantage_estimator_drives_the_trainer(tokenizer):
     def outcome_only(batch, config):  # every token gets the sequence's total reward
         calls.append(batch.rewards.shape)
         return batch.per_token(batch.sequence_returns()), None
-    trainer = PPOTrainer(build_policy(tokenizer), args=doubling_ppo_config(batch_size=2, num_ppo_epochs=1, kl_mode="sequence",
-                                                                 advantage_estimator="trainer_test_outcome"),
-                         processing_class=tokenizer)
+
+    trainer = PPOTrainer(
+        build_policy(tokenizer),
+        args=doubling_ppo_config(
+            batch_size=2, num_ppo_epochs=1, kl_mode="sequence", advantage_estimator="trainer_test_outcome"
+        ),
+        processing_class=tokenizer,
+    )
     assert trainer.actor_critic.value_head is None  # critic-free: no value head, no value loss
     query = tokenizer("S数字:3320x2=", add_special_tokens=False)["input_ids"]
     stats = trainer.step([query, query], trainer.generate([query, query]), [1.0, 0.0])

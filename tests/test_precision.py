@@ -14,8 +14,10 @@ from trl_ext.ppo import PPOConfig, PPOTrainer, precision
 @pytest.fixture(scope="module")
 def bf16_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("bf16")
-    return (tiny_qwen2(root / "qwen2", vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16),
-            tiny_deberta_reward(root / "deberta", vocab_size=DEBERTA_V2_VOCAB, dtype=torch.bfloat16))
+    return (
+        tiny_qwen2(root / "qwen2", vocab_size=QWEN2_VOCAB, dtype=torch.bfloat16),
+        tiny_deberta_reward(root / "deberta", vocab_size=DEBERTA_V2_VOCAB, dtype=torch.bfloat16),
+    )
 
 
 def _dataset(n=4):
@@ -23,8 +25,14 @@ def _dataset(n=4):
 
 
 def _trainer(policy, reward, **options):
-    cfg = PPOConfig(batch_size=2, total_episodes=2, response_length=4, num_ppo_epochs=1, learning_rate=1e-2,
-                    **options.pop("config", {}))
+    cfg = PPOConfig(
+        batch_size=2,
+        total_episodes=2,
+        response_length=4,
+        num_ppo_epochs=1,
+        learning_rate=1e-2,
+        **options.pop("config", {}),
+    )
     return PPOTrainer(str(policy), str(reward), args=cfg, train_dataset=_dataset(), **options)
 
 
@@ -49,8 +57,9 @@ def test_bf16_lora_base_stays_bf16_and_adapters_train_in_float32(bf16_models):
     from peft import LoraConfig
 
     policy, reward = bf16_models
-    trainer = _trainer(policy, reward, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
-                                                              task_type="CAUSAL_LM"))
+    trainer = _trainer(
+        policy, reward, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    )
     assert _dtypes(trainer.actor_critic, trainable=True) == {torch.float32}
     assert _dtypes(trainer.actor_critic, trainable=False) == {torch.bfloat16}  # no float32 copy of the base
     history = trainer.train()
@@ -69,8 +78,12 @@ def test_dtype_option_loads_the_checkpoint_in_the_dtype_asked(bf16_models):
 def test_an_op_the_device_lacks_in_the_dtype_is_one_line_naming_it(tmp_path):
     """fp16 runs on this CPU; an op without a Half kernel (a linear solve) stands in for one that lacks it."""
     policy = tiny_qwen2(tmp_path / "qwen2", dtype=torch.float16)
-    trainer = PPOTrainer(str(policy), lambda completions, **kw: [1.0] * len(completions), train_dataset=_dataset(),
-                         args=PPOConfig(batch_size=2, total_episodes=2, response_length=2, num_ppo_epochs=1))
+    trainer = PPOTrainer(
+        str(policy),
+        lambda completions, **kw: [1.0] * len(completions),
+        train_dataset=_dataset(),
+        args=PPOConfig(batch_size=2, total_episodes=2, response_length=2, num_ppo_epochs=1),
+    )
     eye = torch.eye(2, dtype=torch.float16)
     trainer.policy.model.norm.register_forward_hook(lambda module, args, out: torch.linalg.inv(eye))
     with pytest.raises(ValueError) as caught:
@@ -100,8 +113,11 @@ def test_sharded_models_get_one_dtype():
 
 def test_trl_trainers_take_the_launch_precision(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
-    assert precision.launch_training_arguments() == {"bf16": True, "fp16": False,
-                                                     "use_cpu": not torch.cuda.is_available()}
+    assert precision.launch_training_arguments() == {
+        "bf16": True,
+        "fp16": False,
+        "use_cpu": not torch.cuda.is_available(),
+    }
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
     assert precision.launch_training_arguments()["bf16"] is False
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp8")

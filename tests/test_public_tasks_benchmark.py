@@ -26,8 +26,12 @@ def bench(monkeypatch):
 def test_base_panel_records_each_models_score_per_task(bench, tmp_path):
     model = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
     stem = tmp_path / "panel"
-    assert bench.main(["--base-panel", "--quick", "--models", str(model), "--tasks", "basic_arithmetic",
-                       "--out", str(stem)]) == 0
+    assert (
+        bench.main(
+            ["--base-panel", "--quick", "--models", str(model), "--tasks", "basic_arithmetic", "--out", str(stem)]
+        )
+        == 0
+    )
     data = json.loads(stem.with_suffix(".json").read_text())
     assert data["rows"] == [] and data["command"] and data["machine"]["device"] == "cpu"
     result = data["base_panel"]["chat"]["tasks"]["basic_arithmetic"]
@@ -49,13 +53,39 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "launch_row", in_process)
     monkeypatch.setitem(bench.SETTINGS, "batch_size", 4)
     stem = tmp_path / "train"
-    assert bench.main(["--train", "--quick", "--models", str(model), "--tasks", "chain_sum", "--rows", "ppo",
-                       "--updates", "1", "--out", str(stem)]) == 0
+    assert (
+        bench.main(
+            [
+                "--train",
+                "--quick",
+                "--models",
+                str(model),
+                "--tasks",
+                "chain_sum",
+                "--rows",
+                "ppo",
+                "--updates",
+                "1",
+                "--out",
+                str(stem),
+            ]
+        )
+        == 0
+    )
     data = json.loads(stem.with_suffix(".json").read_text())
     assert data["base_panel"] == {} and data["failed"] == []
     [row] = data["rows"]
-    for key in ("model", "task", "trainer", "seed", "before", "after", "seconds_per_update", "peak_rss_mib",
-                "invocation"):
+    for key in (
+        "model",
+        "task",
+        "trainer",
+        "seed",
+        "before",
+        "after",
+        "seconds_per_update",
+        "peak_rss_mib",
+        "invocation",
+    ):
         assert row[key] is not None, key
     assert (row["model"], row["task"], row["trainer"], row["updates"]) == ("chat", "chain_sum", "ppo", 1)
     assert row["invocation"] == data["invocation"] and data["plan"]["sha256"]
@@ -63,8 +93,13 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
 
 
 def test_the_qualifying_rule_and_the_choice_of_candidates(bench):
-    panel = {"m": {"tasks": {t: {"sampled": {"score": s}} for t, s in
-                             (("a", 0.0), ("b", 0.05), ("c", 0.35), ("d", 0.7), ("e", 0.6))}}}
+    panel = {
+        "m": {
+            "tasks": {
+                t: {"sampled": {"score": s}} for t, s in (("a", 0.0), ("b", 0.05), ("c", 0.35), ("d", 0.7), ("e", 0.6))
+            }
+        }
+    }
     assert bench.qualifying(panel, "m") == ["c", "b", "e"]
     cands = [{"task": t, "sampled": {"score": s}} for t, s in (("a", 0.3), ("a", 0.31), ("b", 0.9), ("c", 0.0))]
     assert [(c["task"], c["qualifies"]) for c in bench.chosen(cands)] == [("a", True), ("c", False)]

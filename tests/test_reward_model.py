@@ -14,8 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cli(*args):
     import os
 
-    return subprocess.run([sys.executable, "-m", "trl_ext", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "trl_ext", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +30,9 @@ def doubling_rm(tmp_path_factory, trained_artifacts):
     from trl_ext.tasks.doubling.stages import RewardModelConfig, run_train_reward_model
 
     out = tmp_path_factory.mktemp("rm") / "rm"
-    config = RewardModelConfig(out=str(out), base=str(trained_artifacts["policy"]), steps=800, eval_n=400,
-                               center_rewards_coefficient=0)
+    config = RewardModelConfig(
+        out=str(out), base=str(trained_artifacts["policy"]), steps=800, eval_n=400, center_rewards_coefficient=0
+    )
     return out, run_train_reward_model(config)  # about 45 s
 
 
@@ -37,8 +43,10 @@ def test_preference_pairs_are_seeded_and_in_the_stated_proportions():
     data = preference_dataset(2000, seed=0)
     assert data[:5] == preference_dataset(5, seed=0)[:5]
     share = {k: data["kind"].count(k) / len(data) for k in set(data["kind"])}
-    assert share == pytest.approx({"wrong_value": 0.60, "other_charset": 0.15, "mixed_charset": 0.15,
-                                   "missing_eos": 0.05, "truncated": 0.05}, abs=0.03)
+    assert share == pytest.approx(
+        {"wrong_value": 0.60, "other_charset": 0.15, "mixed_charset": 0.15, "missing_eos": 0.05, "truncated": 0.05},
+        abs=0.03,
+    )
     for row in data.filter(lambda r: r["kind"] == "mixed_charset").select(range(50)):
         used = {parse_answer(ch).charset for ch in row["rejected"][:-1]}
         assert len(row["rejected"]) == 2 or len(used) == 2, row  # two sets in one answer
@@ -56,17 +64,36 @@ def test_reward_model_learns_the_doubling_preferences(doubling_rm):
     assert set(by_kind) == {"other_charset", "wrong_value", "mixed_charset", "missing_eos", "truncated"}
     assert min(v for k, v in by_kind.items() if k != "wrong_value") > 0.95, by_kind
     assert by_kind["wrong_value"] > 0.8, by_kind
-    assert (out / "model.safetensors").exists() and json.loads((out / "config.json").read_text())["id2label"] == \
-        {"0": "LABEL_0"}
+    assert (out / "model.safetensors").exists() and json.loads((out / "config.json").read_text())["id2label"] == {
+        "0": "LABEL_0"
+    }
 
 
-@pytest.mark.parametrize("backend", ["scratch", pytest.param("grpo", marks=pytest.mark.trl_api),
-                                     pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
+@pytest.mark.parametrize(
+    "backend",
+    ["scratch", pytest.param("grpo", marks=pytest.mark.trl_api), pytest.param("trl", marks=pytest.mark.needs_trl_ppo)],
+)
 def test_the_reward_model_drives_ppo_and_grpo(doubling_rm, trained_artifacts, tmp_path, backend):
     out = tmp_path / backend
-    run = _cli("ppo", "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",
-               str(doubling_rm[0]), "--out", str(out), "--batch-size", "8", "--total-episodes", "16",
-               "--probe-every", "0", "--eval-n", "20")
+    run = _cli(
+        "ppo",
+        "--backend",
+        backend,
+        "--policy",
+        str(trained_artifacts["policy"]),
+        "--reward",
+        str(doubling_rm[0]),
+        "--out",
+        str(out),
+        "--batch-size",
+        "8",
+        "--total-episodes",
+        "16",
+        "--probe-every",
+        "0",
+        "--eval-n",
+        "20",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines and all(math.isfinite(r["objective/scores"]) for r in lines)
@@ -78,8 +105,9 @@ def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts
     (600 steps): std 0.54 centred against 3.35 plain, pairwise accuracy 0.93 against 0.97."""
     from trl_ext.tasks.doubling.stages import RewardModelConfig, run_train_reward_model
 
-    centred = run_train_reward_model(RewardModelConfig(out=str(tmp_path / "rm"), base=str(trained_artifacts["policy"]),
-                                                       steps=600, eval_n=400))
+    centred = run_train_reward_model(
+        RewardModelConfig(out=str(tmp_path / "rm"), base=str(trained_artifacts["policy"]), steps=600, eval_n=400)
+    )
     plain = doubling_rm[1]
     assert centred["config"]["center_rewards_coefficient"] == 0.01
     assert centred["heldout_scores"]["chosen"]["std"] < 0.5 * plain["heldout_scores"]["chosen"]["std"], (centred, plain)
@@ -106,9 +134,14 @@ def test_bad_preference_data_is_named(tmp_path):
     with pytest.raises(PreferenceError, match="lacks \\['rejected'\\]"):
         check_preferences(Dataset.from_dict({"chosen": ["a"]}))
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text(json.dumps({"chosen": "a", "rejected": "b"}) + "\n" +
-                     json.dumps({"chosen": [{"role": "assistant", "content": "a"}],
-                                 "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
+    mixed.write_text(
+        json.dumps({"chosen": "a", "rejected": "b"})
+        + "\n"
+        + json.dumps(
+            {"chosen": [{"role": "assistant", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]}
+        )
+        + "\n"
+    )
     from trl_ext.stages.preferences import load_preferences
 
     with pytest.raises(ValueError, match="mixed.jsonl:2: mixes text and conversations"):
@@ -117,10 +150,12 @@ def test_bad_preference_data_is_named(tmp_path):
     from tiny_models import tiny_qwen2
 
     tiny_qwen2(policy_dir)
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"chosen": f"a{i}", "rejected": f"b{i}"}) + "\n"
-                                              for i in range(8)))
-    run = _cli("train-reward-model", "--out", str(tmp_path / "o"), "--data", str(tmp_path / "d.jsonl"),
-               "--eval-n", "20")
+    (tmp_path / "d.jsonl").write_text(
+        "".join(json.dumps({"chosen": f"a{i}", "rejected": f"b{i}"}) + "\n" for i in range(8))
+    )
+    run = _cli(
+        "train-reward-model", "--out", str(tmp_path / "o"), "--data", str(tmp_path / "d.jsonl"), "--eval-n", "20"
+    )
     assert run.returncode == 2 and "has 8 rows: not enough for 20 held-out pairs" in run.stderr
     run = _cli("train-reward-model", "--out", str(tmp_path / "o"), "--base", str(tmp_path / "nowhere"))
     assert run.returncode == 2 and "does not exist" in run.stderr

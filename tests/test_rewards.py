@@ -62,11 +62,19 @@ def test_clipped_passes_none_through():
 
     assert Clipped(only_digits, 0.0, 2.0)(PROMPTS, COMPLETIONS) == [2.0] * 5 + [None]
     # inside a sum, the None is left out of its row (GRPO's rule); a row no function scores is still an error
-    assert WeightedSum([Clipped(only_digits, 0.0, 2.0), ValueCorrect()])(PROMPTS, COMPLETIONS) == \
-        [3.0, 3.0, 2.0, 2.0, 2.0, 1.0]
+    assert WeightedSum([Clipped(only_digits, 0.0, 2.0), ValueCorrect()])(PROMPTS, COMPLETIONS) == [
+        3.0,
+        3.0,
+        2.0,
+        2.0,
+        2.0,
+        1.0,
+    ]
     with pytest.raises(RewardError, match=r"every reward function \(clipped_never\) returned None for row 0"):
         WeightedSum([Clipped(never, 0.0, 1.0)])(PROMPTS, COMPLETIONS)
-    with pytest.raises(RewardError, match="reward 'not_a_number' returned nan at index 0"):  # the rest checked as before
+    with pytest.raises(
+        RewardError, match="reward 'not_a_number' returned nan at index 0"
+    ):  # the rest checked as before
         Clipped(not_a_number, 0.0, 1.0)(PROMPTS, COMPLETIONS)
 
 
@@ -74,7 +82,11 @@ def test_rewards_pickle_round_trip(trained_artifacts):
     from trl_ext.tasks.doubling.artifacts import load_classifier
 
     model, tok = load_classifier(trained_artifacts["reward"])
-    for fn in [ValueCorrect(), WeightedSum([ExactMatch(), CharsetCompliance()]), doubling_classifier_reward(model, tok)]:
+    for fn in [
+        ValueCorrect(),
+        WeightedSum([ExactMatch(), CharsetCompliance()]),
+        doubling_classifier_reward(model, tok),
+    ]:
         again = pickle.loads(pickle.dumps(fn))
         assert again.__name__ == fn.__name__
         assert again(PROMPTS, COMPLETIONS) == pytest.approx(fn(PROMPTS, COMPLETIONS))
@@ -103,8 +115,9 @@ def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
     from trl_ext.trl_compat.reward_model import as_ppo_reward_model
 
     queries, _ = pad_batch(dataset["input_ids"], tokenizer.pad_token_id, side="left")
-    responses, _ = pad_batch([tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions],
-                             tokenizer.pad_token_id, side="right")
+    responses, _ = pad_batch(
+        [tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions], tokenizer.pad_token_id, side="right"
+    )
     module = as_ppo_reward_model(reward_fn, tokenizer, dataset)
     from trl.trainer.utils import disable_dropout_in_model
 
@@ -149,11 +162,25 @@ def _tiny_classifier(kind, num_labels, vocab_size):
 
     torch.manual_seed(0)
     if kind == "bert":
-        cfg = BertConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=16, num_labels=num_labels)
+        cfg = BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            num_labels=num_labels,
+        )
         return BertForSequenceClassification(cfg)
-    cfg = DebertaV2Config(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                          intermediate_size=16, num_labels=num_labels, type_vocab_size=0, max_position_embeddings=64)
+    cfg = DebertaV2Config(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        num_labels=num_labels,
+        type_vocab_size=0,
+        max_position_embeddings=64,
+    )
     return DebertaV2ForSequenceClassification(cfg)
 
 
@@ -188,9 +215,20 @@ def test_grpo_step_with_classifier_reward(trained_artifacts, tmp_path):
     clf, clf_tok = load_classifier(trained_artifacts["reward"])
     reward = doubling_classifier_reward(clf, clf_tok)
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=8, max_steps=2, learning_rate=1e-3, use_cpu=True, bf16=False,
-                      report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     data = ppo_prompt_dataset(tok, 16, seed=0).select_columns(["prompt", "label"])
     trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok)
     trainer.train()

@@ -25,12 +25,31 @@ def tiny_models(tmp_path_factory):
 def test_rlhf_recipe_with_lora(tiny_models, tmp_path, backend):
     policy, reward = tiny_models
     out = tmp_path / backend
-    cmd = [sys.executable, str(ROOT / "recipes/rlhf/ppo_rlhf.py"), "--backend", backend, "--policy", str(policy),
-           "--reward", str(reward), "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out),
-           "--batch-size", "4", "--total-episodes", "8", "--response-length", "8", "--learning-rate", "1e-2",
-           "--lora-r", "4"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        str(ROOT / "recipes/rlhf/ppo_rlhf.py"),
+        "--backend",
+        backend,
+        "--policy",
+        str(policy),
+        "--reward",
+        str(reward),
+        "--prompts",
+        str(ROOT / "recipes/rlhf/prompts_plain.txt"),
+        "--out",
+        str(out),
+        "--batch-size",
+        "4",
+        "--total-episodes",
+        "8",
+        "--response-length",
+        "8",
+        "--learning-rate",
+        "1e-2",
+        "--lora-r",
+        "4",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 2 and summary["first_score"] is not None
@@ -48,9 +67,29 @@ def test_rlhf_recipe_with_half_precision_checkpoints_of_real_vocabulary_sizes(tm
     from trl_ext.commands.cli import main
 
     out = tmp_path / "o"
-    code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts",
-                 str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out), "--batch-size", "4",
-                 "--total-episodes", "4", "--response-length", "6", "--learning-rate", "1e-2", "--lora-r", "4"])
+    code = main(
+        [
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--reward",
+            str(reward),
+            "--prompts",
+            str(ROOT / "recipes/rlhf/prompts_plain.txt"),
+            "--out",
+            str(out),
+            "--batch-size",
+            "4",
+            "--total-episodes",
+            "4",
+            "--response-length",
+            "6",
+            "--learning-rate",
+            "1e-2",
+            "--lora-r",
+            "4",
+        ]
+    )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 1 and summary["first_score"] is not None
@@ -64,21 +103,41 @@ def test_rlhf_rejects_bad_prompts_file(tiny_models, tmp_path):
     bad.write_text('{"prompt": "ok"}\n{"text": "no prompt key"}\n')
     from trl_ext.commands.cli import main
 
-    code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(bad),
-                 "--out", str(tmp_path / "o")])
+    code = main(
+        ["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(bad), "--out", str(tmp_path / "o")]
+    )
     assert code == 2 and not (tmp_path / "o").exists()
 
 
 def test_rlhf_with_a_reward_function_instead_of_a_reward_model(tiny_models, tmp_path):
     policy, _ = tiny_models
-    (tmp_path / "rf.py").write_text("def vowels(completions, **kwargs):\n"
-                                    "    return [sum(ch in 'aeiou' for ch in c) / 8 for c in completions]\n")
+    (tmp_path / "rf.py").write_text(
+        "def vowels(completions, **kwargs):\n    return [sum(ch in 'aeiou' for ch in c) / 8 for c in completions]\n"
+    )
     from trl_ext.commands.cli import main
 
     out = tmp_path / "o"
-    code = main(["rlhf", "--policy", str(policy), "--reward-fn", f"{tmp_path / 'rf.py'}:vowels",
-                 "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out), "--batch-size", "4",
-                 "--total-episodes", "4", "--response-length", "8", "--lora-r", "4"])
+    code = main(
+        [
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--reward-fn",
+            f"{tmp_path / 'rf.py'}:vowels",
+            "--prompts",
+            str(ROOT / "recipes/rlhf/prompts_plain.txt"),
+            "--out",
+            str(out),
+            "--batch-size",
+            "4",
+            "--total-episodes",
+            "4",
+            "--response-length",
+            "8",
+            "--lora-r",
+            "4",
+        ]
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["updates"] == 1 and summary["first_score"] >= 0
     assert summary["config"]["models"]["reward_fn"].endswith("rf.py:vowels")
@@ -90,12 +149,38 @@ def test_rlhf_pipeline_sft_then_reward_model_then_ppo(tiny_models, tmp_path):
     pairs (DeBERTa-v2 base), then PPO with LoRA on the SFT model; a second run reuses both stages."""
     policy, reward_base = tiny_models
     out = tmp_path / "pipeline"
-    cmd = [sys.executable, str(ROOT / "recipes/rlhf/ppo_rlhf.py"), "--policy", str(policy),
-           "--sft-data", str(ROOT / "recipes/rlhf/sft.jsonl"), "--sft-steps", "4",
-           "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(reward_base),
-           "--reward-steps", "4", "--reward-eval-n", "4", "--stage-batch-size", "4",
-           "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out),
-           "--batch-size", "4", "--total-episodes", "8", "--response-length", "8", "--lora-r", "4"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "recipes/rlhf/ppo_rlhf.py"),
+        "--policy",
+        str(policy),
+        "--sft-data",
+        str(ROOT / "recipes/rlhf/sft.jsonl"),
+        "--sft-steps",
+        "4",
+        "--preferences",
+        str(ROOT / "recipes/rlhf/preferences.jsonl"),
+        "--reward-base",
+        str(reward_base),
+        "--reward-steps",
+        "4",
+        "--reward-eval-n",
+        "4",
+        "--stage-batch-size",
+        "4",
+        "--prompts",
+        str(ROOT / "recipes/rlhf/prompts_plain.txt"),
+        "--out",
+        str(out),
+        "--batch-size",
+        "4",
+        "--total-episodes",
+        "8",
+        "--response-length",
+        "8",
+        "--lora-r",
+        "4",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -130,10 +215,14 @@ def test_rlhf_pipeline_bad_inputs_are_named(tiny_models, tmp_path, capsys):
     cases = [
         (["--reward", str(reward_base), "--sft-data", str(sft)], "row 1: 'completion' is missing or empty"),
         ([], "give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, --preferences"),
-        (["--reward", str(reward_base), "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl")],
-         "give --reward or --preferences, not both"),
-        (["--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(policy / "nothing")],
-         "does not exist"),
+        (
+            ["--reward", str(reward_base), "--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl")],
+            "give --reward or --preferences, not both",
+        ),
+        (
+            ["--preferences", str(ROOT / "recipes/rlhf/preferences.jsonl"), "--reward-base", str(policy / "nothing")],
+            "does not exist",
+        ),
     ]
     for number, (extra, message) in enumerate(cases):
         out = tmp_path / f"o{number}"
@@ -150,9 +239,31 @@ def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, 
 
     policy, reward = tiny_models
     out = tmp_path / backend
-    code = main(["rlhf", "--backend", backend, "--policy", str(policy), "--reward", str(reward),
-                 "--prompts", str(ROOT / "recipes/rlhf/prompts_plain.txt"), "--out", str(out), "--batch-size", "4",
-                 "--total-episodes", "8", "--response-length", "8", "--lora-r", "4", "--kl-horizon", "8"])
+    code = main(
+        [
+            "rlhf",
+            "--backend",
+            backend,
+            "--policy",
+            str(policy),
+            "--reward",
+            str(reward),
+            "--prompts",
+            str(ROOT / "recipes/rlhf/prompts_plain.txt"),
+            "--out",
+            str(out),
+            "--batch-size",
+            "4",
+            "--total-episodes",
+            "8",
+            "--response-length",
+            "8",
+            "--lora-r",
+            "4",
+            "--kl-horizon",
+            "8",
+        ]
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["updates"] == 2
     train, sources = summary["config"]["train"], summary["sources"]
@@ -166,8 +277,11 @@ def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, 
 
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         assert rows[0]["objective/kl_coef"] == train["kl_coef"]
-        assert rows[1]["objective/kl_coef"] == pytest.approx(adaptive_kl_coef(  # the controller's step, 4 episodes
-            train["kl_coef"], rows[0]["objective/kl"], train["kl_target"], train["kl_horizon"], 4))
+        assert rows[1]["objective/kl_coef"] == pytest.approx(
+            adaptive_kl_coef(  # the controller's step, 4 episodes
+                train["kl_coef"], rows[0]["objective/kl"], train["kl_target"], train["kl_horizon"], 4
+            )
+        )
     else:
         assert train["kl_target"] is None and sources["kl_target"] == "default"
 
@@ -180,7 +294,7 @@ def test_positivity_reward_counts_tone_words_per_square_root_of_length(monkeypat
     grim = "Earthquakes are dangerous and cause terrible damage."  # 3 negative of 7
     salad = " ".join(["wonderful"] * 16)
     scores = positivity([warm, grim, "", "Rain is water.", salad, [{"role": "assistant", "content": warm}]])
-    assert scores[0] == pytest.approx(2 / 8 ** 0.5) and scores[1] == pytest.approx(-3 / 7 ** 0.5)
+    assert scores[0] == pytest.approx(2 / 8**0.5) and scores[1] == pytest.approx(-3 / 7**0.5)
     assert scores[2] == scores[3] == 0.0 and scores[4] == pytest.approx(4.0) and scores[5] == scores[0]
 
 

@@ -22,8 +22,10 @@ def _lora_policy(folder):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    policy = get_peft_model(AutoModelForCausalLM.from_pretrained(folder),
-                            LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    policy = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(folder),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     with torch.no_grad():
         generator = torch.Generator().manual_seed(1)
         for name, p in policy.named_parameters():
@@ -43,15 +45,23 @@ def test_the_merged_loop_samples_the_merged_weights_and_syncs_after_each_step(be
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     ids = torch.tensor([bench.prompts(tokenizer, 1)[0][-12:]] * 3)
     mask = torch.ones_like(ids)
-    options = SamplingOptions(max_new_tokens=6, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id, temperature=0.7)
+    options = SamplingOptions(
+        max_new_tokens=6, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, temperature=0.7
+    )
     engine = bench.MergedLoop()
 
     def both(seed):
         ours = engine.sample(policy, ids, mask, options, torch.Generator().manual_seed(seed)).ids
-        through_lora = sample_responses(policy, ids, mask, max_new_tokens=6, eos_token_id=tokenizer.eos_token_id,
-                                        pad_token_id=tokenizer.pad_token_id, temperature=0.7,
-                                        generator=torch.Generator().manual_seed(seed))
+        through_lora = sample_responses(
+            policy,
+            ids,
+            mask,
+            max_new_tokens=6,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            temperature=0.7,
+            generator=torch.Generator().manual_seed(seed),
+        )
         return ours, through_lora
 
     ours, through_lora = both(0)
@@ -80,8 +90,27 @@ def test_the_merged_loop_samples_the_merged_weights_and_syncs_after_each_step(be
 def test_rows_of_a_shape_take_turns_one_update_at_a_time(bench, tmp_path):
     folder = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
     out = tmp_path / "engines.json"
-    assert bench.main(["--model", str(folder), "--engines", "loop-merged,loop", "--shapes", "2x4", "--warmup", "1",
-                       "--updates", "5", "--row-timeout", "300", "--out", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--model",
+                str(folder),
+                "--engines",
+                "loop-merged,loop",
+                "--shapes",
+                "2x4",
+                "--warmup",
+                "1",
+                "--updates",
+                "5",
+                "--row-timeout",
+                "300",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["failed"] == [] and [r["engine"] for r in result["rows"]] == ["loop-merged", "loop"]
     order = result["interleaved"]["order"]["2x4"]
@@ -104,11 +133,20 @@ def test_unknown_engines_are_refused(bench, tmp_path, capsys):
 
 def test_vllm_speedups_are_over_every_other_engine_with_the_non_rollout_check(bench):
     def row(engine, rollout, update, non_rollout):
-        return {"engine": engine, "prompts": 16, "response_tokens": 48, "rollout_seconds": rollout,
-                "update_seconds": update, "non_rollout_seconds": non_rollout}
+        return {
+            "engine": engine,
+            "prompts": 16,
+            "response_tokens": 48,
+            "rollout_seconds": rollout,
+            "update_seconds": update,
+            "non_rollout_seconds": non_rollout,
+        }
 
-    found = bench.speedups([row("vllm", 2.0, 10.0, 8.0), row("loop-merged", 8.0, 16.0, 8.0),
-                            row("loop", 10.0, 20.0, 10.0)])
-    assert found == [{"shape": "16x48", "vllm_over": "loop-merged", "rollout": 4.0, "update": 1.6, "non_rollout": 1.0},
-                     {"shape": "16x48", "vllm_over": "loop", "rollout": 5.0, "update": 2.0, "non_rollout": 1.25}]
+    found = bench.speedups(
+        [row("vllm", 2.0, 10.0, 8.0), row("loop-merged", 8.0, 16.0, 8.0), row("loop", 10.0, 20.0, 10.0)]
+    )
+    assert found == [
+        {"shape": "16x48", "vllm_over": "loop-merged", "rollout": 4.0, "update": 1.6, "non_rollout": 1.0},
+        {"shape": "16x48", "vllm_over": "loop", "rollout": 5.0, "update": 2.0, "non_rollout": 1.25},
+    ]
     assert bench.DEFAULT_ENGINES == ("vllm", "loop-merged", "loop")

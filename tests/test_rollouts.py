@@ -48,9 +48,16 @@ def test_a_factory_that_makes_no_rollout_is_named(tmp_path):
 def _record(**overrides):
     ids = torch.tensor([[5, 6, 2], [7, 2, 0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    fields = dict(query_ids=torch.ones(2, 2, dtype=torch.long), query_mask=torch.ones(2, 2, dtype=torch.long),
-                  responses=ids, loss_mask=mask, attention_mask=mask, prompts=["a", "b"], completions=["x", "y"],
-                  completion_ids=[[5, 6, 2], [7, 2]])
+    fields = dict(
+        query_ids=torch.ones(2, 2, dtype=torch.long),
+        query_mask=torch.ones(2, 2, dtype=torch.long),
+        responses=ids,
+        loss_mask=mask,
+        attention_mask=mask,
+        prompts=["a", "b"],
+        completions=["x", "y"],
+        completion_ids=[[5, 6, 2], [7, 2]],
+    )
     return RolloutBatch(**{**fields, **overrides})
 
 
@@ -65,10 +72,14 @@ def test_the_record_refuses_what_does_not_fit():
 
 
 def test_rates_over_counters_summed_elsewhere():
-    record = _record(counters={"calls": 3, "failures": 1, "rollouts": 2},
-                     rates={"tools/failure_frequency": ("failures", "calls"), "tools/calls": ("calls", None)})
+    record = _record(
+        counters={"calls": 3, "failures": 1, "rollouts": 2},
+        rates={"tools/failure_frequency": ("failures", "calls"), "tools/calls": ("calls", None)},
+    )
     assert record.rollout_metrics({"calls": 6, "failures": 3, "rollouts": 4}) == {
-        "tools/failure_frequency": 0.5, "tools/calls": 6}
+        "tools/failure_frequency": 0.5,
+        "tools/calls": 6,
+    }
     assert record.rollout_metrics({"calls": 0, "failures": 0, "rollouts": 4})["tools/failure_frequency"] == 0.0
 
 
@@ -96,10 +107,13 @@ def test_an_own_rollout_object_is_all_the_trainer_reads(tokenizer):
     data = ppo_prompt_dataset(tokenizer, 8, seed=1)
     prompts = [tokenizer.decode(ids) for ids in data["input_ids"][:4]]
     mine = Counting()
-    trainer = PPOTrainer(build_policy(tokenizer, seed=1), args=doubling_ppo_config(batch_size=4, total_episodes=8,
-                                                                                   response_length=6),
-                         processing_class=tokenizer, train_dataset=Dataset.from_dict({"prompt": prompts * 2}),
-                         rollout=mine)
+    trainer = PPOTrainer(
+        build_policy(tokenizer, seed=1),
+        args=doubling_ppo_config(batch_size=4, total_episodes=8, response_length=6),
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": prompts * 2}),
+        rollout=mine,
+    )
     history = trainer.train()
     assert mine.calls == 2 and len(history) == 2
     assert all(s["mine/rows"] == 4 for s in history)

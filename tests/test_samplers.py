@@ -60,8 +60,16 @@ def test_sequence_modes_use_one_ratio_per_row_from_the_masked_sum():
 def test_importance_weights_scale_the_surrogate_not_the_kl_term():
     from types import SimpleNamespace
 
-    cfg = SimpleNamespace(policy_loss="clip", policy_loss_kwargs=None, cliprange=0.2, beta=0.0, loss_type="bnpo", response_length=3,
-                          kl_loss_estimator="k3", use_bias_correction_kl=True)
+    cfg = SimpleNamespace(
+        policy_loss="clip",
+        policy_loss_kwargs=None,
+        cliprange=0.2,
+        beta=0.0,
+        loss_type="bnpo",
+        response_length=3,
+        kl_loss_estimator="k3",
+        use_bias_correction_kl=True,
+    )
     logp = torch.log(torch.tensor([[0.5, 0.2, 0.9], [0.1, 0.4, 0.3]])).requires_grad_()
     adv = torch.tensor([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0]])
     plain, _ = losses.policy_loss(logp, logp.detach(), logp.detach(), adv, MASK, cfg)
@@ -84,8 +92,16 @@ def test_auto_is_the_loop_on_cpu_the_static_sampler_on_a_gpu_and_every_engine_is
 def _qwen2(hidden: int, heads: int):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=hidden, intermediate_size=64, num_hidden_layers=1,
-                                        num_attention_heads=heads, num_key_value_heads=heads))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=64,
+            hidden_size=hidden,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+        )
+    )
 
 
 def test_auto_keeps_the_loop_on_cpu_for_a_small_policy_or_without_vllm(monkeypatch):
@@ -122,8 +138,9 @@ class ShiftedLogprobs(LoopSampler):
         ids = super().sample(model, query_ids, query_mask, options, generator).ids
         mask = torch.cat([query_mask, response_mask(ids, options.eos_token_id)], dim=1)
         with torch.no_grad():
-            logits = model(torch.cat([query_ids, ids], 1), attention_mask=mask,
-                           position_ids=positions_from_mask(mask)).logits[:, query_ids.shape[1] - 1:-1]
+            logits = model(
+                torch.cat([query_ids, ids], 1), attention_mask=mask, position_ids=positions_from_mask(mask)
+            ).logits[:, query_ids.shape[1] - 1 : -1]
         return Completions(ids, core.logprobs_from_logits(logits.float(), ids, self.temperature) - self.shift)
 
     def policy_changed(self):
@@ -136,8 +153,13 @@ def test_the_trainer_logs_the_engines_gap_and_corrects_for_it(tokenizer, correct
     from trl_ext.tasks.doubling.models import build_policy
 
     cfg = doubling_ppo_config(batch_size=4, total_episodes=4, num_ppo_epochs=2, num_mini_batches=2)
-    trainer = PPOTrainer(build_policy(tokenizer, seed=3), _length, processing_class=tokenizer,
-                         train_dataset=_prompts(tokenizer), args=cfg)
+    trainer = PPOTrainer(
+        build_policy(tokenizer, seed=3),
+        _length,
+        processing_class=tokenizer,
+        train_dataset=_prompts(tokenizer),
+        args=cfg,
+    )
     # set after construction: the trainer refuses the correction for an engine that returns no log-probs
     trainer.config.vllm_importance_sampling_correction = correction
     trainer.sampler = engine = ShiftedLogprobs(0.1, cfg.temperature)
@@ -165,10 +187,12 @@ def test_every_engine_returns_pad_after_eos(tokenizer):
     policy = build_policy(tokenizer, seed=3).eval()
     from trl_ext.data.batching import pad_batch
 
-    ids, mask = pad_batch([tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(4)],
-                          tokenizer.pad_token_id, side="left")
-    options = SamplingOptions(max_new_tokens=8, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id, temperature=1.0)
+    ids, mask = pad_batch(
+        [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(4)], tokenizer.pad_token_id, side="left"
+    )
+    options = SamplingOptions(
+        max_new_tokens=8, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, temperature=1.0
+    )
     for name in ("loop", "generate", "static"):
         out = build_sampler(name).sample(policy, ids, mask, options, torch.Generator().manual_seed(0))
         assert out.logprobs is None and out.ids.shape[0] == 4 and out.ids.shape[1] <= 8

@@ -66,8 +66,13 @@ def _trl_tuned_runner(kind, tokenizer, tmp_path, total_episodes, preset="tuned")
     save_artifact(build_policy(tokenizer), tokenizer, tmp_path / "policy")  # their reference loads from its path
     policy, _ = load_policy(tmp_path / "policy")
     base = doubling_ppo_config(total_episodes=total_episodes, output_dir=str(tmp_path / "out"))
-    inputs = RunInputs(base, policy, tokenizer, lambda completions, **_: [0.0] * len(completions),
-                       lambda n: ppo_prompt_dataset(tokenizer, n, 0))
+    inputs = RunInputs(
+        base,
+        policy,
+        tokenizer,
+        lambda completions, **_: [0.0] * len(completions),
+        lambda n: ppo_prompt_dataset(tokenizer, n, 0),
+    )
     name = f"{kind}-{preset}"
     return base, RUNNERS[BACKENDS[name].runner](replace(inputs, config=_row(name, base)))
 
@@ -121,11 +126,35 @@ def test_trls_tuned_row_reports_a_batch_after_its_last_optimizer_step(tokenizer,
 
 def test_the_tuned_rloo_row_runs_from_the_cli(trained_artifacts, tmp_path):
     out = tmp_path / "tuned"
-    run = subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", "ppo", "--backend", "scratch-rloo-tuned",
-                          "--policy", str(trained_artifacts["policy"]), "--reward", str(trained_artifacts["reward"]),
-                          "--out", str(out), "--batch-size", "16", "--total-episodes", "32", "--probe-every", "0",
-                          "--eval-n", "20"], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trl_ext.commands.cli",
+            "ppo",
+            "--backend",
+            "scratch-rloo-tuned",
+            "--policy",
+            str(trained_artifacts["policy"]),
+            "--reward",
+            str(trained_artifacts["reward"]),
+            "--out",
+            str(out),
+            "--batch-size",
+            "16",
+            "--total-episodes",
+            "32",
+            "--probe-every",
+            "0",
+            "--eval-n",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in lines] == [1, 2] and "loss/value_avg" not in lines[-1]  # no critic
@@ -153,8 +182,13 @@ def test_the_tuned_rows_learn_the_requested_charset(backend, trained_artifacts):
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     base = doubling_ppo_config(skip_special_tokens=False, total_episodes=64 * 80, seed=1)
     cfg = _row(backend, base)
-    trainer = PPOTrainer(policy, doubling_classifier_reward(classifier, classifier_tok), args=cfg,
-                         train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1), processing_class=tok)
+    trainer = PPOTrainer(
+        policy,
+        doubling_classifier_reward(classifier, classifier_tok),
+        args=cfg,
+        train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
+        processing_class=tok,
+    )
     assert trainer.actor_critic.value_head is None and trainer.actor_critic.critic_backbone is None
     trainer.train()
     after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
@@ -180,15 +214,37 @@ def test_the_estimators_doubling_defaults_learn_the_requested_charset(estimator,
 
     parser = argparse.ArgumentParser()
     add_command_arguments(parser, commands()["ppo"])
-    cfg = build_options(commands()["ppo"], parser.parse_args([
-        "--policy", str(trained_artifacts["policy"]), "--reward", str(trained_artifacts["reward"]), "--out",
-        str(tmp_path), "--advantage-estimator", estimator, "--num-generations", "4", "--total-episodes",
-        str(64 * 60), "--seed", "1"])).train
+    cfg = build_options(
+        commands()["ppo"],
+        parser.parse_args(
+            [
+                "--policy",
+                str(trained_artifacts["policy"]),
+                "--reward",
+                str(trained_artifacts["reward"]),
+                "--out",
+                str(tmp_path),
+                "--advantage-estimator",
+                estimator,
+                "--num-generations",
+                "4",
+                "--total-episodes",
+                str(64 * 60),
+                "--seed",
+                "1",
+            ]
+        ),
+    ).train
     policy, tok = load_policy(trained_artifacts["policy"])
     classifier, classifier_tok = load_classifier(trained_artifacts["reward"])
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
-    trainer = PPOTrainer(policy, doubling_classifier_reward(classifier, classifier_tok), args=cfg,
-                         train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1), processing_class=tok)
+    trainer = PPOTrainer(
+        policy,
+        doubling_classifier_reward(classifier, classifier_tok),
+        args=cfg,
+        train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
+        processing_class=tok,
+    )
     trainer.train()
     after = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     assert after >= before + 0.25, (before, after)
@@ -208,8 +264,9 @@ def test_compare_reuses_a_finished_row_only_while_its_config_is_the_same(tmp_pat
     def record():  # the row's record as `compare --backends scratch-rloo-quick` makes it
         parser = argparse.ArgumentParser()
         add_command_arguments(parser, commands()["compare"])
-        opts = build_options(commands()["compare"], parser.parse_args(["--out", str(tmp_path),
-                                                                       "--backends", "scratch-rloo-quick"]))
+        opts = build_options(
+            commands()["compare"], parser.parse_args(["--out", str(tmp_path), "--backends", "scratch-rloo-quick"])
+        )
         return run_record(row_options(opts, tmp_path, PPORun("scratch-rloo-quick", "classifier", 0, "row")))
 
     assert record()["trained_with"]["learning_rate"] == 7e-4  # the row's, not the command default's 3e-4

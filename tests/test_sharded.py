@@ -56,9 +56,14 @@ def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_s
     from trl_ext.tasks.doubling.models import build_policy
 
     accelerator = Accelerator(cpu=True, mixed_precision="bf16")
-    trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer, accelerator=accelerator,
-                         args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1),
-                         train_dataset=_prompts(tokenizer))
+    trainer = PPOTrainer(
+        build_policy(tokenizer),
+        _length,
+        processing_class=tokenizer,
+        accelerator=accelerator,
+        args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1),
+        train_dataset=_prompts(tokenizer),
+    )
     seen = []
     handle = trainer.policy.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     history = trainer.train()
@@ -72,9 +77,13 @@ def test_gradient_checkpointing_updates(tokenizer):
 
     with warnings.catch_warnings():  # switched on under the name the installed transformers takes (5.24 renamed it)
         warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
-        trainer = PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer,
-                             train_dataset=_prompts(tokenizer), args=doubling_ppo_config(
-                                 batch_size=4, total_episodes=8, num_ppo_epochs=1, gradient_checkpointing=True))
+        trainer = PPOTrainer(
+            build_policy(tokenizer),
+            _length,
+            processing_class=tokenizer,
+            train_dataset=_prompts(tokenizer),
+            args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, gradient_checkpointing=True),
+        )
     renamed = hasattr(type(trainer.policy), "is_activation_checkpointing")
     assert getattr(trainer.policy, "is_activation_checkpointing" if renamed else "is_gradient_checkpointing")
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
@@ -89,9 +98,13 @@ def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
     from transformers import AutoModelForCausalLM
 
     path = tiny_qwen2(tmp_path / "qwen2")
-    trainer = PPOTrainer(str(path), _length, processing_class=None,
-                         args=doubling_ppo_config(batch_size=2, total_episodes=2, response_length=4, learning_rate=1e-1),
-                         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    trainer = PPOTrainer(
+        str(path),
+        _length,
+        processing_class=None,
+        args=doubling_ppo_config(batch_size=2, total_episodes=2, response_length=4, learning_rate=1e-1),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     assert trainer.ref_policy is None  # no second copy of the base model
     base = AutoModelForCausalLM.from_pretrained(path).eval()
     query = trainer.tokenizer("hello there")["input_ids"]
@@ -99,7 +112,9 @@ def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
     ids = torch.tensor([query])
     inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(ids.shape[1])[None])
     with torch.no_grad():
-        reference = trainer.passes.reference_logits(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
+        reference = trainer.passes.reference_logits(
+            inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"]
+        )
         assert torch.allclose(reference, base(**inputs, use_cache=False).logits, atol=1e-5)
         policy = trainer.policy(**inputs, use_cache=False).logits
     assert not torch.allclose(policy, reference, atol=1e-5)  # the adapted policy differs from it
@@ -118,14 +133,22 @@ def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
     from trl_ext.tasks.doubling.models import build_policy
 
     policy = build_policy(tokenizer, seed=3)
-    trainer = PPOTrainer(policy, _length, processing_class=tokenizer,
-                         args=doubling_ppo_config(batch_size=8, top_k=1, sampler=sampler))
+    trainer = PPOTrainer(
+        policy, _length, processing_class=tokenizer, args=doubling_ppo_config(batch_size=8, top_k=1, sampler=sampler)
+    )
     queries = _prompts(tokenizer)["input_ids"]
     ids, mask = trainer._pad_queries(queries)
-    greedy = sample_responses(policy, ids, mask, max_new_tokens=8, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id, temperature=0)
+    greedy = sample_responses(
+        policy,
+        ids,
+        mask,
+        max_new_tokens=8,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=0,
+    )
     sampled = trainer._sample(ids, mask).ids
-    assert torch.equal(sampled[:, :greedy.shape[1]], greedy)
+    assert torch.equal(sampled[:, : greedy.shape[1]], greedy)
 
 
 def test_sampling_options_are_checked():

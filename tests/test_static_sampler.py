@@ -14,8 +14,9 @@ def _gpt2(dtype=torch.float32):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, eos_token_id=1,
-                     bos_token_id=1, pad_token_id=0)
+    cfg = GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, eos_token_id=1, bos_token_id=1, pad_token_id=0
+    )
     return GPT2LMHeadModel(cfg).to(dtype).eval()
 
 
@@ -23,9 +24,19 @@ def _qwen2(dtype=torch.float32):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      eos_token_id=1, pad_token_id=0, bos_token_id=None, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        eos_token_id=1,
+        pad_token_id=0,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
     return Qwen2ForCausalLM(cfg).to(dtype).eval()
 
 
@@ -41,8 +52,16 @@ def _queries(rows=5, seed=1):
 
 def _eos_for(model, ids, mask, **options):
     """An eos that ends some rows early: the commonest token of an eos-free rollout."""
-    free = sample_responses(model, ids, mask, max_new_tokens=12, eos_token_id=-1, pad_token_id=0,
-                            generator=torch.Generator().manual_seed(7), **options)
+    free = sample_responses(
+        model,
+        ids,
+        mask,
+        max_new_tokens=12,
+        eos_token_id=-1,
+        pad_token_id=0,
+        generator=torch.Generator().manual_seed(7),
+        **options,
+    )
     return int(free[:, 1:].flatten().mode().values)
 
 
@@ -60,8 +79,13 @@ def _length(completions, **kwargs):
     return [float(len(c)) for c in completions]
 
 
-SAMPLING = [dict(temperature=0.0), dict(temperature=1.0), dict(temperature=0.7, top_k=5),
-            dict(temperature=1.0, top_p=0.8), dict(temperature=1.3, top_k=20, top_p=0.9)]
+SAMPLING = [
+    dict(temperature=0.0),
+    dict(temperature=1.0),
+    dict(temperature=0.7, top_k=5),
+    dict(temperature=1.0, top_p=0.8),
+    dict(temperature=1.3, top_k=20, top_p=0.9),
+]
 
 
 @pytest.mark.parametrize("build", [_gpt2, _qwen2], ids=["gpt2", "qwen2"])
@@ -126,14 +150,13 @@ def _prompts(rows: int, width: int, seed: int):
 
 def test_the_turns_of_a_tool_loop_reuse_a_few_caches():
     """A multi-turn rollout asks for fewer rows, longer prompts and fewer new tokens turn after turn: each a new
-    shape (and on a GPU a new compile) unless a kept cache holds it. """
+    shape (and on a GPU a new compile) unless a kept cache holds it."""
     model = _qwen2()
     sampler = StaticDecoder()
     turns = [(6, 9, 40), (2, 15, 25), (4, 14, 31), (6, 9, 40), (3, 16, 18), (1, 30, 9), (5, 12, 27), (2, 40, 50)]
     for seed, (rows, width, new) in enumerate(turns):
         ids, mask = _prompts(rows, width, seed)
-        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0,
-                                max_new_tokens=new)
+        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, max_new_tokens=new)
         assert torch.equal(static, loop), (rows, width, new)
     # all but the last fit the first turn's cache; the last's 40-token prompt and 50 new tokens do not
     assert sorted(sampler._caches) == [(6, 16 + 64), (6, 64 + 64)]  # the new one as wide as the widest so far
@@ -145,16 +168,20 @@ def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():
     options = {"max_new_tokens": 30, "pad_token_id": 0, "temperature": 1.0}
     free = sample_responses(model, ids, mask, eos_token_id=-1, generator=torch.Generator().manual_seed(7), **options)
     # An eos that every row emits, the last row at a step that is not a multiple of 8.
-    width = {t: max(int((row == t).nonzero()[0]) + 1 for row in free) for t in set(free[0].tolist())
-             if all((row == t).any() for row in free)}
+    width = {
+        t: max(int((row == t).nonzero()[0]) + 1 for row in free)
+        for t in set(free[0].tolist())
+        if all((row == t).any() for row in free)
+    }
     eos = next(t for t in sorted(width, key=width.get) if width[t] % 8)
     loop = sample_responses(model, ids, mask, eos_token_id=eos, generator=torch.Generator().manual_seed(7), **options)
-    static = StaticDecoder(check_every=8)(model, ids, mask, eos_token_id=eos,
-                                          generator=torch.Generator().manual_seed(7), **options)
+    static = StaticDecoder(check_every=8)(
+        model, ids, mask, eos_token_id=eos, generator=torch.Generator().manual_seed(7), **options
+    )
     assert loop.shape[1] == width[eos] < 30  # every row ended early; the static sampler sees it at a check
     assert static.shape[1] == min(30, -(-loop.shape[1] // 8) * 8)
-    assert torch.equal(static[:, :loop.shape[1]], loop)
-    assert (static[:, loop.shape[1]:] == 0).all()
+    assert torch.equal(static[:, : loop.shape[1]], loop)
+    assert (static[:, loop.shape[1] :] == 0).all()
 
 
 def test_the_decode_step_traces_as_one_graph_and_is_not_retraced():
@@ -170,8 +197,9 @@ def test_the_decode_step_traces_as_one_graph_and_is_not_retraced():
     sampler = StaticDecoder(compile=True, compile_options={"backend": "eager", "fullgraph": True, "dynamic": False})
     for seed in (1, 2):
         ids, mask = _queries(seed=seed)
-        loop, static, _ = _both(model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, top_k=20,
-                                top_p=0.9)
+        loop, static, _ = _both(
+            model, ids, mask, sampler=sampler, eos_token_id=-1, temperature=1.0, top_k=20, top_p=0.9
+        )
         assert torch.equal(static, loop)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     torch._dynamo.reset()
@@ -180,6 +208,7 @@ def test_the_decode_step_traces_as_one_graph_and_is_not_retraced():
 def test_a_decode_step_that_fails_to_compile_falls_back_to_eager():
     model = _gpt2()
     ids, mask = _queries()
+
     def broken_compiler(graph, example_inputs):
         raise RuntimeError("this compiler always fails")
 
@@ -193,8 +222,9 @@ def test_pick_tokens_draws_as_multinomial_does():
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     for _ in range(20):
         noise = torch.empty_like(logits).exponential_(generator=torch.Generator().manual_seed(_))
-        expected = torch.multinomial(torch.softmax(logits, -1), 1,
-                                     generator=torch.Generator().manual_seed(_)).squeeze(-1)
+        expected = torch.multinomial(torch.softmax(logits, -1), 1, generator=torch.Generator().manual_seed(_)).squeeze(
+            -1
+        )
         assert torch.equal(pick_tokens(logits, noise, temperature=1.0, top_k=0, top_p=1.0), expected)
     top = pick_tokens(logits, noise, temperature=1.0, top_k=1, top_p=1.0)
     assert torch.equal(top, logits.argmax(-1))
@@ -210,13 +240,21 @@ def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer)
     prompts = Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(8)]})
     histories = {}
     for sampler in ("loop", "static"):
-        trainer = PPOTrainer(build_policy(tokenizer, seed=3), _length, processing_class=tokenizer, train_dataset=prompts,
-                             args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler))
+        trainer = PPOTrainer(
+            build_policy(tokenizer, seed=3),
+            _length,
+            processing_class=tokenizer,
+            train_dataset=prompts,
+            args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler),
+        )
         assert trainer.sampler_name == sampler
-        histories[sampler] = [{k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"}
-                              for h in trainer.train()]
+        histories[sampler] = [
+            {k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"} for h in trainer.train()
+        ]
     assert histories["static"] == histories["loop"]  # same rollouts, so the same updates, to the last bit
-    assert PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer).sampler_name == "loop"  # 'auto', CPU
+    assert (
+        PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer).sampler_name == "loop"
+    )  # 'auto', CPU
 
 
 def test_static_sampler_on_an_fsdp2_sharded_policy():
@@ -230,5 +268,19 @@ def test_static_sampler_on_an_fsdp2_sharded_policy():
 
 
 def test_bucket_sizes():
-    assert [bucket(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 25, 33, 64, 65)] == \
-        [1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 32, 48, 64, 96]
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 25, 33, 64, 65)] == [
+        1,
+        2,
+        3,
+        4,
+        6,
+        6,
+        8,
+        12,
+        16,
+        24,
+        32,
+        48,
+        64,
+        96,
+    ]

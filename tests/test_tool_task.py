@@ -30,7 +30,11 @@ def test_the_test_split_is_fixed_and_apart_from_every_other_name():
     names = {r["name"] for r in test}
     assert len(names) == 16 and not names & set(tt.NAMES)  # neither trained on nor used to choose a setting
     assert len({r["code"] for r in test}) > 16 and all(len(r["code"]) == 4 and r["code"].isdigit() for r in test)
-    assert [(r["name"], r["code"]) for r in test[:3]] == [("Amara", "6764"), ("Boris", "2024"), ("Chloe", "8048")]  # pinned
+    assert [(r["name"], r["code"]) for r in test[:3]] == [
+        ("Amara", "6764"),
+        ("Boris", "2024"),
+        ("Chloe", "8048"),
+    ]  # pinned
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         tt.eval_rows("dev")
 
@@ -50,11 +54,13 @@ def test_the_code_is_the_environments_and_the_per_turn_reward_comes_once():
 def test_right_code_grades_the_final_assistant_turn():
     call = {"role": "assistant", "content": "", "tool_calls": [tt.tool_call("Maria")]}
     tool = {"role": "tool", "name": "lookup_code", "content": "1234"}
-    completions = [[call, tool, {"role": "assistant", "content": "1234"}],
-                   [call, tool, {"role": "assistant", "content": "The code is 1234."}],
-                   [call, tool, {"role": "assistant", "content": "1234 or 4321"}],
-                   [call, tool],  # ended on the tool's result
-                   [{"role": "assistant", "content": "4321"}]]
+    completions = [
+        [call, tool, {"role": "assistant", "content": "1234"}],
+        [call, tool, {"role": "assistant", "content": "The code is 1234."}],
+        [call, tool, {"role": "assistant", "content": "1234 or 4321"}],
+        [call, tool],  # ended on the tool's result
+        [{"role": "assistant", "content": "4321"}],
+    ]
     assert tt.right_code(completions, ["1234"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
 
 
@@ -73,7 +79,6 @@ def test_the_sft_rows_render_what_a_rollout_holds():
         assert whole.startswith(prompt + call_text("lookup_code", {"name": name}) + "<|im_end|>")
         assert name not in tt.heldout_names()
         code = answer_row["completion"][0]["content"]
-        answer = tok.apply_chat_template(answer_row["prompt"] + answer_row["completion"], tools=schemas,
-                                         tokenize=False)
+        answer = tok.apply_chat_template(answer_row["prompt"] + answer_row["completion"], tools=schemas, tokenize=False)
         assert answer.startswith(whole.rstrip("\n")) and answer.rstrip("\n").endswith(f"{code}<|im_end|>")
         assert f"<tool_response>\n{code}\n</tool_response>" in answer

@@ -30,8 +30,12 @@ def test_reward_scorer_sums_by_grpos_none_rule_and_reports_each_function():
     rows = {"input_ids": [[1], [2]], "prompt": ["a", "b"]}
     scores, stats = scorer.score(rows, ["a", "b"], ["xy", "xyz"], [[5, 6], [5, 6, 7]], trainer_state=None)
     assert scores == [12.0, 3.0]  # the None of row 1 is left out, not counted as 0
-    assert stats == {"rewards/length/mean": 2.5, "rewards/only_first/mean": 1.0, "rewards/logs/mean": 0.0,
-                     "custom/seen": 2.0}
+    assert stats == {
+        "rewards/length/mean": 2.5,
+        "rewards/only_first/mean": 1.0,
+        "rewards/logs/mean": 0.0,
+        "custom/seen": 2.0,
+    }
     assert scorer.score(rows, ["a", "b"], ["x", "y"], [[5], [6]], None)[1]["custom/seen"] == 2.0  # not accumulated
     with pytest.raises(InputError, match="reward_weights has 1 values for 3"):
         RewardScorer([length, only_first, logs], [1.0])
@@ -56,10 +60,18 @@ def test_sampling_metrics_average_means_and_take_extremes_over_ranks():
     from trl_ext.ppo.update_metrics import sampling_metrics
 
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    exp = Experience(query_response=None, attention_mask=None, position_ids=None, responses=None, mask=mask,
-                     old_logprobs=torch.tensor([[-1.0, -2.0, -9.0]]), ref_logprobs=None, outcome=None,
-                     sampling_logprobs=torch.tensor([[-1.5, -2.1, 0.0]]),  # the padded token's gap is not counted
-                     importance_weights=torch.tensor([[0.5, 2.0, 7.0]]))
+    exp = Experience(
+        query_response=None,
+        attention_mask=None,
+        position_ids=None,
+        responses=None,
+        mask=mask,
+        old_logprobs=torch.tensor([[-1.0, -2.0, -9.0]]),
+        ref_logprobs=None,
+        outcome=None,
+        sampling_logprobs=torch.tensor([[-1.5, -2.1, 0.0]]),  # the padded token's gap is not counted
+        importance_weights=torch.tensor([[0.5, 2.0, 7.0]]),
+    )
     other = torch.tensor([0.3, 0.3, 0.1, 1.0, 4.0])  # the other rank: gap mean/max, ratio min/mean/max
     metrics = sampling_metrics(exp, TwoRanks(other))
     assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx((0.3 + 0.3) / 2)
@@ -70,11 +82,26 @@ def test_sampling_metrics_average_means_and_take_extremes_over_ranks():
 
 
 def test_experience_minibatch_keeps_none_fields_none():
-    outcome = Advantages(advantages=torch.arange(4.0), returns=None, values=None, scores=torch.arange(4.0),
-                         kl=torch.zeros(4), rewards=torch.zeros(4), non_score_rewards=torch.zeros(4),
-                         value_mask=torch.ones(4))
-    exp = Experience(torch.zeros(4, 2), torch.ones(4, 2), torch.zeros(4, 2), torch.zeros(4, 1), torch.ones(4, 1),
-                     torch.arange(4.0)[:, None], torch.zeros(4, 1), outcome)
+    outcome = Advantages(
+        advantages=torch.arange(4.0),
+        returns=None,
+        values=None,
+        scores=torch.arange(4.0),
+        kl=torch.zeros(4),
+        rewards=torch.zeros(4),
+        non_score_rewards=torch.zeros(4),
+        value_mask=torch.ones(4),
+    )
+    exp = Experience(
+        torch.zeros(4, 2),
+        torch.ones(4, 2),
+        torch.zeros(4, 2),
+        torch.zeros(4, 1),
+        torch.ones(4, 1),
+        torch.arange(4.0)[:, None],
+        torch.zeros(4, 1),
+        outcome,
+    )
     mb = exp.minibatch(torch.tensor([3, 1]))
     assert mb.outcome.returns is None and mb.sampling_logprobs is None
     assert mb.outcome.scores.tolist() == [3.0, 1.0] and mb.old_logprobs[:, 0].tolist() == [3.0, 1.0]

@@ -26,8 +26,9 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
     from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
     policy, tok, reward = pieces
-    cfg = doubling_ppo_config(batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16,
-                    separate_critic=separate_critic)
+    cfg = doubling_ppo_config(
+        batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16, separate_critic=separate_critic
+    )
     trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 16, 0), tmp_path)
     value_model = trainer.accelerator.unwrap_model(trainer.model).value_model
     assert (value_model.backbone is policy.transformer) != separate_critic
@@ -56,8 +57,14 @@ def test_trl_backend_learns_requested_charset(pieces, tmp_path):
 
     policy, tok, reward = pieces
     before = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
-    cfg = doubling_ppo_config(batch_size=64, total_episodes=64 * 30, learning_rate=3e-4, separate_critic=True,
-                    lr_scheduler_type="constant", seed=1)
+    cfg = doubling_ppo_config(
+        batch_size=64,
+        total_episodes=64 * 30,
+        learning_rate=3e-4,
+        separate_critic=True,
+        lr_scheduler_type="constant",
+        seed=1,
+    )
     trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, cfg.total_episodes, 1), tmp_path)
     trainer.train()
     after = evaluate_policy(policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
@@ -67,16 +74,38 @@ def test_trl_backend_learns_requested_charset(pieces, tmp_path):
 def _cli(*args):
     import os
 
-    return subprocess.run([sys.executable, "-m", "trl_ext.commands.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "trl_ext.commands.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.mark.parametrize("backend", [pytest.param("trl", marks=pytest.mark.needs_trl_ppo), "scratch"])
 def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
     out = tmp_path / backend
-    run = _cli("ppo", "--backend", backend, "--policy", str(trained_artifacts["policy"]), "--reward",
-               str(trained_artifacts["reward"]), "--out", str(out), "--batch-size", "8", "--total-episodes", "16",
-               "--probe-every", "1", "--probe-n", "10", "--eval-n", "20")
+    run = _cli(
+        "ppo",
+        "--backend",
+        backend,
+        "--policy",
+        str(trained_artifacts["policy"]),
+        "--reward",
+        str(trained_artifacts["reward"]),
+        "--out",
+        str(out),
+        "--batch-size",
+        "8",
+        "--total-episodes",
+        "16",
+        "--probe-every",
+        "1",
+        "--probe-n",
+        "10",
+        "--eval-n",
+        "20",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert f"ppo[{backend}]: greedy exact=" in run.stdout
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -90,9 +119,23 @@ def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
 def test_ppo_cli_bad_input(trained_artifacts, tmp_path):
     policy, reward = str(trained_artifacts["policy"]), str(trained_artifacts["reward"])
     run = _cli("ppo", "--backend", "trl", "--policy", policy, "--out", str(tmp_path / "a"))
-    assert run.returncode == 2 and "give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url" in run.stderr
-    run = _cli("ppo", "--policy", policy, "--reward", reward, "--out", str(tmp_path / "b"), "--batch-size", "10",
-               "--num-mini-batches", "4")
+    assert (
+        run.returncode == 2
+        and "give --reward (a classifier directory), --reward-fn (module:callable) or --reward-url" in run.stderr
+    )
+    run = _cli(
+        "ppo",
+        "--policy",
+        policy,
+        "--reward",
+        reward,
+        "--out",
+        str(tmp_path / "b"),
+        "--batch-size",
+        "10",
+        "--num-mini-batches",
+        "4",
+    )
     assert run.returncode == 2 and "not divisible by num_mini_batches" in run.stderr
     run = _cli("ppo", "--policy", policy, "--reward", policy, "--out", str(tmp_path / "c"))
     assert run.returncode == 2 and "not a sequence classifier" in run.stderr
@@ -124,19 +167,48 @@ def test_ppo_cli_with_a_user_reward_function(trained_artifacts, tmp_path):
     (tmp_path / "my_reward.py").write_text(
         "def shorter_is_better(completions, completion_ids, label, **kwargs):\n"
         "    assert len(label) == len(completions)\n"
-        "    return [-len(ids) / 8 for ids in completion_ids]\n")
+        "    return [-len(ids) / 8 for ids in completion_ids]\n"
+    )
     out = tmp_path / "run"
-    run = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn",
-               f"{tmp_path / 'my_reward.py'}:shorter_is_better", "--out", str(out), "--batch-size", "8",
-               "--total-episodes", "16", "--probe-every", "0", "--eval-n", "20")
+    run = _cli(
+        "ppo",
+        "--policy",
+        str(trained_artifacts["policy"]),
+        "--reward-fn",
+        f"{tmp_path / 'my_reward.py'}:shorter_is_better",
+        "--out",
+        str(out),
+        "--batch-size",
+        "8",
+        "--total-episodes",
+        "16",
+        "--probe-every",
+        "0",
+        "--eval-n",
+        "20",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and all(-1.0 <= r["objective/scores"] < 0 for r in lines)
-    bad = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn", "no_such_module:f",
-               "--out", str(tmp_path / "bad"))
+    bad = _cli(
+        "ppo",
+        "--policy",
+        str(trained_artifacts["policy"]),
+        "--reward-fn",
+        "no_such_module:f",
+        "--out",
+        str(tmp_path / "bad"),
+    )
     assert bad.returncode == 2 and "cannot import 'no_such_module'" in bad.stderr
-    bad = _cli("ppo", "--policy", str(trained_artifacts["policy"]), "--reward-fn",
-               f"{tmp_path / 'my_reward.py'}:missing", "--out", str(tmp_path / "bad"))
+    bad = _cli(
+        "ppo",
+        "--policy",
+        str(trained_artifacts["policy"]),
+        "--reward-fn",
+        f"{tmp_path / 'my_reward.py'}:missing",
+        "--out",
+        str(tmp_path / "bad"),
+    )
     assert bad.returncode == 2 and "has no callable 'missing'" in bad.stderr
 
 
@@ -160,5 +232,8 @@ def test_the_settings_trl_ppo_cannot_express_are_named():
 
     assert settings_trl_ppo_cannot_express(doubling_ppo_config(score_position="after_last_token")) == {}
     differ = settings_trl_ppo_cannot_express(doubling_ppo_config(whiten_advantages=False, beta=0.1))
-    assert differ == {"score_position": ("last_token", "after_last_token"), "whiten_advantages": (False, True),
-                      "beta": (0.1, 0.0)}
+    assert differ == {
+        "score_position": ("last_token", "after_last_token"),
+        "whiten_advantages": (False, True),
+        "beta": (0.1, 0.0),
+    }

@@ -23,8 +23,24 @@ pytestmark = pytest.mark.needs_trl_ppo
 
 TOLERANCE = 1e-5
 # Responses of 1 to 6 tokens ending in eos (E), one cut off at the response length without it.
-RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567", "六E", "柒E", "90E", "零零E",
-             "3E", "伍E", "二二E", "5678E"]
+RESPONSES = [
+    "12E",
+    "二四E",
+    "E",
+    "陆陆肆零E",
+    "246E",
+    "4",
+    "8E",
+    "1234567",
+    "六E",
+    "柒E",
+    "90E",
+    "零零E",
+    "3E",
+    "伍E",
+    "二二E",
+    "5678E",
+]
 
 
 def _rollouts(tokenizer, n):
@@ -32,8 +48,9 @@ def _rollouts(tokenizer, n):
 
     data = ppo_prompt_dataset(tokenizer, n, seed=3)
     responses = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in RESPONSES[:n]]
-    scores = [float(s) for s in torch.linspace(-2.0, 3.0, n)[torch.randperm(n, generator=torch.Generator()
-                                                                           .manual_seed(0))]]
+    scores = [
+        float(s) for s in torch.linspace(-2.0, 3.0, n)[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+    ]
     return data.add_column("fixed_score", scores), responses, scores
 
 
@@ -57,7 +74,7 @@ def _trl_update(cfg, policy, tokenizer, data, responses, tmp_path, monkeypatch):
         query_responses = torch.cat([queries, padded], dim=1)
         with torch.no_grad():  # the logits TRL's sampler returns: temperature-scaled, at the response positions
             logits = trl_ppo.forward(model, query_responses, pad_token_id).logits
-        logits = logits[:, queries.shape[1] - 1:-1] / (cfg.temperature + 1e-7)
+        logits = logits[:, queries.shape[1] - 1 : -1] / (cfg.temperature + 1e-7)
         return query_responses, logits
 
     recorded = {"losses": [], "orders": [], "masked_means": [], "logs": []}
@@ -79,8 +96,11 @@ def _trl_update(cfg, policy, tokenizer, data, responses, tmp_path, monkeypatch):
     monkeypatch.setattr(np.random, "permutation", recording_permutation)
     trainer = build_trl_trainer(cfg, policy, tokenizer, _fixed_score, data, tmp_path / "trl")
     real_backward = trainer.accelerator.backward
-    monkeypatch.setattr(trainer.accelerator, "backward",
-                        lambda loss, **kw: (recorded["losses"].append(loss.item()), real_backward(loss, **kw)))
+    monkeypatch.setattr(
+        trainer.accelerator,
+        "backward",
+        lambda loss, **kw: (recorded["losses"].append(loss.item()), real_backward(loss, **kw)),
+    )
     real_log = trainer.log
     monkeypatch.setattr(trainer, "log", lambda logs, *a: (recorded["logs"].append(dict(logs)), real_log(logs, *a)))
     head = trainer.accelerator.unwrap_model(trainer.model).value_model.with_value_head.v_head.summary
@@ -110,7 +130,10 @@ class _ReplayingTrainer:
                 recorded["losses"].append(loss.item())
                 super()._backward(loss)
 
-        for module, name, key in ((losses, "policy_loss", "policy_losses"), (core, "clipped_value_loss", "value_losses")):
+        for module, name, key in (
+            (losses, "policy_loss", "policy_losses"),
+            (core, "clipped_value_loss", "value_losses"),
+        ):
             real = getattr(module, name)
 
             def recording(*args, _real=real, _key=key, **kwargs):
@@ -132,7 +155,7 @@ def _weights(module):
         p = p.detach().clone()
         if name.endswith("attn.c_attn.bias"):
             width = p.shape[0] // 3
-            p = torch.cat([p[:width], p[2 * width:]])  # query and value parts
+            p = torch.cat([p[:width], p[2 * width :]])  # query and value parts
         weights[name] = p
     return weights
 
@@ -145,20 +168,37 @@ def _max_difference(ours: dict, theirs: dict) -> float:
 def _logits(policy, tokenizer, data, responses):
     from trl_ext.data.batching import pad_batch
 
-    ids, mask = pad_batch([q + r for q, r in zip(data["input_ids"], responses)], tokenizer.pad_token_id,
-                          side="right")
+    ids, mask = pad_batch([q + r for q, r in zip(data["input_ids"], responses)], tokenizer.pad_token_id, side="right")
     with torch.no_grad():
         return policy(input_ids=ids, attention_mask=mask).logits * mask[..., None]
 
 
-def _run_both(tokenizer, tmp_path, monkeypatch, separate_critic=False, score_position="after_last_token",
-              whiten_rewards=False, num_mini_batches=4):
+def _run_both(
+    tokenizer,
+    tmp_path,
+    monkeypatch,
+    separate_critic=False,
+    score_position="after_last_token",
+    whiten_rewards=False,
+    num_mini_batches=4,
+):
     from trl_ext.tasks.doubling.models import build_policy
 
     n = len(RESPONSES)
-    cfg = doubling_ppo_config(batch_size=n, num_mini_batches=num_mini_batches, num_ppo_epochs=2, total_episodes=n, learning_rate=1e-4,
-                    separate_critic=separate_critic, score_position=score_position, whiten_rewards=whiten_rewards,
-                    kl_coef=0.1, response_length=7, cliprange=0.1, cliprange_value=0.05)
+    cfg = doubling_ppo_config(
+        batch_size=n,
+        num_mini_batches=num_mini_batches,
+        num_ppo_epochs=2,
+        total_episodes=n,
+        learning_rate=1e-4,
+        separate_critic=separate_critic,
+        score_position=score_position,
+        whiten_rewards=whiten_rewards,
+        kl_coef=0.1,
+        response_length=7,
+        cliprange=0.1,
+        cliprange_value=0.05,
+    )
     data, responses, scores = _rollouts(tokenizer, n)
     theirs_policy = build_policy(tokenizer, seed=1)
     ours_policy = copy.deepcopy(theirs_policy)
@@ -171,10 +211,22 @@ def _run_both(tokenizer, tmp_path, monkeypatch, separate_critic=False, score_pos
     # TRL's value head starts random, ours at zero: start ours from TRL's weights before its update.
     ours_trainer.actor_critic.value_head.load_state_dict(trl["head_before"])
     stats = ours_trainer.step(data["input_ids"], responses, scores)
-    gap = (_logits(ours_trainer.policy, tokenizer, data, responses) -
-           _logits(theirs_policy, tokenizer, data, responses)).abs().max().item()
-    return {"trl": trl, "ours": ours, "stats": stats, "trl_policy": theirs_policy, "ours_trainer": ours_trainer,
-            "trl_head": head, "trl_critic": value_model.backbone, "logit_gap": gap}
+    gap = (
+        (_logits(ours_trainer.policy, tokenizer, data, responses) - _logits(theirs_policy, tokenizer, data, responses))
+        .abs()
+        .max()
+        .item()
+    )
+    return {
+        "trl": trl,
+        "ours": ours,
+        "stats": stats,
+        "trl_policy": theirs_policy,
+        "ours_trainer": ours_trainer,
+        "trl_head": head,
+        "trl_critic": value_model.backbone,
+        "logit_gap": gap,
+    }
 
 
 @pytest.mark.parametrize("separate_critic", [False, True], ids=["shared-critic", "separate-critic"])
@@ -185,8 +237,16 @@ def test_one_update_equals_trl(separate_critic, tokenizer, tmp_path, monkeypatch
     for key in ("losses", "policy_losses", "value_losses"):
         np.testing.assert_allclose(ours[key], trl[key], atol=TOLERANCE, rtol=0, err_msg=key)
     log = next(entry for entry in trl["logs"] if "loss/policy_avg" in entry)
-    for name in ("loss/policy_avg", "loss/value_avg", "policy/clipfrac_avg", "val/clipfrac_avg", "objective/kl",
-                 "objective/scores", "objective/non_score_reward", "objective/rlhf_reward"):
+    for name in (
+        "loss/policy_avg",
+        "loss/value_avg",
+        "policy/clipfrac_avg",
+        "val/clipfrac_avg",
+        "objective/kl",
+        "objective/scores",
+        "objective/non_score_reward",
+        "objective/rlhf_reward",
+    ):
         assert result["stats"][name] == pytest.approx(log[name], abs=TOLERANCE), name
     assert max(log["policy/clipfrac_avg"], log["val/clipfrac_avg"]) > 0  # the clipping paths were exercised
     trainer = result["ours_trainer"]
@@ -194,11 +254,17 @@ def test_one_update_equals_trl(separate_critic, tokenizer, tmp_path, monkeypatch
     # element of 210k differed by 2.9e-5 and the logits by 1.2e-5 (tests/weight_gaps.py says why).
     assert_same_adam_steps(_weights(trainer.policy), _weights(result["trl_policy"]))
     assert result["logit_gap"] < 5 * TOLERANCE
-    assert _max_difference(_weights(trainer.actor_critic.value_head),
-                           {"weight": result["trl_head"].weight, "bias": result["trl_head"].bias}) < TOLERANCE
+    assert (
+        _max_difference(
+            _weights(trainer.actor_critic.value_head),
+            {"weight": result["trl_head"].weight, "bias": result["trl_head"].bias},
+        )
+        < TOLERANCE
+    )
     if separate_critic:
-        assert _max_difference(_weights(trainer.actor_critic.critic_backbone),
-                               _weights(result["trl_critic"])) < TOLERANCE
+        assert (
+            _max_difference(_weights(trainer.actor_critic.critic_backbone), _weights(result["trl_critic"])) < TOLERANCE
+        )
 
 
 def test_whitened_rewards_update_equals_trl(tokenizer, tmp_path, monkeypatch):

@@ -43,8 +43,11 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
 
     prompts = [tokenizer.decode(ids) for ids in prompt_ids]
     by_prompt = {tuple(ids): list(group) for ids, group in zip(prompt_ids, completions)}
-    score_of = {(tuple(ids), tuple(c)): s for ids, group, group_scores in zip(prompt_ids, completions, scores)
-                for c, s in zip(group, group_scores)}
+    score_of = {
+        (tuple(ids), tuple(c)): s
+        for ids, group, group_scores in zip(prompt_ids, completions, scores)
+        for c, s in zip(group, group_scores)
+    }
     recorded = {"prompt_ids": [], "completion_ids": [], "advantages": [], "losses": []}
 
     def fixed_generation(self, prompt_ids_batch, images, multimodal_fields, num_generations=None):  # 1.12: 3 args
@@ -57,13 +60,29 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
 
     # TRL configured by the mapping the compare rows use (one generated batch: max_steps = its iterations)
     config_class, trainer_class = (GRPOConfig, GRPOTrainer) if kind == "grpo" else (RLOOConfig, RLOOTrainer)
-    config = config_class(output_dir=str(tmp_path / kind), per_device_train_batch_size=cfg.batch_size,
-                          num_generations=cfg.num_generations, max_steps=cfg.num_ppo_epochs,
-                          **group_trainer_arguments(kind, cfg), shuffle_dataset=False, use_cpu=True, bf16=False,
-                          report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True,
-                          disable_dropout=True, seed=0)
-    trainer = trainer_class(model=str(path), reward_funcs=[fixed_score], args=config,
-                            train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer)
+    config = config_class(
+        output_dir=str(tmp_path / kind),
+        per_device_train_batch_size=cfg.batch_size,
+        num_generations=cfg.num_generations,
+        max_steps=cfg.num_ppo_epochs,
+        **group_trainer_arguments(kind, cfg),
+        shuffle_dataset=False,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        disable_dropout=True,
+        seed=0,
+    )
+    trainer = trainer_class(
+        model=str(path),
+        reward_funcs=[fixed_score],
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=tokenizer,
+    )
     prepare_trl_trainer(trainer, recorded)
     monkeypatch.setattr(type(trainer), "_generate_single_turn", fixed_generation)
     real_loss = type(trainer)._compute_loss
@@ -73,8 +92,9 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
         recorded["advantages"].append(inputs["advantages"].detach().clone())
         # GRPO shuffles the generation batch before its loss: keep each row's (prompt, completion) to align on
         keys = []
-        for ids, mask, c_ids, c_mask in zip(inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
-                                            inputs["completion_mask"]):
+        for ids, mask, c_ids, c_mask in zip(
+            inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"], inputs["completion_mask"]
+        ):
             keys.append((tuple(ids[mask.bool()].tolist()), tuple(c_ids[c_mask.bool()].tolist())))
         recorded["keys"] = keys
         recorded["losses"].append(loss.item())
@@ -87,16 +107,25 @@ def _trl_update(kind, path, tokenizer, prompt_ids, completions, scores, cfg, tmp
 
 GRPO = dict(advantage_estimator="grpo", kl_coef=0.0, scale_rewards="group")
 # RLOO: the k1 KL summed over the sequence comes off the score; one ratio per sequence, averaged over sequences
-RLOO = dict(advantage_estimator="rloo", kl_coef=0.05, kl_estimator="k1", kl_mode="sequence", beta=0.0,
-            policy_loss="sequence_clip", loss_type="grpo")
+RLOO = dict(
+    advantage_estimator="rloo",
+    kl_coef=0.05,
+    kl_estimator="k1",
+    kl_mode="sequence",
+    beta=0.0,
+    policy_loss="sequence_clip",
+    loss_type="grpo",
+)
 TWO_STEPS = dict(num_ppo_epochs=2, lr_scheduler_type="constant")
-CASES = {"grpo-beta": ("grpo", dict(GRPO, beta=0.04, loss_type="grpo")),
-         "grpo-bnpo": ("grpo", dict(GRPO, beta=0.0, loss_type="bnpo")),
-         "rloo": ("rloo", RLOO),
-         # two optimizer steps on one batch (the second one's ratio is not 1, so clipping can act), at a constant
-         # rate: a decaying one steps per update in ours, per optimizer step in theirs
-         "grpo-2-iterations": ("grpo", dict(GRPO, beta=0.04, loss_type="bnpo", scale_rewards="batch", **TWO_STEPS)),
-         "rloo-2-iterations": ("rloo", dict(RLOO, **TWO_STEPS))}
+CASES = {
+    "grpo-beta": ("grpo", dict(GRPO, beta=0.04, loss_type="grpo")),
+    "grpo-bnpo": ("grpo", dict(GRPO, beta=0.0, loss_type="bnpo")),
+    "rloo": ("rloo", RLOO),
+    # two optimizer steps on one batch (the second one's ratio is not 1, so clipping can act), at a constant
+    # rate: a decaying one steps per update in ours, per optimizer step in theirs
+    "grpo-2-iterations": ("grpo", dict(GRPO, beta=0.04, loss_type="bnpo", scale_rewards="batch", **TWO_STEPS)),
+    "rloo-2-iterations": ("rloo", dict(RLOO, **TWO_STEPS)),
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -111,11 +140,24 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     prompt_ids = _prompts(tokenizer)
     completions = [[tokenizer(t, add_special_tokens=False)["input_ids"] for t in group] for group in GROUPS]
     scores = [[1.0, -0.5, 0.0, 2.0], [0.3, 0.3, -1.0, 1.5]]
-    cfg = doubling_ppo_config(**{**dict(num_generations=4, batch_size=8, num_mini_batches=1, num_ppo_epochs=1,
-                                        total_episodes=8, learning_rate=1e-4, response_length=7, max_grad_norm=1.0),
-                                 **options})
-    theirs, trl = _trl_update(kind, path, tokenizer, prompt_ids, copy.deepcopy(completions), scores, cfg, tmp_path,
-                              monkeypatch)
+    cfg = doubling_ppo_config(
+        **{
+            **dict(
+                num_generations=4,
+                batch_size=8,
+                num_mini_batches=1,
+                num_ppo_epochs=1,
+                total_episodes=8,
+                learning_rate=1e-4,
+                response_length=7,
+                max_grad_norm=1.0,
+            ),
+            **options,
+        }
+    )
+    theirs, trl = _trl_update(
+        kind, path, tokenizer, prompt_ids, copy.deepcopy(completions), scores, cfg, tmp_path, monkeypatch
+    )
     assert len(trl["losses"]) == cfg.num_ppo_epochs
 
     from transformers import AutoModelForCausalLM
@@ -138,12 +180,14 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
 
     monkeypatch.setattr(losses, "policy_loss", recording)
     monkeypatch.setattr(PPOTrainer, "_experience", recording_experience)
-    trainer = PPOTrainer(AutoModelForCausalLM.from_pretrained(path), args=cfg, processing_class=tokenizer,
-                         ref_model=trl["ref_model"])
+    trainer = PPOTrainer(
+        AutoModelForCausalLM.from_pretrained(path), args=cfg, processing_class=tokenizer, ref_model=trl["ref_model"]
+    )
     queries = [list(q) for q in trl["prompt_ids"]]
     responses = [list(c) for c in trl["completion_ids"]]
-    score_of = {(tuple(p), tuple(c)): s for p, group, gs in zip(prompt_ids, completions, scores)
-                for c, s in zip(group, gs)}
+    score_of = {
+        (tuple(p), tuple(c)): s for p, group, gs in zip(prompt_ids, completions, scores) for c, s in zip(group, gs)
+    }
     stats = trainer.step(queries, responses, [score_of[(tuple(q), tuple(r))] for q, r in zip(queries, responses)])
 
     # TRL's advantage is one per completion; ours is that value on each response token (every one has a first)
@@ -162,9 +206,14 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     # Adam's first step is +-lr wherever the gradient is not ~0, so a near-zero gradient element turns
     # rounding into a step of either sign: lr 1e-4 keeps that under the tolerance (at 1e-3 one element of
     # 3.6e5 differed by 1.9e-5; the key part of the attention bias has a zero gradient, as in the PPO test).
-    gap = max((p.detach() - theirs_params[name].detach()).abs().max().item()
-              for name, p in trainer.policy.named_parameters() if not name.endswith("attn.c_attn.bias"))
+    gap = max(
+        (p.detach() - theirs_params[name].detach()).abs().max().item()
+        for name, p in trainer.policy.named_parameters()
+        if not name.endswith("attn.c_attn.bias")
+    )
     assert gap < TOLERANCE
-    moved = max((p.detach() - q.detach()).abs().max().item() for p, q in
-                zip(trainer.policy.parameters(), AutoModelForCausalLM.from_pretrained(path).parameters()))
+    moved = max(
+        (p.detach() - q.detach()).abs().max().item()
+        for p, q in zip(trainer.policy.parameters(), AutoModelForCausalLM.from_pretrained(path).parameters())
+    )
     assert moved > 5e-5  # the update did something

@@ -19,8 +19,13 @@ WORDS = ["hi", "a much longer question about rivers", "x", "tell me a story abou
 def checkpoint(tmp_path_factory):
     # bf16 with Qwen2's real vocabulary, saved as hub checkpoints are. Weights of std 0.2: at the default 0.02 a
     # random model's next token barely depends on the context, so mispositioned responses would not show.
-    return tiny_qwen2(tmp_path_factory.mktemp("tiny") / "qwen2", chat_template="qwen2.5", vocab_size=QWEN2_VOCAB,
-                      dtype=torch.bfloat16, initializer_range=0.2)
+    return tiny_qwen2(
+        tmp_path_factory.mktemp("tiny") / "qwen2",
+        chat_template="qwen2.5",
+        vocab_size=QWEN2_VOCAB,
+        dtype=torch.bfloat16,
+        initializer_range=0.2,
+    )
 
 
 class _Records(logging.Handler):
@@ -53,8 +58,15 @@ def _first_update_kl(checkpoint, runner_name, tmp_path):
     def length(completions, **kwargs):
         return [len(c[0]["content"]) / 8 for c in completions]
 
-    cfg = PPOConfig(output_dir=str(tmp_path / runner_name), batch_size=8, total_episodes=8, response_length=8,
-                    temperature=0.7, seed=0, value_head_init="zero")
+    cfg = PPOConfig(
+        output_dir=str(tmp_path / runner_name),
+        batch_size=8,
+        total_episodes=8,
+        response_length=8,
+        temperature=0.7,
+        seed=0,
+        value_head_init="zero",
+    )
     lora = LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, lora_dropout=0.0, target_modules="all-linear")
     runner = RUNNERS[runner_name](RunInputs(cfg, policy, tokenizer, length, prompts=prompts, peft_config=lora))
     kls, records = [], _Records()

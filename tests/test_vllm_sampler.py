@@ -42,9 +42,19 @@ def _gpt2(tok, eos_bias: float = 0.0):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=64, n_head=2, n_layer=2, n_positions=64,
-                                       activation_function="gelu", eos_token_id=tok.eos_token_id,
-                                       pad_token_id=tok.pad_token_id, bos_token_id=None))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tok),
+            n_embd=64,
+            n_head=2,
+            n_layer=2,
+            n_positions=64,
+            activation_function="gelu",
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=None,
+        )
+    )
     with torch.no_grad():  # eos logit = ln_f bias . wte[eos] = 64 x bias^2 (about 10% a step at 0.19)
         model.transformer.ln_f.bias.fill_(eos_bias)
         model.transformer.wte.weight[tok.eos_token_id].fill_(eos_bias)
@@ -60,8 +70,13 @@ def _prompts(tok, texts):
 
 
 def _options(tok, **kw):
-    return SamplingOptions(max_new_tokens=kw.pop("max_new_tokens", 12), eos_token_id=tok.eos_token_id,
-                           pad_token_id=tok.pad_token_id, temperature=kw.pop("temperature", TEMPERATURE), **kw)
+    return SamplingOptions(
+        max_new_tokens=kw.pop("max_new_tokens", 12),
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        temperature=kw.pop("temperature", TEMPERATURE),
+        **kw,
+    )
 
 
 @torch.no_grad()
@@ -71,7 +86,7 @@ def _response_logits(model, query_ids, query_mask, responses, eos_token_id):
     ids = torch.cat([query_ids, responses], 1)
     attention = torch.cat([query_mask, mask], 1)
     logits = model(input_ids=ids, attention_mask=attention, position_ids=positions_from_mask(attention)).logits
-    return logits[:, query_ids.shape[1] - 1:-1].float(), mask
+    return logits[:, query_ids.shape[1] - 1 : -1].float(), mask
 
 
 def _logprobs(logits, tokens, temperature, top_k=0):
@@ -91,8 +106,12 @@ def _lora(model):
     """``model`` (a copy) with LoRA on every GPT-2 linear layer (Conv1D: fan_in_fan_out), B random so it matters."""
     from peft import LoraConfig, get_peft_model
 
-    peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(
-        r=4, lora_alpha=8, target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True, task_type="CAUSAL_LM"))
+    peft_model = get_peft_model(
+        copy.deepcopy(model),
+        LoraConfig(
+            r=4, lora_alpha=8, target_modules=["c_attn", "c_proj", "c_fc"], fan_in_fan_out=True, task_type="CAUSAL_LM"
+        ),
+    )
     torch.manual_seed(1)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
@@ -132,15 +151,50 @@ def test_missing_vllm_is_one_cli_error_naming_the_install(tmp_path, monkeypatch,
     policy = tiny_qwen2(tmp_path / "qwen2")
     reward = tiny_deberta_reward(tmp_path / "deberta")
     (tmp_path / "p.txt").write_text("Tell me a story.\nName a colour.\n")
-    code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(tmp_path / "p.txt"),
-                 "--out", str(tmp_path / "o"), "--batch-size", "2", "--total-episodes", "2", "--response-length", "4",
-                 "--lora-r", "2", "--sampler", "vllm"])
+    code = main(
+        [
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--reward",
+            str(reward),
+            "--prompts",
+            str(tmp_path / "p.txt"),
+            "--out",
+            str(tmp_path / "o"),
+            "--batch-size",
+            "2",
+            "--total-episodes",
+            "2",
+            "--response-length",
+            "4",
+            "--lora-r",
+            "2",
+            "--sampler",
+            "vllm",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-ext: error:")]
     assert code == 2 and len(errors) == 1, errors
     assert "pip install 'trl-ext[vllm]'" in errors[0] and "bash scripts/setup.sh vllm" in errors[0]
     assert not (tmp_path / "o").exists()  # refused before anything is written
-    code = main(["rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts", str(tmp_path / "p.txt"),
-                 "--out", str(tmp_path / "o"), "--backend", "trl", "--sampler", "vllm"])
+    code = main(
+        [
+            "rlhf",
+            "--policy",
+            str(policy),
+            "--reward",
+            str(reward),
+            "--prompts",
+            str(tmp_path / "p.txt"),
+            "--out",
+            str(tmp_path / "o"),
+            "--backend",
+            "trl",
+            "--sampler",
+            "vllm",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-ext: error:")]
     assert code == 2 and len(errors) == 1 and "would ignore it" in errors[0], errors
     assert not (tmp_path / "o").exists()
@@ -234,16 +288,26 @@ def test_after_an_update_the_next_rollout_comes_from_the_new_weights(engine, pol
     data = Dataset.from_dict({"input_ids": [tok(p)["input_ids"] for p in PROMPTS * 6]})
 
     def run(skip_sync_after_first_update: bool):
-        cfg = PPOConfig(sampler="vllm", learning_rate=1e-2, batch_size=8, total_episodes=24, response_length=8,
-                        temperature=TEMPERATURE, num_ppo_epochs=1, seed=0)
-        trainer = PPOTrainer(copy.deepcopy(policy), _length_reward, args=cfg, train_dataset=data,
-                             processing_class=tok)
+        cfg = PPOConfig(
+            sampler="vllm",
+            learning_rate=1e-2,
+            batch_size=8,
+            total_episodes=24,
+            response_length=8,
+            temperature=TEMPERATURE,
+            num_ppo_epochs=1,
+            seed=0,
+        )
+        trainer = PPOTrainer(copy.deepcopy(policy), _length_reward, args=cfg, train_dataset=data, processing_class=tok)
         assert type(trainer.sampler).__name__ == "VLLMSampler"
         trainer.sampler = engine  # this module's engine: one start for the whole file
         before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
         # skipping: from the first update on, the engine's sync does nothing (its weights stay the first ones)
-        stop_syncing = (lambda update, stats: setattr(engine, "sync", lambda model: None)) \
-            if skip_sync_after_first_update else None
+        stop_syncing = (
+            (lambda update, stats: setattr(engine, "sync", lambda model: None))
+            if skip_sync_after_first_update
+            else None
+        )
         try:
             history = trainer.train(stop_syncing)
         finally:
@@ -278,10 +342,23 @@ def test_two_training_processes_each_with_an_engine():
     each rank's rollouts come from its synced weights, seeded apart, and DDP keeps the weights equal."""
     from launch import torchrun_port_args
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
-           str(ROOT / "tests/scripts/vllm_two_ranks.py")]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        *torchrun_port_args(),
+        str(ROOT / "tests/scripts/vllm_two_ranks.py"),
+    ]
+    run = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     # vLLM logs to stdout too (its own dicts among them): only the ranks' lines, which may run together
     ranks = sorted((json.loads(line) for line in re.findall(r'\{"rank".*?\}', run.stdout)), key=lambda r: r["rank"])
@@ -324,9 +401,18 @@ def doubling_on_vllm(tmp_path_factory):
         setattr(config, key, value)
     policy = GPT2LMHeadModel(config)
     policy.generation_config = reference.generation_config
-    supervised_loop(policy, pretrain_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed), tokenizer.pad_token_id,
-                    batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps, use_labels=False,
-                    seed=cfg.seed, desc="pretrain", show_progress=False)
+    supervised_loop(
+        policy,
+        pretrain_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed),
+        tokenizer.pad_token_id,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        use_labels=False,
+        seed=cfg.seed,
+        desc="pretrain",
+        show_progress=False,
+    )
     run_train_reward(RewardConfig(out=str(root / "reward"), eval_n=200), show_progress=False)
     classifier, classifier_tokenizer = load_classifier(root / "reward")
     return policy, tokenizer, doubling_classifier_reward(classifier, classifier_tokenizer)
@@ -345,10 +431,22 @@ def test_doubling_task_learns_with_vllm_rollouts(doubling_on_vllm):
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
     policy, tok, reward = doubling_on_vllm
-    cfg = doubling_ppo_config(sampler="vllm", skip_special_tokens=False, separate_critic=True, batch_size=64,
-                              total_episodes=64 * 100, learning_rate=1e-3, seed=1)
-    trainer = PPOTrainer(copy.deepcopy(policy), reward, args=cfg, processing_class=tok,
-                         train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1))
+    cfg = doubling_ppo_config(
+        sampler="vllm",
+        skip_special_tokens=False,
+        separate_critic=True,
+        batch_size=64,
+        total_episodes=64 * 100,
+        learning_rate=1e-3,
+        seed=1,
+    )
+    trainer = PPOTrainer(
+        copy.deepcopy(policy),
+        reward,
+        args=cfg,
+        processing_class=tok,
+        train_dataset=ppo_prompt_dataset(tok, cfg.total_episodes, seed=1),
+    )
     before = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]["charset_acc"]
     start = time.perf_counter()
     history = trainer.train()
@@ -359,9 +457,11 @@ def test_doubling_task_learns_with_vllm_rollouts(doubling_on_vllm):
     assert max(gaps) <= 10 * TOLERANCE, max(gaps)
     greedy = evaluate_policy(trainer.policy, tok, n=200, sample=False)["greedy"]
     generate = sum(h["timing/generate"] for h in history)
-    print(f"doubling on vLLM: {len(history)} updates in {seconds:.1f} s (rollouts {generate:.1f} s, engine start "
-          f"{trainer.sampler.stats['engine_start_seconds']:.1f} s); greedy exact {greedy['exact']:.3f}, requested "
-          f"charset {before:.3f} -> {greedy['charset_acc']:.3f}")
+    print(
+        f"doubling on vLLM: {len(history)} updates in {seconds:.1f} s (rollouts {generate:.1f} s, engine start "
+        f"{trainer.sampler.stats['engine_start_seconds']:.1f} s); greedy exact {greedy['exact']:.3f}, requested "
+        f"charset {before:.3f} -> {greedy['charset_acc']:.3f}"
+    )
     assert greedy["charset_acc"] >= before + 0.25, (before, greedy["charset_acc"])
 
 
@@ -374,10 +474,19 @@ def _tiny_qwen2_heads_of_32(path, dtype=torch.bfloat16):
 
     tok = _tokenizer()
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=QWEN2_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=QWEN2_VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
     Qwen2ForCausalLM(cfg).to(dtype).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -392,11 +501,36 @@ def test_rlhf_command_with_vllm_logs_the_mismatch(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Tell me a story.\nWhat is 2 + 2?\nName a colour.\nWrite a haiku.\n")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "trl_ext", "rlhf", "--policy", str(policy), "--reward", str(reward), "--prompts",
-           str(prompts), "--out", str(out), "--batch-size", "4", "--total-episodes", "8", "--response-length", "6",
-           "--learning-rate", "1e-2", "--lora-r", "4", "--sampler", "vllm", "--vllm-importance-sampling-correction"]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "trl_ext",
+        "rlhf",
+        "--policy",
+        str(policy),
+        "--reward",
+        str(reward),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--batch-size",
+        "4",
+        "--total-episodes",
+        "8",
+        "--response-length",
+        "6",
+        "--learning-rate",
+        "1e-2",
+        "--lora-r",
+        "4",
+        "--sampler",
+        "vllm",
+        "--vllm-importance-sampling-correction",
+    ]
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2

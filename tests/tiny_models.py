@@ -17,19 +17,29 @@ def char_tokenizer(specials: list[str], template: bool = False, **special_roles)
     if template:
         cls, sep = special_roles["cls_token"], special_roles["sep_token"]
         core.post_processor = processors.TemplateProcessing(
-            single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1",
-            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])])
+            single=f"{cls} $A {sep}",
+            pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
+        )
     return PreTrainedTokenizerFast(tokenizer_object=core, **special_roles)
 
 
 def word_tokenizer():
-    return char_tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], template=True, pad_token="[PAD]",
-                          unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    return char_tokenizer(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]"],
+        template=True,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+    )
 
 
 # A ChatML-like template written in printable characters, so the character tokenizer can spell it.
-CHAT_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}[assistant]{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
 
 
 # The chat template Qwen2.5-*-Instruct checkpoints ship (tokenizer_config.json; TRL keeps a copy as
@@ -96,8 +106,9 @@ QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN2_VOCAB, DEBERTA_V2_VOCAB = 151936, 128100
 
 
-def tiny_qwen2(path, chat_template: bool | str = False, vocab_size: int | None = None, dtype=None,
-               initializer_range: float = 0.02):
+def tiny_qwen2(
+    path, chat_template: bool | str = False, vocab_size: int | None = None, dtype=None, initializer_range: float = 0.02
+):
     """``vocab_size``: rows beyond the character tokenizer's (a real checkpoint's size); ``dtype``: saved in it.
     ``chat_template``: True, the short ChatML-like one; "qwen2.5", Qwen2.5-Instruct's own, with its special
     tokens (<|im_start|>, <|im_end|> the eos, <|endoftext|> the pad) as single tokens. ``initializer_range``:
@@ -105,18 +116,33 @@ def tiny_qwen2(path, chat_template: bool | str = False, vocab_size: int | None =
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if chat_template == "qwen2.5":
-        tok = char_tokenizer(QWEN2_SPECIALS, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                             unk_token="<|endoftext|>", additional_special_tokens=QWEN2_SPECIALS[1:])
+        tok = char_tokenizer(
+            QWEN2_SPECIALS,
+            pad_token="<|endoftext|>",
+            eos_token="<|im_end|>",
+            unk_token="<|endoftext|>",
+            additional_special_tokens=QWEN2_SPECIALS[1:],
+        )
         tok.chat_template = QWEN2_5_CHAT_TEMPLATE
     else:
         tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
         if chat_template:
             tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=vocab_size or len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      tie_word_embeddings=False, initializer_range=initializer_range)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size or len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+        initializer_range=initializer_range,
+    )
     Qwen2ForCausalLM(cfg).to(dtype or torch.float32).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -129,9 +155,17 @@ def tiny_deberta_reward(path, chat_template: bool = False, vocab_size: int | Non
     if chat_template:
         tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(0)
-    cfg = DebertaV2Config(vocab_size=vocab_size or len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                          intermediate_size=16, num_labels=1, type_vocab_size=0, max_position_embeddings=512,
-                          pad_token_id=tok.pad_token_id)
+    cfg = DebertaV2Config(
+        vocab_size=vocab_size or len(tok),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        num_labels=1,
+        type_vocab_size=0,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+    )
     DebertaV2ForSequenceClassification(cfg).to(dtype or torch.float32).save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -11,8 +11,13 @@ from trl_ext.ppo.rollout.interface import Completions, Sampler
 
 
 def tool_tokenizer():
-    tok = char_tokenizer(QWEN2_SPECIALS, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                         unk_token="<|endoftext|>", additional_special_tokens=QWEN2_SPECIALS[1:])
+    tok = char_tokenizer(
+        QWEN2_SPECIALS,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=QWEN2_SPECIALS[1:],
+    )
     tok.backend_tokenizer.decoder = decoders.Fuse()  # characters back to text, spaces and newlines kept
     tok.chat_template = tool_template("qwen2_5")
     return tok
@@ -25,10 +30,19 @@ def tiny_tool_model(path, seed: int = 0, hidden_size: int = 32, heads: int = 4):
 
     tok = tool_tokenizer()
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                      num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=2048,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
-                      tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        max_position_embeddings=2048,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
     Qwen2ForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -61,7 +75,7 @@ class ScriptedSampler(Sampler):
             turns = next((t for key, t in self.rows.items() if key in text), self.turns)
             turn = turns[min(text.count("<tool_response>"), len(turns) - 1)]
             new = self.tokenizer(turn, add_special_tokens=False)["input_ids"] + [options.eos_token_id]
-            out.append(new[:options.max_new_tokens])
+            out.append(new[: options.max_new_tokens])
         width = max(len(ids) for ids in out)
         padded = [ids + [options.pad_token_id] * (width - len(ids)) for ids in out]
         return Completions(torch.tensor(padded, device=query_ids.device))

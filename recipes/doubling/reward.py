@@ -1,6 +1,6 @@
 """Train the BERT character-set classifier that serves as the reward model (seed 000).
 
-    python recipes/doubling/reward.py --out runs/reward
+python recipes/doubling/reward.py --out runs/reward
 """
 
 import sys

@@ -23,6 +23,9 @@ def clip_higher(logprobs, old_logprobs, advantages, mask, cliprange, cliprange_h
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange_high)
     with torch.no_grad():
-        stats = {"clipfrac": core.masked_mean((clipped > unclipped).float(), mask),
-                 "approxkl": 0.5 * core.masked_mean(log_ratio ** 2, mask), "ratio": core.masked_mean(ratio, mask)}
+        stats = {
+            "clipfrac": core.masked_mean((clipped > unclipped).float(), mask),
+            "approxkl": 0.5 * core.masked_mean(log_ratio**2, mask),
+            "ratio": core.masked_mean(ratio, mask),
+        }
     return torch.maximum(unclipped, clipped), stats

@@ -61,12 +61,13 @@ class StepEnvironmentRollout(Rollout):
             if not active:
                 break
             room = [budget - len(trajectories[i].ids) for i in active]
-            new_ids, new_logprobs = sample([trajectories[i].prompt_ids + trajectories[i].ids for i in active],
-                                           max(room))
+            new_ids, new_logprobs = sample(
+                [trajectories[i].prompt_ids + trajectories[i].ids for i in active], max(room)
+            )
             going = []
             for k, i in enumerate(active):
-                t, ids = trajectories[i], new_ids[k][:room[k]]
-                t.add_model_turn(ids, None if new_logprobs is None else new_logprobs[k][:len(ids)])
+                t, ids = trajectories[i], new_ids[k][: room[k]]
+                t.add_model_turn(ids, None if new_logprobs is None else new_logprobs[k][: len(ids)])
                 text = tokenizer.decode(ids, skip_special_tokens=True)
                 t.messages.append({"role": "assistant", "content": text})
                 observation, reward, done = environments[i].step(text)
@@ -78,8 +79,9 @@ class StepEnvironmentRollout(Rollout):
                 t.add_environment_turn(suffix, message)
                 going.append(i)
             active = going
-        return trajectories_record(trajectories, prompts, tokenizer.pad_token_id, sampling.device,
-                                   columns={"episode_return": returns})
+        return trajectories_record(
+            trajectories, prompts, tokenizer.pad_token_id, sampling.device, columns={"episode_return": returns}
+        )
 
 
 ROLLOUTS.register("guess_the_number")(StepEnvironmentRollout)

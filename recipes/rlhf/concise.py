@@ -16,8 +16,10 @@ import re
 from trl_ext.rewards.messages import message_text
 
 WORDS_PER_POINT = 48
-ASKING = frozenset("""a about an and are be brief briefly can could describe do does explain few for give how i in is
-it know me of on please sentence sentences short should student students tell the to what why would you""".split())
+ASKING = frozenset(
+    """a about an and are be brief briefly can could describe do does explain few for give how i in is
+it know me of on please sentence sentences short should student students tell the to what why would you""".split()
+)
 _WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -42,6 +44,7 @@ def concise_score(prompt: str, answer: str) -> float:
 def concise(prompts, completions, **kwargs) -> list[float]:
     """TRL's reward-function signature: one score per completion, its prompt beside it. The prompt's last message
     is the question (a conversation's earlier turns are not the topic)."""
-    questions = [p[-1]["content"] if isinstance(p, list) and p and isinstance(p[-1], dict) else message_text(p)
-                 for p in prompts]
+    questions = [
+        p[-1]["content"] if isinstance(p, list) and p and isinstance(p[-1], dict) else message_text(p) for p in prompts
+    ]
     return [concise_score(q, message_text(c)) for q, c in zip(questions, completions)]

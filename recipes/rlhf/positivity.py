@@ -11,14 +11,18 @@ import re
 
 from trl_ext.rewards.messages import message_text
 
-POSITIVE = frozenset("""amazing awesome beautiful beneficial benefit best brilliant bright calm cheerful delightful
+POSITIVE = frozenset(
+    """amazing awesome beautiful beneficial benefit best brilliant bright calm cheerful delightful
 easy enjoy enjoyable excellent exciting fantastic fascinating fresh friendly fun glad good gorgeous grateful great
 happy healthy helpful hope hopeful incredible inspiring joy joyful kind love lovely magical marvelous nice peaceful
 perfect pleasant positive proud remarkable safe splendid stunning success successful superb thrilling vibrant
-warm welcome wonderful wonder wow""".split())
-NEGATIVE = frozenset("""angry awful bad damage danger dangerous deadly death destroy destruction devastating die
+warm welcome wonderful wonder wow""".split()
+)
+NEGATIVE = frozenset(
+    """angry awful bad damage danger dangerous deadly death destroy destruction devastating die
 difficult disaster disease fail failure fear harm harmful hate injury kill loss pain poor problem risk sad scary
-severe sick terrible threat ugly violent worse worst wrong""".split())
+severe sick terrible threat ugly violent worse worst wrong""".split()
+)
 _WORD = re.compile(r"[a-z]+")
 
 

@@ -17,9 +17,13 @@ def main(out_dir: str) -> int:
     tokenizer = build_tokenizer()
     policy = build_policy(tokenizer)
     prompts = Dataset.from_dict({"input_ids": [tokenizer("S数字:1234x2=")["input_ids"]] * 32})
-    trainer = PPOTrainer(policy, lambda completions, **kw: [1.0] * len(completions), processing_class=tokenizer,
-                         args=doubling_ppo_config(batch_size=4, total_episodes=32, num_ppo_epochs=1, output_dir=out_dir),
-                         train_dataset=prompts)
+    trainer = PPOTrainer(
+        policy,
+        lambda completions, **kw: [1.0] * len(completions),
+        processing_class=tokenizer,
+        args=doubling_ppo_config(batch_size=4, total_episodes=32, num_ppo_epochs=1, output_dir=out_dir),
+        train_dataset=prompts,
+    )
     real, calls = core.clipped_value_loss, {"n": 0}
 
     def nan_on_rank0(*args, **kwargs):

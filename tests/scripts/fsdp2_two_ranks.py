@@ -29,11 +29,14 @@ def main() -> int:
     model = trainer.model
     params = list(model.parameters())
     two_ranks.train_and_report(
-        trainer, params, whole=lambda: [p.full_tensor().clone() for p in model.parameters()],
+        trainer,
+        params,
+        whole=lambda: [p.full_tensor().clone() for p in model.parameters()],
         local=sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params),
         total=sum(p.numel() for p in params),
         # resharded after every rollout
-        after=lambda: {"sharded_after": all(isinstance(p, DTensor) for p in model.parameters())})
+        after=lambda: {"sharded_after": all(isinstance(p, DTensor) for p in model.parameters())},
+    )
     return 0
 
 

@@ -29,24 +29,45 @@ def build_trainer(trainer_class: type[PPOTrainer]) -> PPOTrainer:
     tokenizer = build_tokenizer()
     prompts = [tokenizer(f"S数字:{1000 + 37 * i}x2=")["input_ids"] for i in range(16)]
     policy = build_policy(tokenizer).to(torch.bfloat16 if "bf16" in args else torch.float32)
-    return trainer_class(policy, lambda completions, **kw: [float(len(c)) for c in completions],
-                         args=doubling_ppo_config(batch_size=4, total_episodes=16, num_ppo_epochs=2,
-                                                  num_mini_batches=2, learning_rate=1e-2, sampler=sampler),
-                         processing_class=tokenizer, train_dataset=Dataset.from_dict({"input_ids": prompts}))
+    return trainer_class(
+        policy,
+        lambda completions, **kw: [float(len(c)) for c in completions],
+        args=doubling_ppo_config(
+            batch_size=4, total_episodes=16, num_ppo_epochs=2, num_mini_batches=2, learning_rate=1e-2, sampler=sampler
+        ),
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"input_ids": prompts}),
+    )
 
 
-def train_and_report(trainer: PPOTrainer, params: list[torch.nn.Parameter], whole: Callable[[], list[torch.Tensor]],
-                     after: Callable[[], dict] = dict, **facts) -> None:
+def train_and_report(
+    trainer: PPOTrainer,
+    params: list[torch.nn.Parameter],
+    whole: Callable[[], list[torch.Tensor]],
+    after: Callable[[], dict] = dict,
+    **facts,
+) -> None:
     """Train, then print this rank's line: ``facts`` (read before training), ``after()`` (read after it), and
     what every harness reports. ``params``: the trained parameters as this rank holds them; ``whole()``: copies
     of them whole (gathered from the shards), in the same order."""
     before = whole()
     history = trainer.train()
     trained = whole()
-    print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), **facts, **after(),
-                      "updates": len(history), "checksum": sum(float(t.double().sum()) for t in trained),
-                      "moved": any(not torch.equal(a, b) for a, b in zip(before, trained)),
-                      "scores": [h["objective/scores"] for h in history],
-                      "dtypes": sorted({str(p.dtype) for p in params}),
-                      "reference_dtype": str(next(trainer.ref_policy.parameters()).dtype)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": dist.get_rank(),
+                "world": dist.get_world_size(),
+                **facts,
+                **after(),
+                "updates": len(history),
+                "checksum": sum(float(t.double().sum()) for t in trained),
+                "moved": any(not torch.equal(a, b) for a, b in zip(before, trained)),
+                "scores": [h["objective/scores"] for h in history],
+                "dtypes": sorted({str(p.dtype) for p in params}),
+                "reference_dtype": str(next(trainer.ref_policy.parameters()).dtype),
+            }
+        ),
+        flush=True,
+    )
     dist.destroy_process_group()

@@ -21,15 +21,46 @@ from trl_ext.ppo.trainer import PPOTrainer  # noqa: E402
 torch.set_num_threads(1)
 tok = char_tokenizer(["<pad>", "<eos>", "<unk>"], pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
 torch.manual_seed(0)
-policy = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=64, n_head=2, n_layer=2, n_positions=64,
-                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None))
+policy = GPT2LMHeadModel(
+    GPT2Config(
+        vocab_size=len(tok),
+        n_embd=64,
+        n_head=2,
+        n_layer=2,
+        n_positions=64,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+)
 data = Dataset.from_dict({"input_ids": [tok(p)["input_ids"] for p in ["Hello", "abc", "x", "What?"] * 8]})
-cfg = PPOConfig(sampler="vllm", learning_rate=1e-2, batch_size=4, total_episodes=16, response_length=6,
-                temperature=0.7, num_ppo_epochs=1)
-trainer = PPOTrainer(policy, lambda completions, **kw: [len(c) / 6 for c in completions], args=cfg,
-                     train_dataset=data, processing_class=tok)
+cfg = PPOConfig(
+    sampler="vllm",
+    learning_rate=1e-2,
+    batch_size=4,
+    total_episodes=16,
+    response_length=6,
+    temperature=0.7,
+    num_ppo_epochs=1,
+)
+trainer = PPOTrainer(
+    policy,
+    lambda completions, **kw: [len(c) / 6 for c in completions],
+    args=cfg,
+    train_dataset=data,
+    processing_class=tok,
+)
 history = trainer.train()
 acc = trainer.accelerator
-print(json.dumps({"rank": acc.process_index, "world": acc.num_processes, "engine_seed": trainer.generator.initial_seed(),
-                  "gaps": [h["sampling/sampling_logp_difference/max"] for h in history],
-                  "checksum": float(sum(p.double().sum() for p in trainer.policy.parameters()))}), flush=True)
+print(
+    json.dumps(
+        {
+            "rank": acc.process_index,
+            "world": acc.num_processes,
+            "engine_seed": trainer.generator.initial_seed(),
+            "gaps": [h["sampling/sampling_logp_difference/max"] for h in history],
+            "checksum": float(sum(p.double().sum() for p in trainer.policy.parameters())),
+        }
+    ),
+    flush=True,
+)

@@ -23,12 +23,14 @@ class ZeRO3Trainer(PPOTrainer):
             "gradient_accumulation_steps": 1,
             # 0: partition every parameter of a tiny model (the default keeps those under 100k elements whole)
             "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
-            "optimizer": {"type": "AdamW", "params": {"lr": self.config.learning_rate, "eps": 1e-8,
-                                                      "weight_decay": 0.0, "torch_adam": True}},
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": self.config.learning_rate, "eps": 1e-8, "weight_decay": 0.0, "torch_adam": True},
+            },
         }
-        engine, optimizer, _, _ = deepspeed.initialize(model=model, config=config,
-                                                       model_parameters=[p for p in model.parameters()
-                                                                         if p.requires_grad])
+        engine, optimizer, _, _ = deepspeed.initialize(
+            model=model, config=config, model_parameters=[p for p in model.parameters() if p.requires_grad]
+        )
         return engine, optimizer
 
     def _backward(self, loss):
@@ -47,9 +49,14 @@ def main() -> int:
         with deepspeed.zero.GatheredParameters(params):
             return [p.detach().clone() for p in params]
 
-    two_ranks.train_and_report(trainer, params, whole, local=sum(p.ds_tensor.numel() for p in params),
-                               total=sum(p.ds_numel for p in params),
-                               partitioned=all(p.data.numel() == 0 for p in params))  # outside a forward
+    two_ranks.train_and_report(
+        trainer,
+        params,
+        whole,
+        local=sum(p.ds_tensor.numel() for p in params),
+        total=sum(p.ds_numel for p in params),
+        partitioned=all(p.data.numel() == 0 for p in params),
+    )  # outside a forward
     return 0
 
 

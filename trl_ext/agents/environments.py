@@ -24,8 +24,9 @@ class EnvironmentPool:
         self.factory = factory
         probe = self._make()
         if not callable(getattr(probe, "reset", None)):
-            raise InputError(f"the environment {type(probe).__name__} has no reset method (TRL's environments need "
-                             "one)")
+            raise InputError(
+                f"the environment {type(probe).__name__} has no reset method (TRL's environments need one)"
+            )
         self.env_type = type(probe)
         self.has_reward = callable(getattr(probe, "get_reward", None))
         if self.has_reward and inspect.iscoroutinefunction(probe.get_reward):
@@ -62,14 +63,18 @@ class EnvironmentPool:
                 observation = environment.reset(**row)
             except Exception as error:
                 shown = {k: v for k, v in row.items() if k != "input_ids"}
-                raise EnvironmentFailure(f"{type(environment).__name__}.reset failed on batch row {index} "
-                                        f"({shown!r:.200}): {type(error).__name__}: {error}") from error
+                raise EnvironmentFailure(
+                    f"{type(environment).__name__}.reset failed on batch row {index} "
+                    f"({shown!r:.200}): {type(error).__name__}: {error}"
+                ) from error
             if observation is None:
                 out.append(prompt)
                 continue
             if not isinstance(observation, str):
-                raise EnvironmentFailure(f"{type(environment).__name__}.reset returned a {type(observation).__name__} "
-                                        f"on batch row {index}: expected text or None")
+                raise EnvironmentFailure(
+                    f"{type(environment).__name__}.reset returned a {type(observation).__name__} "
+                    f"on batch row {index}: expected text or None"
+                )
             out.append(prompt[:-1] + [{**prompt[-1], "content": prompt[-1]["content"] + observation}])
         return out
 

@@ -16,14 +16,23 @@ class AgentOptions:
     """Tools and an environment for multi-turn rollouts (TRL GRPOTrainer's ``tools`` and ``environment_factory``;
     docs/multi-turn.md)."""
 
-    tools: str | None = field(None, help="tools the policy may call, as 'module:function' or 'file.py:function', "
-                              "comma-separated: plain functions with type hints and a docstring")
-    environment: str | None = field(None, help="an environment class or factory as 'module:Factory': one instance "
-                                    "a rollout, reset(**row) per batch, its public methods are tools, get_reward() "
-                                    "an optional reward")
-    tool_template: str | None = field(None, help="give the policy's tokenizer this tool chat template (for a model "
-                                      "whose own template has no tool support, e.g. SmolLM2's ChatML)",
-                                      choices=(*TOOL_TEMPLATES,))
+    tools: str | None = field(
+        None,
+        help="tools the policy may call, as 'module:function' or 'file.py:function', "
+        "comma-separated: plain functions with type hints and a docstring",
+    )
+    environment: str | None = field(
+        None,
+        help="an environment class or factory as 'module:Factory': one instance "
+        "a rollout, reset(**row) per batch, its public methods are tools, get_reward() "
+        "an optional reward",
+    )
+    tool_template: str | None = field(
+        None,
+        help="give the policy's tokenizer this tool chat template (for a model "
+        "whose own template has no tool support, e.g. SmolLM2's ChatML)",
+        choices=(*TOOL_TEMPLATES,),
+    )
 
     def __post_init__(self):
         if self.tool_template is not None and self.tool_template not in TOOL_TEMPLATES:

@@ -49,8 +49,11 @@ def supports_tools(tokenizer) -> bool:
     if not getattr(tokenizer, "chat_template", None):
         return False
     call = {"type": "function", "function": {"name": "probe_tool_name", "arguments": {"probe_key": "probe_value"}}}
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "name": "probe_tool_name", "content": "probe_result"}]
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "probe_tool_name", "content": "probe_result"},
+    ]
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False)
     except Exception:  # a template that rejects the roles (jinja's TemplateError and its kin)
@@ -68,7 +71,8 @@ def prepare_tokenizer(tokenizer) -> None:
         raise ChatTemplateError(
             f"the chat template of {_name(tokenizer)!r} cannot render tool calls and tool results; give it a tool "
             f"template explicitly (trl_ext.agents.with_tool_template(tokenizer, NAME), NAME one of "
-            f"{', '.join(TOOL_TEMPLATES)}; the rlhf command's --tool-template)")
+            f"{', '.join(TOOL_TEMPLATES)}; the rlhf command's --tool-template)"
+        )
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         from trl.chat_template_utils import add_response_schema
 
@@ -78,7 +82,8 @@ def prepare_tokenizer(tokenizer) -> None:
             raise ChatTemplateError(
                 f"no parser for the tool calls of {_name(tokenizer)!r}'s chat template: TRL parses only the template "
                 f"families it bundles; set tokenizer.response_template, or use a tool template "
-                f"({', '.join(TOOL_TEMPLATES)})") from error
+                f"({', '.join(TOOL_TEMPLATES)})"
+            ) from error
     tool_suffix_ids(tokenizer, [{"role": "tool", "name": "probe", "content": "probe"}])  # raises where not a suffix
 
 
@@ -104,13 +109,14 @@ def turn_suffix_ids(tokenizer, messages: list[dict], assistant: dict | None = No
     after = _ids(tokenizer.apply_chat_template(head + messages, add_generation_prompt=True, tokenize=True))
     eos = [i for i, token in enumerate(before) if token == tokenizer.eos_token_id]
     if eos:  # the assistant turn as sampled ends at eos; a template's newline after it belongs to the suffix
-        before = before[:eos[-1] + 1]
-    if after[:len(before)] != before:
+        before = before[: eos[-1] + 1]
+    if after[: len(before)] != before:
         raise ChatTemplateError(
             f"the chat template of {_name(tokenizer)!r} does not render a {messages[0]['role']} turn as a pure suffix "
             "of the conversation so far (it rewrites earlier turns), so multi-turn ids cannot be built turn by turn; "
-            f"use a prefix-preserving template ({', '.join(TOOL_TEMPLATES)})")
-    return after[len(before):]
+            f"use a prefix-preserving template ({', '.join(TOOL_TEMPLATES)})"
+        )
+    return after[len(before) :]
 
 
 def _ids(rendered) -> list[int]:
@@ -122,8 +128,7 @@ def _ids(rendered) -> list[int]:
 
 def prompt_ids(tokenizer, messages: list[dict], tools: list) -> list[int]:
     """A conversation's prompt ids with the tools' schemas, as TRL's GRPO renders them."""
-    return _ids(tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                              tokenize=True))
+    return _ids(tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=True))
 
 
 def parse_turn(tokenizer, ids: list[int], prefix: list[int], tools: list) -> tuple[dict, bool]:

@@ -41,8 +41,11 @@ class ToolCounts:
 def environment_tools(environment) -> list[Callable]:
     """An environment's tools: its public methods but ``reset`` and ``get_reward`` (listed on the class, as TRL
     does, so properties are not evaluated)."""
-    return [getattr(environment, name) for name, _ in inspect.getmembers(type(environment), inspect.isfunction)
-            if name not in NOT_TOOLS and not name.startswith("_")]
+    return [
+        getattr(environment, name)
+        for name, _ in inspect.getmembers(type(environment), inspect.isfunction)
+        if name not in NOT_TOOLS and not name.startswith("_")
+    ]
 
 
 def check_tools(tools: list) -> None:
@@ -85,17 +88,24 @@ def _docstring_lack(tool: Callable, error: Exception) -> str:
         return f"has no docstring: the model sees a tool through its schema, built from {GOOGLE_ARGS}"
     undescribed = re.search(r"no description for the argument '(\w+)'", str(error))
     if undescribed:
-        return (f"has no description of its argument {undescribed[1]!r} in its docstring: add '{undescribed[1]}: "
-                "what it is' under 'Args:' (transformers requires one for every argument)")
+        return (
+            f"has no description of its argument {undescribed[1]!r} in its docstring: add '{undescribed[1]}: "
+            "what it is' under 'Args:' (transformers requires one for every argument)"
+        )
     return f"has a docstring transformers cannot read ({GOOGLE_ARGS}): {str(error).splitlines()[0]}"
 
 
 def _type_hint_lack(tool: Callable, error: Exception) -> str:
-    unhinted = [name for name, parameter in inspect.signature(tool).parameters.items()
-                if parameter.annotation is inspect.Parameter.empty and name not in ("self", "cls")]
+    unhinted = [
+        name
+        for name, parameter in inspect.signature(tool).parameters.items()
+        if parameter.annotation is inspect.Parameter.empty and name not in ("self", "cls")
+    ]
     if unhinted:
-        return (f"has no type hint on its argument {unhinted[0]!r}: the schema the model sees gives every "
-                f"argument's type ('{unhinted[0]}: int', '{unhinted[0]}: str', ...)")
+        return (
+            f"has no type hint on its argument {unhinted[0]!r}: the schema the model sees gives every "
+            f"argument's type ('{unhinted[0]}: int', '{unhinted[0]}: str', ...)"
+        )
     return f"has a type hint transformers cannot turn into a JSON schema: {str(error).splitlines()[0]}"
 
 

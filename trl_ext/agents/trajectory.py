@@ -13,7 +13,9 @@ class Trajectory:
 
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)  # the completion: model turns and tool results, in order
-    model_mask: list[int] = field(default_factory=list)  # the loss mask: 1 on tokens the policy sampled, 0 on tool results
+    model_mask: list[int] = field(
+        default_factory=list
+    )  # the loss mask: 1 on tokens the policy sampled, 0 on tool results
     logprobs: list[float] | None = field(default_factory=list)  # the sampler's, 0.0 on tool results; None: unknown
     messages: list[dict] = field(default_factory=list)  # TRL's completion: assistant turns and tool messages
     turn_rewards: list[tuple[int, float]] = field(default_factory=list)  # (the turn's last token in ids, reward)

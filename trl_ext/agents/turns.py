@@ -21,9 +21,15 @@ from trl_ext.agents.trajectory import Trajectory
 SampleFn = Callable[[list[list[int]], int], tuple[list[list[int]], list[list[float]] | None]]
 
 
-def run_turns(sample: SampleFn, tokenizer, prompt_ids: list[list[int]], toolboxes: list[Toolbox], budget: int,
-              max_iterations: int | None = None, max_positions: int | None = None
-              ) -> tuple[list[Trajectory], ToolCounts]:
+def run_turns(
+    sample: SampleFn,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    toolboxes: list[Toolbox],
+    budget: int,
+    max_iterations: int | None = None,
+    max_positions: int | None = None,
+) -> tuple[list[Trajectory], ToolCounts]:
     """Roll out every prompt to its end; ``budget`` tokens per completion for all turns and tool results
     together (``response_length``); ``max_positions`` the model's context, which no query may reach."""
     max_iterations = sys.maxsize if max_iterations is None else max_iterations
@@ -40,8 +46,8 @@ def run_turns(sample: SampleFn, tokenizer, prompt_ids: list[list[int]], toolboxe
         new_ids, new_logprobs = sample(queries, max(room))
         going = []
         for k, i in enumerate(active):
-            t, ids = trajectories[i], new_ids[k][:room[k]]  # one budget: cut where this rollout's room ends
-            logprobs = None if new_logprobs is None else new_logprobs[k][:len(ids)]
+            t, ids = trajectories[i], new_ids[k][: room[k]]  # one budget: cut where this rollout's room ends
+            logprobs = None if new_logprobs is None else new_logprobs[k][: len(ids)]
             message, malformed = templates.parse_turn(tokenizer, ids, queries[k], toolboxes[i].tools)
             t.add_model_turn(ids, logprobs)
             t.messages.append(message)

@@ -19,10 +19,17 @@ from trl_ext.errors import TrlExtError
 def commands() -> dict:
     from trl_ext.commands import demo, ppo, rlhf, serve_reward, stages
 
-    return {"pretrain": stages.PRETRAIN, "train-reward": stages.TRAIN_REWARD,
-            "train-reward-model": stages.TRAIN_REWARD_MODEL, "eval": stages.EVAL,
-            "ppo": ppo.COMMAND, "demo": demo.DEMO, "compare": demo.COMPARE, "rlhf": rlhf.COMMAND,
-            "serve-reward": serve_reward.COMMAND}
+    return {
+        "pretrain": stages.PRETRAIN,
+        "train-reward": stages.TRAIN_REWARD,
+        "train-reward-model": stages.TRAIN_REWARD_MODEL,
+        "eval": stages.EVAL,
+        "ppo": ppo.COMMAND,
+        "demo": demo.DEMO,
+        "compare": demo.COMPARE,
+        "rlhf": rlhf.COMMAND,
+        "serve-reward": serve_reward.COMMAND,
+    }
 
 
 def render(result) -> str:
@@ -38,13 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet()
     table = commands()
-    parser = argparse.ArgumentParser(prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.",
-                                     allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.", allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, command in table.items():
         # allow_abbrev=False: `--step 2` must not silently mean `--steps` (and lose to a YAML value).
-        add_command_arguments(sub.add_parser(name, help=command.help, description=command.help,
-                                             allow_abbrev=False), command)
+        add_command_arguments(
+            sub.add_parser(name, help=command.help, description=command.help, allow_abbrev=False), command
+        )
     namespace = parser.parse_args(argv)
     command = table[namespace.command]
     try:

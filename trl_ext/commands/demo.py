@@ -21,15 +21,26 @@ class SeedOptions:
 
 
 def demo_command(opts: DemoOptions) -> CommandResult:
-    results = run_pipeline(opts, Layout("demo", "trl-ext demo: the doubling task", seeds=1,
-                                        folder="ppo_{backend}{suffix}", aggregate=False), worker_setup=quiet)
+    results = run_pipeline(
+        opts,
+        Layout("demo", "trl-ext demo: the doubling task", seeds=1, folder="ppo_{backend}{suffix}", aggregate=False),
+        worker_setup=quiet,
+    )
     return CommandResult(results["summary"], results)
 
 
 def compare_command(opts: CompareOptions) -> CommandResult:
-    results = run_pipeline(opts, Layout("compare", "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the "
-                                        "doubling task", seeds=opts.seeds.seeds,
-                                        folder="{backend}{suffix}_seed{seed}", aggregate=True), worker_setup=quiet)
+    results = run_pipeline(
+        opts,
+        Layout(
+            "compare",
+            "trl-ext compare: PPO backends (and TRL GRPO/RLOO) on the doubling task",
+            seeds=opts.seeds.seeds,
+            folder="{backend}{suffix}_seed{seed}",
+            aggregate=True,
+        ),
+        worker_setup=quiet,
+    )
     return CommandResult(results["summary"], results)
 
 
@@ -42,8 +53,17 @@ class CompareOptions(DemoOptions):
 
 # The demo's PPO budget: 150 updates of 64 at lr 1e-3 (compare runs 300 at 3e-4); why: docs/decisions.md,
 # "How the defaults were chosen".
-DEMO = Command(help="the whole pipeline end to end, both backends", parts=parts_of(DemoOptions),
-               options=DemoOptions, run=demo_command,
-               defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 9600, "learning_rate": 1e-3})
-COMPARE = Command(help="both backends side by side over seeds", parts=parts_of(CompareOptions),
-                  options=CompareOptions, run=compare_command, defaults={**DOUBLING_DEFAULTS, "out": "compare_out"})
+DEMO = Command(
+    help="the whole pipeline end to end, both backends",
+    parts=parts_of(DemoOptions),
+    options=DemoOptions,
+    run=demo_command,
+    defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 9600, "learning_rate": 1e-3},
+)
+COMPARE = Command(
+    help="both backends side by side over seeds",
+    parts=parts_of(CompareOptions),
+    options=CompareOptions,
+    run=compare_command,
+    defaults={**DOUBLING_DEFAULTS, "out": "compare_out"},
+)

@@ -139,8 +139,9 @@ class Command:
         return None if f.default is dataclasses.MISSING else f.default
 
     def required(self, name: str, f: dataclasses.Field) -> bool:
-        return name not in self.defaults and f.default is dataclasses.MISSING \
-            and f.default_factory is dataclasses.MISSING
+        return (
+            name not in self.defaults and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
 
 
 def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> None:
@@ -155,8 +156,14 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> 
         elif tp is dict:
             parser.add_argument(flag, dest=name, type=_json_object, default=None, help=help_text)
         else:  # a registry's names are open (module:name): its option's dataclass checks them
-            parser.add_argument(flag, dest=name, type=tp, default=None, help=help_text,
-                                choices=None if isinstance(choices, Mapping) else choices)
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=tp,
+                default=None,
+                help=help_text,
+                choices=None if isinstance(choices, Mapping) else choices,
+            )
 
 
 def parts_of(options: type) -> dict[str, type]:
@@ -175,8 +182,9 @@ def build_options(command: Command, namespace: argparse.Namespace):
         for key, value in _load_yaml(namespace.config).items():
             name = str(key).replace("-", "_")
             if name not in known:
-                raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} "
-                                  f"(known: {', '.join(sorted(known))})")
+                raise ConfigError(
+                    f"config file {str(namespace.config)!r}: unknown option {key!r} (known: {', '.join(sorted(known))})"
+                )
             given[name] = convert_value(str(key), value, known[name][2])
     flags = {name: getattr(namespace, name) for name in known if getattr(namespace, name) is not None}
     layers = [Layer(COMMAND, command.defaults), Layer(YAML, given), Layer(FLAG, flags)]
@@ -188,6 +196,8 @@ def build_options(command: Command, namespace: argparse.Namespace):
     missing = [n for n, (_, f, _) in known.items() if n not in values and command.required(n, f)]
     if missing:
         raise ConfigError(f"missing required option(s): {', '.join('--' + m.replace('_', '-') for m in missing)}")
-    parts = {part: cls(**{n: values[n] for n, (p, _, _) in known.items() if p == part and n in values})
-             for part, cls in command.parts.items()}
+    parts = {
+        part: cls(**{n: values[n] for n, (p, _, _) in known.items() if p == part and n in values})
+        for part, cls in command.parts.items()
+    }
     return command.options(**parts, sources={n: sources.get(n, DEFAULT) for n in known})

@@ -22,6 +22,9 @@ def ppo_command(opts: PPORunOptions) -> CommandResult:
 
 COMMAND = Command(
     help="PPO on the doubling task with the scratch or trl backend (or TRL's GRPO/RLOO)",
-    parts=parts_of(PPORunOptions), options=PPORunOptions, run=ppo_command, defaults=DOUBLING_DEFAULTS,
+    parts=parts_of(PPORunOptions),
+    options=PPORunOptions,
+    run=ppo_command,
+    defaults=DOUBLING_DEFAULTS,
     preset=_preset,
 )

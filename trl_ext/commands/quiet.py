@@ -41,4 +41,3 @@ def quiet() -> None:
     hf_logging.disable_progress_bar()  # "Writing model shards", "Loading weights"
     for handler in hf_logging.get_logger().handlers:  # module loggers propagate to this handler
         handler.addFilter(_keep)
-

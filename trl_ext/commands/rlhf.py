@@ -13,5 +13,9 @@ def rlhf_command(opts: RLHFOptions) -> CommandResult:
 
 COMMAND = Command(
     help="real-LLM RLHF with LoRA: optional SFT, optional reward model from preferences, then PPO",
-    parts=parts_of(RLHFOptions), options=RLHFOptions, run=rlhf_command, defaults=RLHF_DEFAULTS, preset=rlhf_preset,
+    parts=parts_of(RLHFOptions),
+    options=RLHFOptions,
+    run=rlhf_command,
+    defaults=RLHF_DEFAULTS,
+    preset=rlhf_preset,
 )

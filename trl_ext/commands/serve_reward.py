@@ -17,19 +17,29 @@ def _names(text: str | None) -> list[str]:
 
 @dataclass
 class ServeOptions:
-    reward: str | None = field(None, help="classifier or scalar reward model directories, comma-separated (a "
-                               "4-label doubling charset classifier scores the requested set)")
-    reward_fn: str | None = field(None, help="reward functions as 'module:callable' or 'file.py:callable', "
-                                  "comma-separated")
-    weights: str | None = field(None, help="one weight per reward, comma-separated, --reward ones first "
-                                "(default: all 1; rows where every reward is None are an error)")
+    reward: str | None = field(
+        None,
+        help="classifier or scalar reward model directories, comma-separated (a "
+        "4-label doubling charset classifier scores the requested set)",
+    )
+    reward_fn: str | None = field(
+        None, help="reward functions as 'module:callable' or 'file.py:callable', comma-separated"
+    )
+    weights: str | None = field(
+        None,
+        help="one weight per reward, comma-separated, --reward ones first "
+        "(default: all 1; rows where every reward is None are an error)",
+    )
     host: str = field("127.0.0.1", help="address to listen on (loopback by default; 0.0.0.0 opens it to the network)")
     port: int = field(8000, help="port to listen on (0: a free one; the address is printed when ready)")
     device: str = field("auto", help="where a model reward runs: auto (a GPU if there is one), cpu, cuda, cuda:1 ...")
     max_batch: int = field(4096, help="completions one request may hold (more: HTTP 413)")
     max_request_bytes: int = field(64 << 20, help="largest request body (more: HTTP 413, unread)")
-    max_concurrency: int = field(1, help="reward calls at once (1: a model reward and its tokenizer are not "
-                                 "thread-safe; raise it for thread-safe functions)")
+    max_concurrency: int = field(
+        1,
+        help="reward calls at once (1: a model reward and its tokenizer are not "
+        "thread-safe; raise it for thread-safe functions)",
+    )
     max_pending: int = field(64, help="requests waiting or running at once (more: HTTP 503, the client backs off)")
 
     def __post_init__(self):
@@ -72,9 +82,15 @@ def serve_reward(opts, print_fn=print) -> CommandResult:
 
     serve = opts.serve
     reward = build_reward(serve)
-    server = RewardServer(reward, serve.host, serve.port, max_batch=serve.max_batch,
-                          max_request_bytes=serve.max_request_bytes, max_concurrency=serve.max_concurrency,
-                          max_pending=serve.max_pending)
+    server = RewardServer(
+        reward,
+        serve.host,
+        serve.port,
+        max_batch=serve.max_batch,
+        max_request_bytes=serve.max_request_bytes,
+        max_concurrency=serve.max_concurrency,
+        max_pending=serve.max_pending,
+    )
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -88,9 +104,13 @@ def serve_reward(opts, print_fn=print) -> CommandResult:
     finally:
         server.server_close()
     counts = server.counts
-    return CommandResult(f"serve-reward: stopped ({counts['scored']} completions scored, "
-                         f"{counts['errors']} error answers)", counts)
+    return CommandResult(
+        f"serve-reward: stopped ({counts['scored']} completions scored, {counts['errors']} error answers)", counts
+    )
 
 
-COMMAND = Command(help="serve a reward (classifier, reward model, module:callable, weighted) over HTTP",
-                  parts={"serve": ServeOptions}, run=serve_reward)
+COMMAND = Command(
+    help="serve a reward (classifier, reward model, module:callable, weighted) over HTTP",
+    parts={"serve": ServeOptions},
+    run=serve_reward,
+)

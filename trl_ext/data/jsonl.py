@@ -35,10 +35,15 @@ def check_messages(value, where: str, key: str, error=InputError) -> None:
     if not isinstance(value, list):
         return
     for number, message in enumerate(value):
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):
-            raise error(f"{where}: message {number} of {key!r} is {message!r:.80}; expected "
-                        "{\"role\": \"...\", \"content\": \"...\"} with text values")
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise error(
+                f"{where}: message {number} of {key!r} is {message!r:.80}; expected "
+                '{"role": "...", "content": "..."} with text values'
+            )
 
 
 def require_one_format(rows: list[tuple[int, dict]], key: str, path: str | Path) -> None:
@@ -46,8 +51,10 @@ def require_one_format(rows: list[tuple[int, dict]], key: str, path: str | Path)
     first = isinstance(rows[0][1].get(key), list)
     for number, row in rows:
         if isinstance(row.get(key), list) != first:
-            raise InputError(f"{path}:{number}: mixes text and conversations (line {rows[0][0]} is "
-                             f"{'a conversation' if first else 'text'}); use one format for every row")
+            raise InputError(
+                f"{path}:{number}: mixes text and conversations (line {rows[0][0]} is "
+                f"{'a conversation' if first else 'text'}); use one format for every row"
+            )
 
 
 def as_dataset(rows: list[tuple[int, dict]]):

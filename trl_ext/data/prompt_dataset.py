@@ -30,8 +30,10 @@ def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
     where = f"row {row}" if isinstance(row, int) else row
     if is_conversation(prompt):
         if not has_chat_template(tokenizer):
-            raise DatasetError(f"{where} is a conversation, but the tokenizer {_tokenizer_name(tokenizer)!r} has "
-                               "no chat template: set tokenizer.chat_template or give text prompts")
+            raise DatasetError(
+                f"{where} is a conversation, but the tokenizer {_tokenizer_name(tokenizer)!r} has "
+                "no chat template: set tokenizer.chat_template or give text prompts"
+            )
         for message in prompt:
             if not isinstance(message.get("content"), str):
                 raise DatasetError(f"{where}: message {message!r} has no text 'content'")
@@ -40,8 +42,10 @@ def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
     elif isinstance(prompt, str):
         ids = tokenizer(text=prompt)["input_ids"]
     else:
-        raise DatasetError(f"{where}: 'prompt' must be text or a list of {{'role', 'content'}} messages, "
-                           f"got {type(prompt).__name__} {prompt!r:.80}")
+        raise DatasetError(
+            f"{where}: 'prompt' must be text or a list of {{'role', 'content'}} messages, "
+            f"got {type(prompt).__name__} {prompt!r:.80}"
+        )
     if not ids:
         raise DatasetError(f"{where}: the prompt {prompt!r:.80} tokenizes to nothing")
     return list(ids)
@@ -76,12 +80,15 @@ def prepare_prompt_dataset(dataset, tokenizer):
             raise DatasetError(f"row {empty}: 'input_ids' is empty")
         return dataset
     if "prompt" not in columns:
-        raise DatasetError(f"train_dataset needs a 'prompt' column (text or conversation) or 'input_ids'; "
-                           f"it has {columns}")
+        raise DatasetError(
+            f"train_dataset needs a 'prompt' column (text or conversation) or 'input_ids'; it has {columns}"
+        )
     prompts = dataset["prompt"]
     first_is_conversation = len(prompts) > 0 and is_conversation(prompts[0])
     mixed = next((i for i, p in enumerate(prompts) if is_conversation(p) != first_is_conversation), None)
     if mixed is not None:
-        raise DatasetError(f"row {mixed}: prompts mix text and conversations (row 0 is "
-                           f"{'a conversation' if first_is_conversation else 'text'}); use one format")
+        raise DatasetError(
+            f"row {mixed}: prompts mix text and conversations (row 0 is "
+            f"{'a conversation' if first_is_conversation else 'text'}); use one format"
+        )
     return dataset.add_column("input_ids", [prompt_ids(p, tokenizer, i) for i, p in enumerate(prompts)])

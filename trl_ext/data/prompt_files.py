@@ -23,8 +23,16 @@ from trl_ext.errors import InputError
 
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 # Filled in by the trainers, or keywords reward functions are called with: a file's field of that name would clash.
-RESERVED_FIELDS = ("input_ids", "attention_mask", "prompts", "completions", "completion_ids", "trainer_state",
-                   "log_metric", "log_extra")
+RESERVED_FIELDS = (
+    "input_ids",
+    "attention_mask",
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_metric",
+    "log_extra",
+)
 KINDS = {"conversational": "conversations", "standard": "standard text rows", "plain": "plain-text lines"}
 
 
@@ -53,8 +61,9 @@ def _check_prompt(value, where: str) -> bool:
     if isinstance(value, list) and value:
         check_messages(value, where, "prompt")
         return True
-    raise InputError(f"{where}: expected 'prompt' as non-empty text or a list of {{\"role\", \"content\"}} messages, "
-                     f"got {value!r:.80}")
+    raise InputError(
+        f'{where}: expected \'prompt\' as non-empty text or a list of {{"role", "content"}} messages, got {value!r:.80}'
+    )
 
 
 def read_prompt_file(path: str | Path) -> PromptFile:
@@ -63,8 +72,9 @@ def read_prompt_file(path: str | Path) -> PromptFile:
     if path.suffix != ".jsonl":
         if not path.is_file():
             raise FileNotFoundError(f"prompts file {str(path)!r} does not exist")
-        numbered = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
-                    if line.strip()]
+        numbered = [
+            (n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()
+        ]
         if not numbered:
             raise InputError(f"prompts file {str(path)!r} holds no prompts")
         return PromptFile(str(path), [n for n, _ in numbered], [line for _, line in numbered], {}, "plain")
@@ -75,15 +85,23 @@ def read_prompt_file(path: str | Path) -> PromptFile:
         if first_line is None:
             first_line, first_conversational = number, conversational
         elif conversational != first_conversational:
-            raise InputError(f"{path}:{number}: mixes text and conversations (line {first_line} is "
-                             f"{'a conversation' if first_conversational else 'text'}); use one format for every row")
+            raise InputError(
+                f"{path}:{number}: mixes text and conversations (line {first_line} is "
+                f"{'a conversation' if first_conversational else 'text'}); use one format for every row"
+            )
         reserved = next((k for k in row if k in RESERVED_FIELDS), None)
         if reserved:
-            raise InputError(f"{path}:{number}: the field {reserved!r} is reserved (the trainer fills it in); rename it")
+            raise InputError(
+                f"{path}:{number}: the field {reserved!r} is reserved (the trainer fills it in); rename it"
+            )
     names = sorted(set().union(*(row for _, row in rows)) - {"prompt"})
-    return PromptFile(str(path), [n for n, _ in rows], [row["prompt"] for _, row in rows],
-                      {name: [row.get(name) for _, row in rows] for name in names},
-                      "conversational" if first_conversational else "standard")
+    return PromptFile(
+        str(path),
+        [n for n, _ in rows],
+        [row["prompt"] for _, row in rows],
+        {name: [row.get(name) for _, row in rows] for name in names},
+        "conversational" if first_conversational else "standard",
+    )
 
 
 def uses_chat_template(prompts: PromptFile, tokenizer, chat_template: str = "auto") -> bool:
@@ -94,15 +112,21 @@ def uses_chat_template(prompts: PromptFile, tokenizer, chat_template: str = "aut
     name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
     if prompts.conversational:
         if chat_template == "never":
-            raise InputError(f"{prompts.path}: the prompts are conversations, which only a chat template turns into "
-                             "text; chat_template 'never' is for text prompts")
+            raise InputError(
+                f"{prompts.path}: the prompts are conversations, which only a chat template turns into "
+                "text; chat_template 'never' is for text prompts"
+            )
         if not has_template:
-            raise InputError(f"{prompts.where(0)}: a conversation, but the tokenizer {name!r} has no chat template: "
-                             "give text prompts (a .txt file or {\"prompt\": \"text\"} rows) or a chat model")
+            raise InputError(
+                f"{prompts.where(0)}: a conversation, but the tokenizer {name!r} has no chat template: "
+                'give text prompts (a .txt file or {"prompt": "text"} rows) or a chat model'
+            )
         return True
     if chat_template == "always" and not has_template:
-        raise InputError(f"chat_template 'always', but the tokenizer {name!r} has no chat template to wrap "
-                         f"the prompts of {prompts.path} in; use 'auto' or 'never'")
+        raise InputError(
+            f"chat_template 'always', but the tokenizer {name!r} has no chat template to wrap "
+            f"the prompts of {prompts.path} in; use 'auto' or 'never'"
+        )
     return chat_template == "always" or (chat_template == "auto" and has_template)
 
 
@@ -129,8 +153,9 @@ class PreparedPrompts:
     summary: str
 
 
-def prepare_prompts(prompts: PromptFile | str | Path, tokenizer, chat_template: str = "auto",
-                    max_length: int | None = None) -> PreparedPrompts:
+def prepare_prompts(
+    prompts: PromptFile | str | Path, tokenizer, chat_template: str = "auto", max_length: int | None = None
+) -> PreparedPrompts:
     """Tokenize a prompt file for PPO: conversations (or wrapped text) through the chat template, text as it
     is, then cut on the left to ``max_length`` tokens (``truncation`` says how many were cut)."""
     from datasets import Dataset
@@ -146,6 +171,8 @@ def prepare_prompts(prompts: PromptFile | str | Path, tokenizer, chat_template: 
     try:
         dataset = Dataset.from_dict({"prompt": shown, **prompts.columns, "input_ids": ids})
     except Exception as err:  # pyarrow refuses a field whose values differ in type from row to row
-        raise InputError(f"{prompts.path}: a field's values cannot form one column ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}); give each field one type") from err
+        raise InputError(
+            f"{prompts.path}: a field's values cannot form one column ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); give each field one type"
+        ) from err
     return PreparedPrompts(dataset, prompts, templated, truncation, describe(prompts, templated, chat_template))

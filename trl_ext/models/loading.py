@@ -33,9 +33,13 @@ SEQUENCE_CLASSIFIER = ("ForSequenceClassification",)
 class Role:
     """What a folder passed in a role must hold."""
 
-    holds: str  # "causal LM", "sequence classifier" or "classifier base" (any model transformers can add a score head to)
+    holds: (
+        str  # "causal LM", "sequence classifier" or "classifier base" (any model transformers can add a score head to)
+    )
     generates: bool  # its tokenizer needs an eos token: a sampled response ends there
-    padding_side: str  # a policy's prompts pad on the left (generation continues them), a classifier's inputs on the right
+    padding_side: (
+        str  # a policy's prompts pad on the left (generation continues them), a classifier's inputs on the right
+    )
     tokenizer: bool = True  # whether the role reads the folder's tokenizer
 
 
@@ -61,8 +65,10 @@ def _require_fit(path: Path, config: dict, role: str) -> None:
         from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
         if config.get("model_type") not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
-            raise ArtifactError(f"{role} directory {str(path)!r} holds {found}, and transformers has no sequence "
-                                f"classifier for its model type {config.get('model_type')!r}")
+            raise ArtifactError(
+                f"{role} directory {str(path)!r} holds {found}, and transformers has no sequence "
+                f"classifier for its model type {config.get('model_type')!r}"
+            )
         return
     architectures = config.get("architectures") or []
     if any(a.endswith(CAUSAL_LM if holds == "causal LM" else SEQUENCE_CLASSIFIER) for a in architectures):
@@ -82,26 +88,37 @@ def _auto_config(path: Path, role: str):
         import transformers
 
         reason = " ".join(str(err).split())
-        raise ArtifactError(f"{role} directory {str(path)!r}: transformers {transformers.__version__} cannot read its "
-                            f"config.json: {reason[:300]}") from err
+        raise ArtifactError(
+            f"{role} directory {str(path)!r}: transformers {transformers.__version__} cannot read its "
+            f"config.json: {reason[:300]}"
+        ) from err
 
 
 def pad_with_eos(tokenizer, role: str, where: str, error: type[Exception] = ArtifactError):
     """The pad/eos rule: no pad token -> eos pads; no eos is an error for a role that generates (and no pad
     and no eos for any role). ``where`` names the tokenizer's source in the message."""
     if _role(role).generates and tokenizer.eos_token_id is None:
-        raise error(f"the {role} tokenizer {where} has no eos token: a response could never end; set "
-                    "tokenizer.eos_token (for a chat model, the token that ends its turn)")
+        raise error(
+            f"the {role} tokenizer {where} has no eos token: a response could never end; set "
+            "tokenizer.eos_token (for a chat model, the token that ends its turn)"
+        )
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
-            raise error(f"the {role} tokenizer {where} has no pad token and no eos token to pad with: set "
-                        "tokenizer.pad_token")
+            raise error(
+                f"the {role} tokenizer {where} has no pad token and no eos token to pad with: set tokenizer.pad_token"
+            )
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def check_model_dir(path: str | Path, role: str, *, labels: int | tuple[int, ...] | None = None,
-                    why: str | None = None, read_tokenizer: bool | None = None):
+def check_model_dir(
+    path: str | Path,
+    role: str,
+    *,
+    labels: int | tuple[int, ...] | None = None,
+    why: str | None = None,
+    read_tokenizer: bool | None = None,
+):
     """Every check a folder passed as ``role`` gets, without loading its weights; returns its tokenizer (pad/eos
     rule applied), or None when the role reads none or ``read_tokenizer`` is False. ``labels``: the label
     counts a classifier may have (``why``: what the caller needs them for)."""
@@ -111,22 +128,37 @@ def check_model_dir(path: str | Path, role: str, *, labels: int | tuple[int, ...
     if labels is not None:
         accepted = (labels,) if isinstance(labels, int) else tuple(labels)
         if config.num_labels not in accepted:
-            raise ArtifactError(f"{role} directory {str(path)!r} has {config.num_labels} labels; " + (
-                why or ("expected a scalar reward model (num_labels=1)" if accepted == (1,)
-                        else f"expected num_labels in {accepted}")))
+            raise ArtifactError(
+                f"{role} directory {str(path)!r} has {config.num_labels} labels; "
+                + (
+                    why
+                    or (
+                        "expected a scalar reward model (num_labels=1)"
+                        if accepted == (1,)
+                        else f"expected num_labels in {accepted}"
+                    )
+                )
+            )
     if not (spec.tokenizer if read_tokenizer is None else read_tokenizer):
         return None
     tokenizer = pad_with_eos(load_tokenizer(path, role, spec.padding_side), role, f"of {str(path)!r}")
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     vocab = getattr(text_config, "vocab_size", None)
     if vocab is not None and vocab < len(tokenizer):  # ids past the embedding table would crash the first forward
-        raise ArtifactError(f"{role} directory {str(path)!r} has {vocab} embeddings but its tokenizer has "
-                            f"{len(tokenizer)} tokens")
+        raise ArtifactError(
+            f"{role} directory {str(path)!r} has {vocab} embeddings but its tokenizer has {len(tokenizer)} tokens"
+        )
     return tokenizer
 
 
-def load_policy(path: str | Path, dtype: str = "auto", *, role: str = "policy", tokenizer=None,
-                error: type[Exception] = ArtifactError):
+def load_policy(
+    path: str | Path,
+    dtype: str = "auto",
+    *,
+    role: str = "policy",
+    tokenizer=None,
+    error: type[Exception] = ArtifactError,
+):
     """``(model, tokenizer)`` of the causal LM in ``path`` in ``dtype`` ('auto': the checkpoint's), checked first.
     A ``tokenizer`` given is used instead of the folder's, with the pad/eos rule (``error``: what that raises)."""
     from transformers import AutoModelForCausalLM
@@ -141,8 +173,15 @@ def load_policy(path: str | Path, dtype: str = "auto", *, role: str = "policy", 
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype)), tokenizer
 
 
-def load_sequence_classifier(path: str | Path, role: str, dtype: str = "auto", *,
-                             labels: int | tuple[int, ...] | None = None, why: str | None = None, **load_kwargs):
+def load_sequence_classifier(
+    path: str | Path,
+    role: str,
+    dtype: str = "auto",
+    *,
+    labels: int | tuple[int, ...] | None = None,
+    why: str | None = None,
+    **load_kwargs,
+):
     """``(model, tokenizer)`` of a sequence classifier folder (tokenizer None for a role that reads none),
     checked first. ``load_kwargs`` go to ``from_pretrained`` (a reward model base: ``num_labels=1``...)."""
     from transformers import AutoModelForSequenceClassification
@@ -155,14 +194,16 @@ def load_sequence_classifier(path: str | Path, role: str, dtype: str = "auto", *
     except (ValueError, KeyError) as err:
         if role != "reward model base":
             raise
-        raise ArtifactError(f"reward model base {str(path)!r} cannot become a sequence classifier: "
-                            f"{str(err).splitlines()[0]}") from err
+        raise ArtifactError(
+            f"reward model base {str(path)!r} cannot become a sequence classifier: {str(err).splitlines()[0]}"
+        ) from err
     if tokenizer is not None and model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # decoder classifiers score the last non-pad token
     return model, tokenizer
 
 
 # ---- LoRA targets ---------------------------------------------------------------------------------------------
+
 
 def linear_module_names(model) -> list[str]:
     """Leaf names of the model's linear layers (``nn.Linear``, and GPT-2's ``Conv1D``), first seen first, the
@@ -184,8 +225,10 @@ def linear_module_names(model) -> list[str]:
 
 def lora_targets_message(model, targets, role: str = "policy", where: str = "") -> str:
     shown = targets if isinstance(targets, str) else ", ".join(sorted(targets))
-    return (f"LoRA target modules {shown} match no module of the {role} ({type(model).__name__}{where}); its linear "
-            f"modules: {', '.join(linear_module_names(model))} (or 'all-linear')")
+    return (
+        f"LoRA target modules {shown} match no module of the {role} ({type(model).__name__}{where}); its linear "
+        f"modules: {', '.join(linear_module_names(model))} (or 'all-linear')"
+    )
 
 
 def _matches(target: str, names: list[str], regex: bool) -> bool:
@@ -226,7 +269,8 @@ def _no_matching_targets(err: Exception) -> bool:
     except ImportError:
         NoMatchingPeftModuleError = ()
     return isinstance(err, NoMatchingPeftModuleError) or (
-        "Target modules" in str(err) and "not found in the base model" in str(err))
+        "Target modules" in str(err) and "not found in the base model" in str(err)
+    )
 
 
 @contextmanager
@@ -250,18 +294,20 @@ def peft_model(model, peft_config, role: str = "policy"):
     with lora_target_errors(model, peft_config, role), warnings.catch_warnings():
         # peft (0.21) reads the model's `is_gradient_checkpointing`, which transformers 5.24 renamed and made
         # warn: a notice about peft's code, not the caller's. Only that one warning is silenced, only here.
-        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated",
-                                category=FutureWarning)
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         return get_peft_model(model, peft_config)
 
 
 # ---- prompts --------------------------------------------------------------------------------------------------
+
 
 def truncation_notice(truncation, max_length: int) -> str | None:
     """The one line a run prints when prompts were cut to ``max_length`` tokens (``truncation``: what
     ``ppo.data.truncate_prompts`` reports: ``cut`` of ``total`` prompts, at most ``most`` tokens from one)."""
     if not truncation.cut:
         return None
-    return (f"[prompts] {truncation.cut} of {truncation.total} prompts are longer than max_prompt_length "
-            f"{max_length} and were cut on the left, by up to {truncation.most} tokens (the longest had "
-            f"{max_length + truncation.most})")
+    return (
+        f"[prompts] {truncation.cut} of {truncation.total} prompts are longer than max_prompt_length "
+        f"{max_length} and were cut on the left, by up to {truncation.most} tokens (the longest had "
+        f"{max_length + truncation.most})"
+    )

@@ -58,8 +58,11 @@ def gae(batch: EstimatorInputs, config):
     per row with ``core.length_adaptive_lambda`` (``lam_length_alpha``); the critic's returns with the batch's
     ``critic_lam``, else ``config.critic_lam``, else ``lam`` (VAPO's decoupled GAE; one pass where they agree)."""
     assert batch.values is not None  # needs_values: compute_advantages refuses a batch without them
-    policy_lam = config.lam if config.lam_length_alpha is None else \
-        core.length_adaptive_lambda(batch.mask, config.lam_length_alpha)
+    policy_lam = (
+        config.lam
+        if config.lam_length_alpha is None
+        else core.length_adaptive_lambda(batch.mask, config.lam_length_alpha)
+    )
     critic_lam = next(lam for lam in (batch.critic_lam, config.critic_lam, config.lam) if lam is not None)
     advantages, returns = core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, policy_lam)
     if config.lam_length_alpha is not None or critic_lam != config.lam:
@@ -90,10 +93,19 @@ def needs_values(config) -> bool:
     return ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_values
 
 
-def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
-                       values: torch.Tensor | None, loss_mask: torch.Tensor, ended: torch.Tensor,
-                       group_ids: torch.Tensor, config, kl_coef: float | None = None,
-                       token_rewards: torch.Tensor | None = None, critic_lam: float | None = None) -> Advantages:
+def compute_advantages(
+    scores: torch.Tensor,
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    values: torch.Tensor | None,
+    loss_mask: torch.Tensor,
+    ended: torch.Tensor,
+    group_ids: torch.Tensor,
+    config,
+    kl_coef: float | None = None,
+    token_rewards: torch.Tensor | None = None,
+    critic_lam: float | None = None,
+) -> Advantages:
     """Scores ``(B,)``, log-probs of policy and reference ``(B, T)``, values ``(B, T)`` (or None), the loss mask,
     ``ended`` ``(B,)`` (the last model token is eos) and group ids ``(B,)`` -> ``Advantages``.
     ``kl_coef``: the KL weight of this batch (an adaptive one's current value); default ``config.kl_coef``.
@@ -114,20 +126,50 @@ def compute_advantages(scores: torch.Tensor, logprobs: torch.Tensor, ref_logprob
     def compact(x):
         return None if x is None else core.compact_tokens(x, index, value_mask)
 
-    outcome = _contiguous_advantages(scores, compact(logprobs), compact(ref_logprobs), compact(values), mask,
-                                     value_mask, ended, group_ids, config, kl_coef, compact(token_rewards),
-                                     critic_lam)
+    outcome = _contiguous_advantages(
+        scores,
+        compact(logprobs),
+        compact(ref_logprobs),
+        compact(values),
+        mask,
+        value_mask,
+        ended,
+        group_ids,
+        config,
+        kl_coef,
+        compact(token_rewards),
+        critic_lam,
+    )
+
     def expand(x):
         return None if x is None else core.expand_tokens(x, index, value_mask)
 
-    return Advantages(advantages=expand(outcome.advantages), returns=expand(outcome.returns),
-                      values=expand(outcome.values), scores=outcome.scores, kl=expand(outcome.kl),
-                      rewards=expand(outcome.rewards), non_score_rewards=expand(outcome.non_score_rewards),
-                      value_mask=expand(outcome.value_mask))
+    return Advantages(
+        advantages=expand(outcome.advantages),
+        returns=expand(outcome.returns),
+        values=expand(outcome.values),
+        scores=outcome.scores,
+        kl=expand(outcome.kl),
+        rewards=expand(outcome.rewards),
+        non_score_rewards=expand(outcome.non_score_rewards),
+        value_mask=expand(outcome.value_mask),
+    )
 
 
-def _contiguous_advantages(scores, logprobs, ref_logprobs, values, mask, value_mask, ended, group_ids, config,
-                           kl_coef, token_rewards, critic_lam=None) -> Advantages:
+def _contiguous_advantages(
+    scores,
+    logprobs,
+    ref_logprobs,
+    values,
+    mask,
+    value_mask,
+    ended,
+    group_ids,
+    config,
+    kl_coef,
+    token_rewards,
+    critic_lam=None,
+) -> Advantages:
     """The rules over rows whose tokens are contiguous from the start, in order: per-token KL; the missing-eos
     penalty; KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening."""
     estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
@@ -140,16 +182,26 @@ def _contiguous_advantages(scores, logprobs, ref_logprobs, values, mask, value_m
         scores = torch.where(ended, scores, scores - config.missing_eos_penalty)
     if values is not None:
         values = values * value_mask
-    rewards, non_score = core.KL_SHAPINGS[config.kl_mode].fn(scores, kl, value_mask,
-                                                      config.kl_coef if kl_coef is None else kl_coef)
+    rewards, non_score = core.KL_SHAPINGS[config.kl_mode].fn(
+        scores, kl, value_mask, config.kl_coef if kl_coef is None else kl_coef
+    )
     if token_rewards is not None:
         rewards = rewards + token_rewards.to(rewards.dtype) * value_mask
     if config.whiten_rewards:
         rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
-    advantages, returns = estimator.fn(EstimatorInputs(rewards, values, mask, value_mask, group_ids, critic_lam),
-                                       config)
+    advantages, returns = estimator.fn(
+        EstimatorInputs(rewards, values, mask, value_mask, group_ids, critic_lam), config
+    )
     whiten = estimator.whiten if config.whiten_advantages is None else config.whiten_advantages
     if whiten:
         advantages = core.masked_whiten(advantages, mask) * mask
-    return Advantages(advantages=advantages, returns=returns, values=values, scores=scores, kl=kl,
-                      rewards=rewards, non_score_rewards=non_score, value_mask=value_mask)
+    return Advantages(
+        advantages=advantages,
+        returns=returns,
+        values=values,
+        scores=scores,
+        kl=kl,
+        rewards=rewards,
+        non_score_rewards=non_score,
+        value_mask=value_mask,
+    )

@@ -39,7 +39,9 @@ def load_causal_lm(model, processing_class, dtype: str = "auto"):
 
         from trl_ext.models.directory import load_tokenizer
 
-        processing_class = load_tokenizer(path, "policy") if Path(path).is_dir() else AutoTokenizer.from_pretrained(path)
+        processing_class = (
+            load_tokenizer(path, "policy") if Path(path).is_dir() else AutoTokenizer.from_pretrained(path)
+        )
     return model, pad_with_eos(processing_class, "policy", f"of {path!r}" if path else "given", InputError)
 
 
@@ -49,8 +51,9 @@ def critic_source(path: str | None):
         return None
     from trl_ext.models.loading import load_sequence_classifier
 
-    return load_sequence_classifier(path, "critic_init", labels=1,
-                                    why="the critic starts from a scalar reward model (num_labels=1)")[0]
+    return load_sequence_classifier(
+        path, "critic_init", labels=1, why="the critic starts from a scalar reward model (num_labels=1)"
+    )[0]
 
 
 def needs_reference(config) -> bool:
@@ -58,8 +61,15 @@ def needs_reference(config) -> bool:
     return config.kl_coef > 0 or config.beta > 0
 
 
-def build_models(policy, config, peft_config=None, ref_model=None, saved_at: str | Path | None = None,
-                 uniform_dtype: bool = False, device=None) -> tuple[ActorCritic, nn.Module | None]:
+def build_models(
+    policy,
+    config,
+    peft_config=None,
+    ref_model=None,
+    saved_at: str | Path | None = None,
+    uniform_dtype: bool = False,
+    device=None,
+) -> tuple[ActorCritic, nn.Module | None]:
     """The actor-critic to train and the frozen reference (None when there is none to run: no KL term, or a PEFT
     policy, whose reference is itself with its adapters off, so no second copy).
 
@@ -80,9 +90,14 @@ def build_models(policy, config, peft_config=None, ref_model=None, saved_at: str
         disable_dropout(reference)
     if config.gradient_checkpointing:
         enable_activation_checkpointing(policy)
-    model = ActorCritic(policy, separate_critic=config.separate_critic, value_head_init=config.value_head_init,
-                        critic=needs_values(config), critic_source=critic_source(config.critic_init),
-                        critic_adapter=config.critic_adapter)
+    model = ActorCritic(
+        policy,
+        separate_critic=config.separate_critic,
+        value_head_init=config.value_head_init,
+        critic=needs_values(config),
+        critic_source=critic_source(config.critic_init),
+        critic_adapter=config.critic_adapter,
+    )
     if config.gradient_checkpointing and model.critic_adapter:
         recompute_under_own_adapter(model)
     if saved_at is not None and model.value_head is not None:

@@ -44,8 +44,9 @@ def checkpoints(output_dir: str | Path) -> list[Path]:
         if (path / STATE_FILE).exists():
             complete.append(path)
         else:
-            warnings.warn(f"skipping {path}: it has no {STATE_FILE} (the run was stopped while saving it)",
-                          stacklevel=2)
+            warnings.warn(
+                f"skipping {path}: it has no {STATE_FILE} (the run was stopped while saving it)", stacklevel=2
+            )
     return complete
 
 
@@ -92,19 +93,25 @@ def check_fits(saved: dict, current: dict, path: Path) -> None:
         if key == "trainable":
             continue
         if saved.get(key) != current[key]:
-            raise CheckpointError(f"checkpoint {str(path)!r} was written with {key}={saved.get(key)!r}; "
-                                  f"this run has {key}={current[key]!r}")
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} was written with {key}={saved.get(key)!r}; "
+                f"this run has {key}={current[key]!r}"
+            )
     saved_shapes, shapes = saved.get("trainable", {}), current["trainable"]
     missing = sorted(set(shapes) - set(saved_shapes))
     extra = sorted(set(saved_shapes) - set(shapes))
     if missing or extra:
-        raise CheckpointError(f"checkpoint {str(path)!r} is of another model: "
-                              f"{'it lacks ' + missing[0] if missing else 'it has ' + extra[0]} "
-                              f"({len(missing)} missing, {len(extra)} extra trainable tensors)")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is of another model: "
+            f"{'it lacks ' + missing[0] if missing else 'it has ' + extra[0]} "
+            f"({len(missing)} missing, {len(extra)} extra trainable tensors)"
+        )
     for name, shape in shapes.items():
         if saved_shapes[name] != shape:
-            raise CheckpointError(f"checkpoint {str(path)!r} is of another model: {name} has shape "
-                                  f"{saved_shapes[name]}, this model's is {shape}")
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is of another model: {name} has shape "
+                f"{saved_shapes[name]}, this model's is {shape}"
+            )
 
 
 def rng_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -122,14 +129,15 @@ def set_rng_state(state: dict[str, torch.Tensor], generator: torch.Generator) ->
         torch.cuda.set_rng_state_all(cuda)
 
 
-def save(path: Path, *, model, optimizer, scheduler, generator, state: dict, is_main: bool, rank: int,
-         barrier) -> Path:
+def save(path: Path, *, model, optimizer, scheduler, generator, state: dict, is_main: bool, rank: int, barrier) -> Path:
     """Write one checkpoint; every rank calls it (each writes its own generators)."""
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
-    save_file({f"rank{rank}/{k}": v.contiguous() for k, v in rng_state(generator).items()},
-              str(path / f"rng-rank{rank}.safetensors"))
+    save_file(
+        {f"rank{rank}/{k}": v.contiguous() for k, v in rng_state(generator).items()},
+        str(path / f"rng-rank{rank}.safetensors"),
+    )
     if is_main:
         trainable = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
         save_file(trainable, str(path / WEIGHTS_FILE))
@@ -172,13 +180,27 @@ def rotate(output_dir: str | Path, keep: int) -> list[Path]:
     return doomed
 
 
-def save_run(output_dir: str | Path, *, update: int, episode: int, kl_coef: float, config, world_size: int,
-             parts: dict, is_main: bool, barrier) -> Path:
+def save_run(
+    output_dir: str | Path,
+    *,
+    update: int,
+    episode: int,
+    kl_coef: float,
+    config,
+    world_size: int,
+    parts: dict,
+    is_main: bool,
+    barrier,
+) -> Path:
     """``output_dir/checkpoint-<update>`` for a run at ``update``/``episode``, the oldest beyond
     ``config.save_total_limit`` deleted. ``parts``: ``save``'s model, optimizer, scheduler, generator, rank.
     ``kl_coef``: the KL weight in force (an adaptive one's current value)."""
-    state = {"update": update, "episode": episode, "kl_coef": kl_coef,
-             "fingerprint": fingerprint(parts["model"], config, world_size)}
+    state = {
+        "update": update,
+        "episode": episode,
+        "kl_coef": kl_coef,
+        "fingerprint": fingerprint(parts["model"], config, world_size),
+    }
     path = save(Path(output_dir) / f"{PREFIX}{update}", **parts, state=state, is_main=is_main, barrier=barrier)
     if config.save_total_limit and is_main:
         rotate(output_dir, config.save_total_limit)

@@ -28,17 +28,23 @@ class PPOConfig:
     advantages, the policy loss, the critic, memory and precision, checkpoints."""
 
     # The run and the optimizer: how many rollouts, in what batches, at what learning rate
-    output_dir: str | None = field(None, help="where a bad loss saves the last good policy (the CLI sets it from --out)",
-                                   cli=False)
+    output_dir: str | None = field(
+        None, help="where a bad loss saves the last good policy (the CLI sets it from --out)", cli=False
+    )
     total_episodes: int = field(1024, help="rollouts in the whole run, over all processes (128 updates of 8)")
     batch_size: int = field(8, help="rollouts per update on each process (TRL: per_device_train_batch_size)")
-    num_mini_batches: int = field(1, help="minibatches per PPO epoch; batch_size: one rollout a step, as the "
-                                  "doubling-task tutorial updates")
+    num_mini_batches: int = field(
+        1, help="minibatches per PPO epoch; batch_size: one rollout a step, as the doubling-task tutorial updates"
+    )
     num_ppo_epochs: int = field(4, help="passes over each batch of rollouts")
-    learning_rate: float = field(3e-6, help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
-                                 "has the option; the doubling task's: trl_ext.tasks.doubling.ppo_settings)")
-    lr_scheduler_type: str = field("linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'",
-                                   choices=LR_SCHEDULES)
+    learning_rate: float = field(
+        3e-6,
+        help="AdamW learning rate (the defaults are a real LLM run's, TRL's own where TRL "
+        "has the option; the doubling task's: trl_ext.tasks.doubling.ppo_settings)",
+    )
+    lr_scheduler_type: str = field(
+        "linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'", choices=LR_SCHEDULES
+    )
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     seed: int = field(0, help="seed for prompt order, sampling and initialisation")
 
@@ -48,153 +54,283 @@ class PPOConfig:
     top_k: int = field(0, help="sample among the k likeliest tokens (0: all)")
     top_p: float = field(1.0, help="sample from the smallest set of tokens holding this probability (1.0: all)")
     repetition_penalty: float = field(1.0, help="HF generate's repetition penalty (sampler 'generate' only)")
-    num_generations: int = field(1, help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
-                                 "batch_size counts completions and must be divisible by it")
-    sampler: str = field("auto", help="rollout engine, by its name in trl_ext.ppo.rollout.samplers.SAMPLERS or "
-                         "your own as module:name: 'loop': the KV-cache loop; 'generate': model.generate "
-                         "(repetition_penalty); 'static': static KV cache, decode step compiled to a CUDA graph; "
-                         "'vllm': vLLM colocated in each training process; 'auto': the one measured fastest here "
-                         "(static on a GPU; vLLM on CPU for large policies where installed; else loop)")
-    vllm_mode: str = field("colocate", help="vLLM beside the trainer in each process (TRL's name; the only mode)",
-                           choices=VLLM_MODES)
+    num_generations: int = field(
+        1,
+        help="completions sampled per prompt in one rollout (GRPO/RLOO's groups); "
+        "batch_size counts completions and must be divisible by it",
+    )
+    sampler: str = field(
+        "auto",
+        help="rollout engine, by its name in trl_ext.ppo.rollout.samplers.SAMPLERS or "
+        "your own as module:name: 'loop': the KV-cache loop; 'generate': model.generate "
+        "(repetition_penalty); 'static': static KV cache, decode step compiled to a CUDA graph; "
+        "'vllm': vLLM colocated in each training process; 'auto': the one measured fastest here "
+        "(static on a GPU; vLLM on CPU for large policies where installed; else loop)",
+    )
+    vllm_mode: str = field(
+        "colocate", help="vLLM beside the trainer in each process (TRL's name; the only mode)", choices=VLLM_MODES
+    )
     vllm_gpu_memory_utilization: float = field(0.3, help="share of GPU memory vLLM may take for weights and KV cache")
-    vllm_enable_sleep_mode: bool = field(False, help="release vLLM's weights and KV cache during the update, wake "
-                                         "them for the next rollout (GPU)")
+    vllm_enable_sleep_mode: bool = field(
+        False, help="release vLLM's weights and KV cache during the update, wake them for the next rollout (GPU)"
+    )
     vllm_tensor_parallel_size: int = field(1, help="GPUs one vLLM engine spans")
     vllm_max_model_length: int | None = field(None, help="vLLM's context length (default: the model's)")
-    vllm_importance_sampling_correction: bool = field(False, help="weight the policy loss by the ratio of the "
-                                                      "trainer's to the engine's log-probs of the sampled tokens, "
-                                                      "capped (TRL's vLLM correction), with any engine that "
-                                                      "returns its log-probs (vllm's); for bf16 runs, where they "
-                                                      "differ")
-    vllm_importance_sampling_mode: str = field("token_truncate", help="per token or per sequence; clip the ratio "
-                                               "into [min, max] (truncate) or zero it outside (mask)",
-                                               choices=IMPORTANCE_SAMPLING_MODES)
+    vllm_importance_sampling_correction: bool = field(
+        False,
+        help="weight the policy loss by the ratio of the "
+        "trainer's to the engine's log-probs of the sampled tokens, "
+        "capped (TRL's vLLM correction), with any engine that "
+        "returns its log-probs (vllm's); for bf16 runs, where they "
+        "differ",
+    )
+    vllm_importance_sampling_mode: str = field(
+        "token_truncate",
+        help="per token or per sequence; clip the ratio into [min, max] (truncate) or zero it outside (mask)",
+        choices=IMPORTANCE_SAMPLING_MODES,
+    )
     vllm_importance_sampling_clip_max: float = field(3.0, help="upper bound of the importance-sampling ratio")
     vllm_importance_sampling_clip_min: float | None = field(None, help="lower bound of the ratio (default: none)")
-    rollout: str = field("single_turn", help="what makes a batch's rollouts, by its name in "
-                         "trl_ext.rollouts.ROLLOUTS or your own Rollout as module:name ('single_turn': one completion "
-                         "a prompt; tools, environment_factory and rollout_func make their own)", choices=ROLLOUTS)
-    max_tool_calling_iterations: int | None = field(None, help="multi-turn rollouts (tools, environment_factory): "
-                                                    "rounds of tool calls a rollout may make (TRL's option; None: "
-                                                    "no limit but response_length, one token budget for all turns)")
+    rollout: str = field(
+        "single_turn",
+        help="what makes a batch's rollouts, by its name in "
+        "trl_ext.rollouts.ROLLOUTS or your own Rollout as module:name ('single_turn': one completion "
+        "a prompt; tools, environment_factory and rollout_func make their own)",
+        choices=ROLLOUTS,
+    )
+    max_tool_calling_iterations: int | None = field(
+        None,
+        help="multi-turn rollouts (tools, environment_factory): "
+        "rounds of tool calls a rollout may make (TRL's option; None: "
+        "no limit but response_length, one token budget for all turns)",
+    )
 
     # Rewards: how completions reach the reward functions and where the score lands
-    reward_weights: list[float] | None = field(None, help="one weight per reward function (GRPO's option); "
-                                               "default: all 1.0", cli=False)
-    skip_special_tokens: bool = field(True, help="decode completions for reward functions without special tokens, "
-                                      "as TRL's GRPO does; False keeps the eos the reward model may expect")
-    missing_eos_penalty: float | None = field(None, help="subtract this from the score of a response that ends "
-                                              "without eos (TRL's option; default: none)")
-    score_position: str = field("last_token", help="where the score lands: on the last response token (the "
-                                "doubling-task tutorial), "
-                                "or one token after it where the batch has room, its value trained too (TRL 1.12)",
-                                choices=SCORE_POSITIONS)
+    reward_weights: list[float] | None = field(
+        None, help="one weight per reward function (GRPO's option); default: all 1.0", cli=False
+    )
+    skip_special_tokens: bool = field(
+        True,
+        help="decode completions for reward functions without special tokens, "
+        "as TRL's GRPO does; False keeps the eos the reward model may expect",
+    )
+    missing_eos_penalty: float | None = field(
+        None, help="subtract this from the score of a response that ends without eos (TRL's option; default: none)"
+    )
+    score_position: str = field(
+        "last_token",
+        help="where the score lands: on the last response token (the "
+        "doubling-task tutorial), "
+        "or one token after it where the batch has room, its value trained too (TRL 1.12)",
+        choices=SCORE_POSITIONS,
+    )
 
     # KL to the reference: in the reward (kl_coef) and as a loss term (beta)
     kl_coef: float = field(0.05, help="weight of the KL penalty to the reference policy (with kl_target: its start)")
-    kl_target: float | None = field(None, help="adapt kl_coef after each update toward this KL per rollout (summed "
-                                    "over its tokens), Ziegler et al. 2019's controller (TRL <0.12: target); None: "
-                                    "kl_coef stays fixed")
-    kl_horizon: int = field(10000, help="the adaptive controller's time scale in episodes: an update of "
-                            "B episodes moves kl_coef by at most 0.2*B/kl_horizon of itself (TRL <0.12: horizon)")
+    kl_target: float | None = field(
+        None,
+        help="adapt kl_coef after each update toward this KL per rollout (summed "
+        "over its tokens), Ziegler et al. 2019's controller (TRL <0.12: target); None: "
+        "kl_coef stays fixed",
+    )
+    kl_horizon: int = field(
+        10000,
+        help="the adaptive controller's time scale in episodes: an update of "
+        "B episodes moves kl_coef by at most 0.2*B/kl_horizon of itself (TRL <0.12: horizon)",
+    )
     kl_estimator: str = field("k1", help="per-token KL estimate", choices=core.KL_ESTIMATORS)
-    kl_mode: str = field("token", help="'token': -kl_coef*kl per token (TRL's PPO, the doubling-task tutorial); "
-                         "'sequence': score - kl_coef*sum(kl) on the last token (TRL's RLOO, the hand-written "
-                         "RLHF notebook); or your own as module:name",
-                         choices=core.KL_SHAPINGS)
-    beta: float = field(0.0, help="weight of the KL to the reference as a loss term (GRPO's beta), besides "
-                        "kl_coef's KL in the reward")
-    kl_loss_estimator: str = field("k3", help="per-token KL estimate of the beta loss term (GRPO: k3)",
-                                   choices=core.KL_ESTIMATORS)
-    use_bias_correction_kl: bool = field(True, help="weight the beta KL term by the policy ratio, so that its "
-                                         "gradient is the unbiased reverse-KL one (TRL 1.16's option and default)")
+    kl_mode: str = field(
+        "token",
+        help="'token': -kl_coef*kl per token (TRL's PPO, the doubling-task tutorial); "
+        "'sequence': score - kl_coef*sum(kl) on the last token (TRL's RLOO, the hand-written "
+        "RLHF notebook); or your own as module:name",
+        choices=core.KL_SHAPINGS,
+    )
+    beta: float = field(
+        0.0, help="weight of the KL to the reference as a loss term (GRPO's beta), besides kl_coef's KL in the reward"
+    )
+    kl_loss_estimator: str = field(
+        "k3", help="per-token KL estimate of the beta loss term (GRPO: k3)", choices=core.KL_ESTIMATORS
+    )
+    use_bias_correction_kl: bool = field(
+        True,
+        help="weight the beta KL term by the policy ratio, so that its "
+        "gradient is the unbiased reverse-KL one (TRL 1.16's option and default)",
+    )
 
     # Advantages: the estimator and its normalisation
-    advantage_estimator: str = field("gae", help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
-                                     "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
-                                     "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS, or your own as module:name",
-                                     choices=ADVANTAGE_ESTIMATORS)
-    scale_rewards: str = field("group", help="grpo: divide by the group's std, the batch's, or not at all "
-                               "(TRL's scale_rewards)", choices=SCALE_REWARDS)
-    whiten_advantages: bool | None = field(None, help="whiten advantages over the batch (default: the "
-                                           "estimator's choice: gae and reinforce_pp yes, grpo and rloo no)")
+    advantage_estimator: str = field(
+        "gae",
+        help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
+        "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
+        "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS, or your own as module:name",
+        choices=ADVANTAGE_ESTIMATORS,
+    )
+    scale_rewards: str = field(
+        "group",
+        help="grpo: divide by the group's std, the batch's, or not at all (TRL's scale_rewards)",
+        choices=SCALE_REWARDS,
+    )
+    whiten_advantages: bool | None = field(
+        None,
+        help="whiten advantages over the batch (default: the "
+        "estimator's choice: gae and reinforce_pp yes, grpo and rloo no)",
+    )
     whiten_rewards: bool = field(False, help="whiten the shaped rewards before GAE")
     gamma: float = field(1.0, help="discount")
-    lam: float = field(0.95, help="GAE lambda (gae: of the policy's advantages, and of the critic's returns unless "
-                       "critic_lam is set)")
-    critic_lam: float | None = field(None, help="gae: lambda of the critic's returns alone, the policy's advantages "
-                                     "keeping lam (VAPO's decoupled GAE: 1.0); None: lam")
-    lam_length_alpha: float | None = field(None, help="gae: the policy's lambda per row, 1 - 1/(alpha * its model "
-                                           "tokens), floored at 0 (VAPO's length-adaptive GAE: 0.05); None: lam")
+    lam: float = field(
+        0.95, help="GAE lambda (gae: of the policy's advantages, and of the critic's returns unless critic_lam is set)"
+    )
+    critic_lam: float | None = field(
+        None,
+        help="gae: lambda of the critic's returns alone, the policy's advantages "
+        "keeping lam (VAPO's decoupled GAE: 1.0); None: lam",
+    )
+    lam_length_alpha: float | None = field(
+        None,
+        help="gae: the policy's lambda per row, 1 - 1/(alpha * its model "
+        "tokens), floored at 0 (VAPO's length-adaptive GAE: 0.05); None: lam",
+    )
 
     # The policy loss
-    policy_loss: str = field("clip", help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
-                             "ratio per sequence (TRL's RLOO); or your own as module:name",
-                             choices=POLICY_LOSSES)
-    policy_loss_kwargs: dict | None = field(None, help="the policy loss's own settings, checked against its "
-                                            "signature (JSON on the command line, e.g. '{\"cliprange_high\": "
-                                            "0.28}')")
-    loss_type: str = field("bnpo", help="how token losses are averaged (TRL's names): 'bnpo' over all tokens "
-                           "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
-                           "response_length", choices=LOSS_AGGREGATIONS)
+    policy_loss: str = field(
+        "clip",
+        help="'clip': PPO's clipped surrogate per token; 'sequence_clip': one "
+        "ratio per sequence (TRL's RLOO); or your own as module:name",
+        choices=POLICY_LOSSES,
+    )
+    policy_loss_kwargs: dict | None = field(
+        None,
+        help="the policy loss's own settings, checked against its "
+        'signature (JSON on the command line, e.g. \'{"cliprange_high": '
+        "0.28}')",
+    )
+    loss_type: str = field(
+        "bnpo",
+        help="how token losses are averaged (TRL's names): 'bnpo' over all tokens "
+        "(PPO), 'grpo' per sequence then over sequences, 'dr_grpo' sum over rows x "
+        "response_length",
+        choices=LOSS_AGGREGATIONS,
+    )
     cliprange: float = field(0.2, help="policy ratio clip")
-    cliprange_high: float | None = field(None, help="policy_loss 'clip': the ratio's upper clip, 1 + cliprange_high "
-                                         "(DAPO's clip-higher: 0.28); None: cliprange")
+    cliprange_high: float | None = field(
+        None,
+        help="policy_loss 'clip': the ratio's upper clip, 1 + cliprange_high "
+        "(DAPO's clip-higher: 0.28); None: cliprange",
+    )
     ent_coef: float = field(0.0, help="entropy bonus weight")
-    positive_lm_coef: float = field(0.0, help="weight of a language-model loss, the mean negative log-likelihood of "
-                                    "the tokens of rows scored above positive_lm_threshold (VAPO: 0.1); 0: none")
+    positive_lm_coef: float = field(
+        0.0,
+        help="weight of a language-model loss, the mean negative log-likelihood of "
+        "the tokens of rows scored above positive_lm_threshold (VAPO: 0.1); 0: none",
+    )
     positive_lm_threshold: float = field(0.0, help="a row's score must exceed this for the positive-sample LM loss")
 
     # The critic (advantage_estimator 'gae')
     vf_coef: float = field(0.1, help="value loss weight")
     cliprange_value: float = field(0.2, help="value clip around the old values")
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
-    critic_adapter: bool = field(False, help="with LoRA (peft_config): the value head on a second LoRA adapter of "
-                                 "its own on the policy's frozen base, a separate critic for the price of an adapter "
-                                 "(the reference: the base, adapters off)")
-    value_head_init: str = field("linear", help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
-                                 "start at V = 0 (docs/decisions.md, 'The KL gap')",
-                                 choices=VALUE_HEAD_INITS)
-    critic_init: str | None = field(None, help="a scalar reward model of the policy's architecture (num_labels=1, "
-                                    "e.g. from train-reward-model) whose backbone and score head start the separate "
-                                    "critic (the RLHF-derivation tutorial)")
-    critic_warmup_steps: int = field(0, help="first updates that train the value function alone, the policy "
-                                     "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic); "
-                                     "with critic_warmup_patience, the most of them")
-    critic_warmup_patience: int = field(0, help="end the warm-up once this many updates in a row bring no value loss "
-                                        "below (1 - critic_warmup_min_delta) x the lowest before them (VC-PPO's "
-                                        "value pretraining); 0: all critic_warmup_steps")
+    critic_adapter: bool = field(
+        False,
+        help="with LoRA (peft_config): the value head on a second LoRA adapter of "
+        "its own on the policy's frozen base, a separate critic for the price of an adapter "
+        "(the reference: the base, adapters off)",
+    )
+    value_head_init: str = field(
+        "linear",
+        help="'linear': nn.Linear's random init, as TRL's value head; 'zero': "
+        "start at V = 0 (docs/decisions.md, 'The KL gap')",
+        choices=VALUE_HEAD_INITS,
+    )
+    critic_init: str | None = field(
+        None,
+        help="a scalar reward model of the policy's architecture (num_labels=1, "
+        "e.g. from train-reward-model) whose backbone and score head start the separate "
+        "critic (the RLHF-derivation tutorial)",
+    )
+    critic_warmup_steps: int = field(
+        0,
+        help="first updates that train the value function alone, the policy "
+        "unchanged (OpenRLHF's and verl's critic warm-up; estimators with a critic); "
+        "with critic_warmup_patience, the most of them",
+    )
+    critic_warmup_patience: int = field(
+        0,
+        help="end the warm-up once this many updates in a row bring no value loss "
+        "below (1 - critic_warmup_min_delta) x the lowest before them (VC-PPO's "
+        "value pretraining); 0: all critic_warmup_steps",
+    )
     critic_warmup_min_delta: float = field(0.0, help="the relative fall of the value loss that counts as falling")
-    critic_warmup_lam: float | None = field(None, help="lambda of the critic's returns during the warm-up (VC-PPO: "
-                                            "1.0, Monte-Carlo returns); None: as after it")
+    critic_warmup_lam: float | None = field(
+        None,
+        help="lambda of the critic's returns during the warm-up (VC-PPO: 1.0, Monte-Carlo returns); None: as after it",
+    )
 
     # Memory and precision
-    dtype: str = field("auto", help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
-                       "the checkpoint's; trainable weights are float32 masters either way (docs/training-at-scale.md)",
-                       choices=DTYPES)
-    local_rollout_forward_batch_size: int = field(0, help="rows per forward pass of the experience phase (policy, "
-                                                  "reference, critic); 0: as many as keep one pass's logits under "
-                                                  "2**27 values (TRL's name)")
-    micro_batch_size: int = field(0, help="rows per forward/backward in the update, gradients accumulated over a "
-                                  "minibatch (same result, less memory); 0: sized like the experience passes")
+    dtype: str = field(
+        "auto",
+        help="dtype the policy (and a reward model given by path) is loaded in: 'auto' keeps "
+        "the checkpoint's; trainable weights are float32 masters either way (docs/training-at-scale.md)",
+        choices=DTYPES,
+    )
+    local_rollout_forward_batch_size: int = field(
+        0,
+        help="rows per forward pass of the experience phase (policy, "
+        "reference, critic); 0: as many as keep one pass's logits under "
+        "2**27 values (TRL's name)",
+    )
+    micro_batch_size: int = field(
+        0,
+        help="rows per forward/backward in the update, gradients accumulated over a "
+        "minibatch (same result, less memory); 0: sized like the experience passes",
+    )
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
 
     # Checkpoints and trackers
     save_steps: int = field(0, help="write a checkpoint every N updates and at the end (0: never)")
     save_total_limit: int = field(0, help="keep only the newest N checkpoints (0: keep all)")
-    resume_from_checkpoint: str | None = field(None, help="a checkpoint directory, or 'latest' for the newest "
-                                               "complete one in the output directory")
-    report_to: str = field("none", help="trackers, as TRL spells them: 'none', 'all', or comma-separated "
-                           "names (tensorboard, wandb, trackio, mlflow, ...)")
+    resume_from_checkpoint: str | None = field(
+        None, help="a checkpoint directory, or 'latest' for the newest complete one in the output directory"
+    )
+    report_to: str = field(
+        "none",
+        help="trackers, as TRL spells them: 'none', 'all', or comma-separated "
+        "names (tensorboard, wandb, trackio, mlflow, ...)",
+    )
 
     def __post_init__(self):
-        require_positive(self, "learning_rate", "batch_size", "num_mini_batches", "num_ppo_epochs", "total_episodes",
-                         "response_length", "temperature", "num_generations", "kl_horizon")
-        for name in ("local_rollout_forward_batch_size", "micro_batch_size", "critic_warmup_steps", "save_steps",
-                     "save_total_limit", "max_grad_norm", "kl_coef", "cliprange", "cliprange_value",
-                     "vf_coef", "ent_coef", "gamma", "lam", "beta", "cliprange_high", "positive_lm_coef",
-                     "critic_warmup_patience", "critic_warmup_min_delta"):
+        require_positive(
+            self,
+            "learning_rate",
+            "batch_size",
+            "num_mini_batches",
+            "num_ppo_epochs",
+            "total_episodes",
+            "response_length",
+            "temperature",
+            "num_generations",
+            "kl_horizon",
+        )
+        for name in (
+            "local_rollout_forward_batch_size",
+            "micro_batch_size",
+            "critic_warmup_steps",
+            "save_steps",
+            "save_total_limit",
+            "max_grad_norm",
+            "kl_coef",
+            "cliprange",
+            "cliprange_value",
+            "vf_coef",
+            "ent_coef",
+            "gamma",
+            "lam",
+            "beta",
+            "cliprange_high",
+            "positive_lm_coef",
+            "critic_warmup_patience",
+            "critic_warmup_min_delta",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise InputError(f"{name} must not be negative, got {getattr(self, name)}")
         for name in ("critic_lam", "critic_warmup_lam"):
@@ -203,26 +339,36 @@ class PPOConfig:
         if self.lam_length_alpha is not None and self.lam_length_alpha <= 0:
             raise InputError(f"lam_length_alpha must be positive, got {self.lam_length_alpha}")
         if self.critic_warmup_min_delta >= 1:
-            raise InputError(f"critic_warmup_min_delta is a fraction of the loss below 1, got "
-                             f"{self.critic_warmup_min_delta}")
+            raise InputError(
+                f"critic_warmup_min_delta is a fraction of the loss below 1, got {self.critic_warmup_min_delta}"
+            )
         if self.kl_target is not None and (self.kl_target <= 0 or self.kl_coef <= 0):
-            raise InputError(f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
-                             f"kl_target={self.kl_target}, kl_coef={self.kl_coef}")
+            raise InputError(
+                f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
+                f"kl_target={self.kl_target}, kl_coef={self.kl_coef}"
+            )
         if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
-            raise InputError(f"max_tool_calling_iterations must not be negative, got {self.max_tool_calling_iterations}")
+            raise InputError(
+                f"max_tool_calling_iterations must not be negative, got {self.max_tool_calling_iterations}"
+            )
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
             raise InputError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
         if self.batch_size % self.num_mini_batches:
-            raise InputError(f"batch_size {self.batch_size} is not divisible by num_mini_batches "
-                             f"{self.num_mini_batches}")
+            raise InputError(
+                f"batch_size {self.batch_size} is not divisible by num_mini_batches {self.num_mini_batches}"
+            )
         if self.batch_size % self.num_generations:
             raise InputError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
         if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
-            raise InputError(f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
-                             f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}")
+            raise InputError(
+                f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
+                f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}"
+            )
         if self.vllm_tensor_parallel_size < 1 or not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise InputError(f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
-                             f"{self.vllm_tensor_parallel_size}, {self.vllm_gpu_memory_utilization}")
+            raise InputError(
+                f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
+                f"{self.vllm_tensor_parallel_size}, {self.vllm_gpu_memory_utilization}"
+            )
         if self.repetition_penalty != 1.0 and self.sampler != "generate":
             raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
         trackers(self.report_to)  # an unknown name fails here, listing the known ones
@@ -238,26 +384,39 @@ class PPOConfig:
             raise InputError(f"policy_loss_kwargs must be a mapping, got {self.policy_loss_kwargs!r}")
         check_policy_loss_settings(self.policy_loss, self.policy_loss_kwargs)
         if self.cliprange_high is not None and self.policy_loss != "clip":
-            raise InputError(f"cliprange_high is the built-in clip's; policy_loss {self.policy_loss!r} takes its own "
-                             f"settings in policy_loss_kwargs")
+            raise InputError(
+                f"cliprange_high is the built-in clip's; policy_loss {self.policy_loss!r} takes its own "
+                f"settings in policy_loss_kwargs"
+            )
         critic = ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_values  # a known name by now
         gae_only = {"critic_lam": self.critic_lam, "lam_length_alpha": self.lam_length_alpha}
         if self.advantage_estimator != "gae" and any(v is not None for v in gae_only.values()):
-            raise InputError(f"critic_lam and lam_length_alpha are gae's settings; advantage_estimator is "
-                             f"{self.advantage_estimator!r}")
+            raise InputError(
+                f"critic_lam and lam_length_alpha are gae's settings; advantage_estimator is "
+                f"{self.advantage_estimator!r}"
+            )
         if (self.critic_warmup_patience or self.critic_warmup_lam is not None) and not self.critic_warmup_steps:
-            raise InputError("critic_warmup_patience and critic_warmup_lam need critic_warmup_steps (the warm-up's cap)")
+            raise InputError(
+                "critic_warmup_patience and critic_warmup_lam need critic_warmup_steps (the warm-up's cap)"
+            )
         if (self.critic_warmup_steps or self.critic_init) and not critic:
-            raise InputError(f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
-                             f"{self.advantage_estimator!r} has none (use gae)")
+            raise InputError(
+                f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
+                f"{self.advantage_estimator!r} has none (use gae)"
+            )
         if self.critic_init and not self.separate_critic:
             raise InputError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
         if self.critic_adapter and (self.separate_critic or not critic):
-            raise InputError("critic_adapter gives the critic of advantage_estimator 'gae' a LoRA adapter of its own; "
-                             "not with separate_critic (a copy of the backbone) or a critic-free estimator")
+            raise InputError(
+                "critic_adapter gives the critic of advantage_estimator 'gae' a LoRA adapter of its own; "
+                "not with separate_critic (a copy of the backbone) or a critic-free estimator"
+            )
         if self.reward_weights is not None:
-            if not isinstance(self.reward_weights, (list, tuple)) or not self.reward_weights or \
-                    not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights):
+            if (
+                not isinstance(self.reward_weights, (list, tuple))
+                or not self.reward_weights
+                or not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights)
+            ):
                 raise InputError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
             self.reward_weights = [float(w) for w in self.reward_weights]
 
@@ -274,8 +433,9 @@ def trackers(report_to: str) -> list[str]:
         return ["all"]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise InputError(f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, "
-                         f"{', '.join(known)}")
+        raise InputError(
+            f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, {', '.join(known)}"
+        )
     return names
 
 

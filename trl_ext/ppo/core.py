@@ -17,7 +17,7 @@ from trl_ext.settings.registry import Registry
 
 # Rows of (tokens, V) logits taken at once below: the float32 working copies stay under about
 # 2**24 elements (64 MB) whatever the vocabulary, instead of one float32 copy of the whole batch.
-CHUNK_ELEMENTS = 2 ** 24
+CHUNK_ELEMENTS = 2**24
 
 
 def _row_chunks(logits: torch.Tensor) -> list[torch.Tensor]:
@@ -169,8 +169,9 @@ KL_SHAPINGS = Registry("kl_mode")
 
 
 @KL_SHAPINGS.register("token")
-def token_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
-                     kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+def token_kl_rewards(
+    scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """TRL's PPO shaping: ``-kl_coef * kl`` on every token, the score added on the last one.
 
     Returns ``(rewards, non_score_rewards)``, both ``(B, T)`` and zero on padding.
@@ -196,8 +197,9 @@ def adaptive_kl_coef(kl_coef: float, observed_kl: float, target: float, horizon:
 
 
 @KL_SHAPINGS.register("sequence")
-def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor,
-                        kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_kl_rewards(
+    scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """TRL's RLOO shaping: one reward ``score - kl_coef * sum(kl)`` on the last token, zero elsewhere."""
     mask = mask.to(kl.dtype)
     penalty = -kl_coef * (kl * mask).sum(-1)
@@ -210,8 +212,9 @@ def sequence_kl_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tens
     return rewards * mask, non_score * mask
 
 
-def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
-                   lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016) over right-padded responses.
 
     ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lam A_{t+1}``; values and
@@ -251,8 +254,9 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return (residual == 0).to(returns.dtype)
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, cliprange: float,
-                      cliprange_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, cliprange: float, cliprange_high: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate, negated for minimisation, element-wise: ``max(-A r, -A clip(r, 1-eps, 1+eps_high))``;
     ``eps_high`` is ``cliprange_high``, or ``cliprange`` where it is None (DAPO's clip-higher, Yu et al. 2025).
 
@@ -264,8 +268,9 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, cliprange: 
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                       mask: torch.Tensor, cliprange_value: float) -> tuple[torch.Tensor, dict]:
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, cliprange_value: float
+) -> tuple[torch.Tensor, dict]:
     """``0.5 * max((V - R)^2, (clip(V, V_old +- eps) - R)^2)`` averaged over masked tokens."""
     clipped_values = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
     unclipped = (values - returns) ** 2
@@ -290,8 +295,9 @@ def group_statistics(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[tor
     return means[inverse], stds[inverse], counts[inverse]
 
 
-def group_normalised_scores(returns: torch.Tensor, group_ids: torch.Tensor, scale: str = "group",
-                            eps: float = 1e-4) -> torch.Tensor:
+def group_normalised_scores(
+    returns: torch.Tensor, group_ids: torch.Tensor, scale: str = "group", eps: float = 1e-4
+) -> torch.Tensor:
     """GRPO's advantage (Shao et al. 2024): ``(R - mean of its group) / (std + eps)``, ``(B,) -> (B,)``.
 
     ``scale``: 'group' divides by the group's std, 'batch' by the whole batch's, 'none' not at all
@@ -329,9 +335,14 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
     return returns
 
 
-def importance_sampling_weights(logprobs: torch.Tensor, sampling_logprobs: torch.Tensor, mask: torch.Tensor,
-                                mode: str = "token_truncate", clip_min: float | None = None,
-                                clip_max: float | None = 3.0) -> torch.Tensor:
+def importance_sampling_weights(
+    logprobs: torch.Tensor,
+    sampling_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token_truncate",
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+) -> torch.Tensor:
     """Truncated (or masked) importance weights of the trainer's log-probs over the sampler's (TRL GRPO's vLLM
     correction, Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training").
 

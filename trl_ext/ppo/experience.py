@@ -69,8 +69,9 @@ class ExperienceOptions:
 
 
 @torch.no_grad()
-def make_experience(passes: ForwardPasses, batch: RolloutBatch, scores: torch.Tensor, config,
-                    options: ExperienceOptions) -> tuple[Experience, PolicyOutput | None]:
+def make_experience(
+    passes: ForwardPasses, batch: RolloutBatch, scores: torch.Tensor, config, options: ExperienceOptions
+) -> tuple[Experience, PolicyOutput | None]:
     """The no-grad passes over one rollout record and the estimator's advantages -> ``Experience``.
 
     ``options.one_forward``: the update's first step is one forward over the whole batch, so (as TRL's GRPO with
@@ -93,22 +94,45 @@ def make_experience(passes: ForwardPasses, batch: RolloutBatch, scores: torch.Te
             forward = passes.policy_pass(*inputs, responses)
         old_logprobs = forward.logprobs.detach()
         if forward.values is not None:  # as ForwardPasses.old_policy slices them: the response positions
-            values = forward.values[:, query_ids.shape[1] - 1:-1].detach().float()
+            values = forward.values[:, query_ids.shape[1] - 1 : -1].detach().float()
     else:
         old_logprobs, values = passes.old_policy(inputs, responses)
     if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy
         ref_logprobs = old_logprobs
     group_ids = torch.arange(len(responses), device=responses.device) // config.num_generations
     ended = core.ends_with(responses, mask, options.eos_token_id)
-    outcome = compute_advantages(scores, old_logprobs, ref_logprobs, values, mask, ended, group_ids, config,
-                                 options.kl_coef, batch.turn_rewards, options.critic_lam)
+    outcome = compute_advantages(
+        scores,
+        old_logprobs,
+        ref_logprobs,
+        values,
+        mask,
+        ended,
+        group_ids,
+        config,
+        options.kl_coef,
+        batch.turn_rewards,
+        options.critic_lam,
+    )
     weights = None
     sampling_logprobs = batch.sampling_logprobs
     if sampling_logprobs is not None and config.vllm_importance_sampling_correction:
         weights = core.importance_sampling_weights(
-            old_logprobs, sampling_logprobs, mask, config.vllm_importance_sampling_mode,
-            config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max)
-    experience = Experience(*inputs, responses=responses, mask=mask, old_logprobs=old_logprobs,
-                            ref_logprobs=ref_logprobs, outcome=outcome, sampling_logprobs=sampling_logprobs,
-                            importance_weights=weights)
+            old_logprobs,
+            sampling_logprobs,
+            mask,
+            config.vllm_importance_sampling_mode,
+            config.vllm_importance_sampling_clip_min,
+            config.vllm_importance_sampling_clip_max,
+        )
+    experience = Experience(
+        *inputs,
+        responses=responses,
+        mask=mask,
+        old_logprobs=old_logprobs,
+        ref_logprobs=ref_logprobs,
+        outcome=outcome,
+        sampling_logprobs=sampling_logprobs,
+        importance_weights=weights,
+    )
     return experience, forward

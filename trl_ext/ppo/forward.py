@@ -15,7 +15,7 @@ from trl_ext.ppo.sharding import gathered_for_rollout
 
 # Logit values (rows x tokens x vocabulary) one automatically sized forward pass may produce on CPU: 512 MB in
 # float32, whatever the batch, response length or vocabulary.
-LOGITS_BUDGET = 2 ** 27
+LOGITS_BUDGET = 2**27
 
 
 def rows_per_pass(option: int, batch: int, tokens: int, vocab: int, budget: int = LOGITS_BUDGET) -> int:
@@ -67,22 +67,28 @@ class ForwardPasses:
 
     def rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
         """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget."""
-        return rows_per_pass(option, batch, self.logits_to_keep(responses), self.vocab_size,
-                             logits_budget(self.accelerator.device))
+        return rows_per_pass(
+            option, batch, self.logits_to_keep(responses), self.vocab_size, logits_budget(self.accelerator.device)
+        )
 
     def parts(self, responses: torch.Tensor) -> list[slice]:
         """Rows of the no-grad passes (``local_rollout_forward_batch_size``)."""
         rows = self.rows(self.config.local_rollout_forward_batch_size, len(responses), responses)
         return [slice(start, start + rows) for start in range(0, len(responses), rows)]
 
-    def policy_pass(self, query_response, attention_mask, position_ids, responses,
-                    critic_only: bool = False) -> PolicyOutput:
+    def policy_pass(
+        self, query_response, attention_mask, position_ids, responses, critic_only: bool = False
+    ) -> PolicyOutput:
         """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up)."""
         cfg = self.config
         with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
-            logits, values = self.model(query_response, attention_mask, position_ids,
-                                        logits_to_keep=self.kept_positions(query_response, responses),
-                                        critic_only=critic_only)
+            logits, values = self.model(
+                query_response,
+                attention_mask,
+                position_ids,
+                logits_to_keep=self.kept_positions(query_response, responses),
+                critic_only=critic_only,
+            )
         response_logits = logits[:, :-1]
         logprobs = core.logprobs_from_logits(response_logits, responses, cfg.temperature)
         with torch.set_grad_enabled(cfg.ent_coef > 0):
@@ -100,13 +106,19 @@ class ForwardPasses:
             old_logprobs.append(core.logprobs_from_logits(logits[:, :-1], responses[part], self.config.temperature))
             del logits  # before the next pass's own logits exist
             if part_values is not None:
-                values.append(part_values[:, length - 1:-1].float())
+                values.append(part_values[:, length - 1 : -1].float())
         return torch.cat(old_logprobs), torch.cat(values) if values else None
 
-    def reference_logits(self, query_response, attention_mask, position_ids,
-                         logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
-        inputs = dict(input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids,
-                      use_cache=False, logits_to_keep=logits_to_keep)
+    def reference_logits(
+        self, query_response, attention_mask, position_ids, logits_to_keep: int | torch.Tensor = 0
+    ) -> torch.Tensor:
+        inputs = dict(
+            input_ids=query_response,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=logits_to_keep,
+        )
         with self.accelerator.autocast():
             if self.ref_policy is not None:
                 return self.ref_policy(**inputs).logits

@@ -20,8 +20,18 @@ from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 
 
 class Learner:
-    def __init__(self, passes: ForwardPasses, config, accelerator, *, backward: Callable, optimizer_step: Callable,
-                 minibatch_order: Callable[[int], torch.Tensor], on_bad_loss: Callable, policy_changed: Callable):
+    def __init__(
+        self,
+        passes: ForwardPasses,
+        config,
+        accelerator,
+        *,
+        backward: Callable,
+        optimizer_step: Callable,
+        minibatch_order: Callable[[int], torch.Tensor],
+        on_bad_loss: Callable,
+        policy_changed: Callable,
+    ):
         self.passes, self.config, self.accelerator = passes, config, accelerator
         self.backward, self._optimizer_step = backward, optimizer_step
         self.minibatch_order, self.on_bad_loss, self.policy_changed = minibatch_order, on_bad_loss, policy_changed
@@ -50,8 +60,9 @@ class Learner:
         cfg, batch = self.config, len(responses)
         return cfg.num_mini_batches == 1 and not warming_up and self.micro_batch_rows(batch, responses) >= batch
 
-    def update(self, exp: Experience, forward: PolicyOutput | None = None,
-               warming_up: bool = False) -> dict[str, torch.Tensor]:
+    def update(
+        self, exp: Experience, forward: PolicyOutput | None = None, warming_up: bool = False
+    ) -> dict[str, torch.Tensor]:
         """Every optimizer step of one batch; the stats averaged over its (epoch, minibatch) steps.
         ``forward``: the experience phase's own pass, with its graph (``one_forward``): the first epoch's step reads it.
         ``warming_up``: the value function alone learns (critic warm-up)."""
@@ -72,12 +83,17 @@ class Learner:
         for epoch in range(first_epoch, cfg.num_ppo_epochs):
             order = self.minibatch_order(len(exp))
             for mb_index in range(cfg.num_mini_batches):
-                mb = exp.minibatch(order[mb_index * size:(mb_index + 1) * size].to(exp.mask.device))
+                mb = exp.minibatch(order[mb_index * size : (mb_index + 1) * size].to(exp.mask.device))
                 mb_stats: dict[str, torch.Tensor] = {}
                 micro_batches, total = self._micro_batches(mb), 0.0
                 for i, micro in enumerate(micro_batches):
-                    forward = self.passes.policy_pass(micro.query_response, micro.attention_mask, micro.position_ids,
-                                                      micro.responses, critic_only=warming_up)
+                    forward = self.passes.policy_pass(
+                        micro.query_response,
+                        micro.attention_mask,
+                        micro.position_ids,
+                        micro.responses,
+                        critic_only=warming_up,
+                    )
                     loss, micro_stats = self._loss(micro, mb, forward, warming_up)
                     total = total + loss.detach()
                     if i == len(micro_batches) - 1:  # before the backward that DeepSpeed's engine would step on
@@ -103,25 +119,41 @@ class Learner:
         rows = self.micro_batch_rows(len(mb), mb.responses)
         if rows >= len(mb):
             return [mb]
-        return [mb.minibatch(torch.arange(start, min(start + rows, len(mb)), device=mb.mask.device))
-                for start in range(0, len(mb), rows)]
+        return [
+            mb.minibatch(torch.arange(start, min(start + rows, len(mb)), device=mb.mask.device))
+            for start in range(0, len(mb), rows)
+        ]
 
     def _loss(self, micro: Experience, mb: Experience, forward: PolicyOutput, warming_up: bool):
         """The loss of ``micro`` weighted by its share of minibatch ``mb`` (so the accumulated gradient is the
         minibatch's), and its stats weighted likewise (they sum to the minibatch's)."""
         cfg, outcome = self.config, micro.outcome
-        pg_loss, pg = losses.policy_loss(forward.logprobs, micro.old_logprobs, micro.ref_logprobs, outcome.advantages,
-                                         micro.mask, cfg, micro.importance_weights, cfg.cliprange_high)
+        pg_loss, pg = losses.policy_loss(
+            forward.logprobs,
+            micro.old_logprobs,
+            micro.ref_logprobs,
+            outcome.advantages,
+            micro.mask,
+            cfg,
+            micro.importance_weights,
+            cfg.cliprange_high,
+        )
         pg_share, pg_stats_share = losses.policy_loss_shares(cfg, micro.mask, mb.mask)
         tokens = losses.share("tokens", micro.mask, mb.mask)
         entropy = core.masked_mean(forward.entropy, micro.mask)
         loss = pg_share * pg_loss - cfg.ent_coef * tokens * entropy
-        stats = {"loss/policy_avg": pg_share * pg_loss, "policy/clipfrac_avg": pg_stats_share * pg["clipfrac"],
-                 "policy/approxkl_avg": pg_stats_share * pg["approxkl"], "val/ratio": pg_stats_share * pg["ratio"],
-                 "policy/entropy_avg": tokens * entropy}
+        stats = {
+            "loss/policy_avg": pg_share * pg_loss,
+            "policy/clipfrac_avg": pg_stats_share * pg["clipfrac"],
+            "policy/approxkl_avg": pg_stats_share * pg["approxkl"],
+            "val/ratio": pg_stats_share * pg["ratio"],
+            "policy/entropy_avg": tokens * entropy,
+        }
         if cfg.positive_lm_coef > 0:  # VAPO: the likelihood of the rows scored above the threshold, raised
+
             def positive(exp):
                 return exp.outcome.scores > cfg.positive_lm_threshold
+
             whole = (mb.mask.bool() & positive(mb)[:, None]).sum().to(forward.logprobs.dtype)
             lm_loss = losses.positive_lm_loss(forward.logprobs, micro.mask, positive(micro), whole)
             loss = loss + cfg.positive_lm_coef * lm_loss
@@ -131,9 +163,10 @@ class Learner:
         if "kl_loss" in pg:
             stats["loss/kl_avg"] = tokens * pg["kl_loss"]
         if forward.values is not None:  # a critic-free estimator trains no value function
-            new_values = forward.values[:, micro.query_length - 1:-1].float()
-            vf_loss, vf = core.clipped_value_loss(new_values, outcome.values, outcome.returns, outcome.value_mask,
-                                                  cfg.cliprange_value)
+            new_values = forward.values[:, micro.query_length - 1 : -1].float()
+            vf_loss, vf = core.clipped_value_loss(
+                new_values, outcome.values, outcome.returns, outcome.value_mask, cfg.cliprange_value
+            )
             value_share = losses.share("tokens", outcome.value_mask, mb.outcome.value_mask)
             loss = loss + cfg.vf_coef * value_share * vf_loss
             stats.update({"loss/value_avg": value_share * vf_loss, "val/clipfrac_avg": value_share * vf["clipfrac"]})

@@ -35,9 +35,11 @@ def clip_higher_loss(logprobs, old_logprobs, advantages, mask, cliprange, clipra
     ratio = torch.exp(log_ratio)
     loss, clipped = core.clipped_surrogate(ratio, advantages, cliprange, cliprange_high)
     with torch.no_grad():
-        stats = {"clipfrac": core.masked_mean(clipped.float(), mask),
-                 "approxkl": 0.5 * core.masked_mean(log_ratio ** 2, mask),
-                 "ratio": core.masked_mean(ratio, mask)}
+        stats = {
+            "clipfrac": core.masked_mean(clipped.float(), mask),
+            "approxkl": 0.5 * core.masked_mean(log_ratio**2, mask),
+            "ratio": core.masked_mean(ratio, mask),
+        }
     return loss, stats
 
 
@@ -51,8 +53,7 @@ def sequence_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
     sequence_advantages = core.masked_mean(advantages, mask, dim=1)
     loss, clipped = core.clipped_surrogate(ratio, sequence_advantages, cliprange)
     with torch.no_grad():
-        stats = {"clipfrac": clipped.float().mean(), "approxkl": 0.5 * (log_ratio ** 2).mean(),
-                 "ratio": ratio.mean()}
+        stats = {"clipfrac": clipped.float().mean(), "approxkl": 0.5 * (log_ratio**2).mean(), "ratio": ratio.mean()}
     return loss[:, None].expand_as(logprobs), stats
 
 
@@ -76,8 +77,9 @@ def fixed_length_mean(per_token_loss, mask, max_length):
     return (per_token_loss * mask).sum() / (per_token_loss.shape[0] * max_length)
 
 
-def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
-                importance_weights=None, cliprange_high=None) -> tuple[torch.Tensor, dict]:
+def policy_loss(
+    logprobs, old_logprobs, ref_logprobs, advantages, mask, config, importance_weights=None, cliprange_high=None
+) -> tuple[torch.Tensor, dict]:
     """``config.policy_loss`` per token, weighted by ``importance_weights`` when the rollout engine's
     log-probs differ from the trainer's (``core.importance_sampling_weights``, ``(B, T)`` or ``(B, 1)``), plus
     ``config.beta`` times the KL to the reference (GRPO's loss term, estimator ``config.kl_loss_estimator``,
@@ -86,8 +88,9 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
     fn = POLICY_LOSSES[config.policy_loss].fn
     if cliprange_high is not None:
         fn = functools.partial(clip_higher_loss, cliprange_high=cliprange_high)
-    per_token, stats = fn(logprobs, old_logprobs, advantages, mask, config.cliprange,
-                          **(config.policy_loss_kwargs or {}))
+    per_token, stats = fn(
+        logprobs, old_logprobs, advantages, mask, config.cliprange, **(config.policy_loss_kwargs or {})
+    )
     if importance_weights is not None:  # as TRL's GRPO: on the surrogate, not on the KL term
         per_token = per_token * importance_weights
     if config.beta > 0:
@@ -102,8 +105,9 @@ def policy_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, config,
     return loss, stats
 
 
-def positive_lm_loss(logprobs: torch.Tensor, mask: torch.Tensor, positive: torch.Tensor,
-                     whole_tokens: torch.Tensor) -> torch.Tensor:
+def positive_lm_loss(
+    logprobs: torch.Tensor, mask: torch.Tensor, positive: torch.Tensor, whole_tokens: torch.Tensor
+) -> torch.Tensor:
     """VAPO's positive-example language-model loss (Yue et al. 2025): the negative log-likelihood of the tokens
     (``mask``, ``(B, T)``) of the rows marked ``positive`` ``(B,)``, summed and divided by ``whole_tokens``: the
     positive tokens of the whole minibatch, so that micro-batches add up to its token mean. 0 without any."""
@@ -119,13 +123,14 @@ def check_policy_loss_settings(name: str, settings: dict | None) -> None:
     keyword it takes beyond ``POLICY_LOSS_ARGUMENTS``, and every such keyword without a default given."""
     fn = POLICY_LOSSES[name].fn
     settings = settings or {}
-    parameters = list(inspect.signature(fn).parameters.values())[len(POLICY_LOSS_ARGUMENTS):]
+    parameters = list(inspect.signature(fn).parameters.values())[len(POLICY_LOSS_ARGUMENTS) :]
     own = {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
     unknown = sorted(set(settings) - set(own)) if not takes_any else []
     if unknown:
-        raise InputError(f"policy_loss_kwargs {unknown}: policy loss {name!r} takes "
-                         f"{', '.join(own) or 'no settings of its own'}")
+        raise InputError(
+            f"policy_loss_kwargs {unknown}: policy loss {name!r} takes {', '.join(own) or 'no settings of its own'}"
+        )
     missing = [n for n, p in own.items() if p.default is p.empty and n not in settings]
     if missing:
         raise InputError(f"policy loss {name!r} needs policy_loss_kwargs {missing}")
@@ -134,8 +139,10 @@ def check_policy_loss_settings(name: str, settings: dict | None) -> None:
 def policy_loss_shares(config, part_mask: torch.Tensor, whole_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A micro-batch's shares of its minibatch for ``policy_loss``'s value and for its stats: by tokens or by
     rows, as the configured aggregation and policy loss average them."""
-    return (share(LOSS_AGGREGATIONS[config.loss_type].normaliser, part_mask, whole_mask),
-            share(POLICY_LOSSES[config.policy_loss].stats_over, part_mask, whole_mask))
+    return (
+        share(LOSS_AGGREGATIONS[config.loss_type].normaliser, part_mask, whole_mask),
+        share(POLICY_LOSSES[config.policy_loss].stats_over, part_mask, whole_mask),
+    )
 
 
 def share(normaliser: str, part_mask: torch.Tensor, whole_mask: torch.Tensor) -> torch.Tensor:

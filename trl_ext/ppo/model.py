@@ -42,14 +42,23 @@ class ActorCritic(nn.Module):
     """``value_head_init``: 'linear' is ``nn.Linear``'s own random init, as TRL's
     ``AutoModelForCausalLMWithValueHead``; 'zero' starts at V = 0 (docs/decisions.md, "The KL gap", measures both)."""
 
-    def __init__(self, policy, separate_critic: bool = False, value_head_init: str = "linear", critic: bool = True,
-                 critic_source=None, critic_adapter: bool = False):
+    def __init__(
+        self,
+        policy,
+        separate_critic: bool = False,
+        value_head_init: str = "linear",
+        critic: bool = True,
+        critic_source=None,
+        critic_adapter: bool = False,
+    ):
         super().__init__()
         if value_head_init not in VALUE_HEAD_INITS:
             raise InputError(f"value_head_init must be one of {', '.join(VALUE_HEAD_INITS)}; got {value_head_init!r}")
         if critic_adapter and separate_critic:
-            raise InputError("give separate_critic or critic_adapter, not both: both give the critic a backbone of its "
-                             "own, a copy or a LoRA adapter")
+            raise InputError(
+                "give separate_critic or critic_adapter, not both: both give the critic a backbone of its "
+                "own, a copy or a LoRA adapter"
+            )
         self.policy = policy
         # The policy's and the critic's adapters (both trained, each by its own loss); empty without critic_adapter.
         self._adapters = add_critic_adapter(policy) if critic_adapter and critic else []
@@ -66,15 +75,22 @@ class ActorCritic(nn.Module):
         """Seed 003's critic: the backbone and score head of a scalar reward model of the policy's architecture,
         so the first values are the reward model's own estimates instead of noise."""
         if self.critic_backbone is None:
-            raise InputError("critic_init needs separate_critic=True and an estimator with a critic (gae): the "
-                             "reward model's backbone becomes the critic's")
+            raise InputError(
+                "critic_init needs separate_critic=True and an estimator with a critic (gae): the "
+                "reward model's backbone becomes the critic's"
+            )
         score = getattr(reward_model, "score", None)
         source = base_backbone(reward_model)
-        if type(source) is not type(self.critic_backbone) or not isinstance(score, nn.Linear) or \
-                score.weight.shape != self.value_head.weight.shape:
-            raise InputError(f"critic_init: a {type(reward_model).__name__} cannot seed the critic of a "
-                             f"{type(self.policy).__name__}: it needs the policy's architecture and hidden size and one "
-                             "linear 'score' output (a reward model trained from the policy, num_labels=1)")
+        if (
+            type(source) is not type(self.critic_backbone)
+            or not isinstance(score, nn.Linear)
+            or score.weight.shape != self.value_head.weight.shape
+        ):
+            raise InputError(
+                f"critic_init: a {type(reward_model).__name__} cannot seed the critic of a "
+                f"{type(self.policy).__name__}: it needs the policy's architecture and hidden size and one "
+                "linear 'score' output (a reward model trained from the policy, num_labels=1)"
+            )
         self.critic_backbone.load_state_dict(source.state_dict())
         with torch.no_grad():
             self.value_head.weight.copy_(score.weight)
@@ -121,16 +137,23 @@ class ActorCritic(nn.Module):
 
         return nullcontext(), recompute()
 
-    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep: int | torch.Tensor = 0,
-                critic_only: bool = False):
+    def forward(
+        self, input_ids, attention_mask, position_ids, logits_to_keep: int | torch.Tensor = 0, critic_only: bool = False
+    ):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
         ``logits_to_keep`` positions or of those indices (0: all, ``K = L``; HF's option), values of every position.
         ``critic_only`` (critic warm-up): the policy runs without gradients, so its graph is never built and the
         values' gradients reach the value function alone, not a shared backbone."""
         shared = self.value_head is not None and not self.separate_critic and not self.critic_adapter
         with torch.set_grad_enabled(torch.is_grad_enabled() and not critic_only):
-            out = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                              output_hidden_states=shared, use_cache=False, logits_to_keep=logits_to_keep)
+            out = self.policy(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                output_hidden_states=shared,
+                use_cache=False,
+                logits_to_keep=logits_to_keep,
+            )
         if self.value_head is None:
             return out.logits, None
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
@@ -165,8 +188,10 @@ def add_critic_adapter(policy) -> list[nn.Parameter]:
     from peft import PeftModel
 
     if not isinstance(policy, PeftModel):
-        raise InputError("critic_adapter needs a LoRA policy: pass peft_config (the critic's adapter sits beside the "
-                         "policy's on the same frozen base)")
+        raise InputError(
+            "critic_adapter needs a LoRA policy: pass peft_config (the critic's adapter sits beside the "
+            "policy's on the same frozen base)"
+        )
     config = copy.deepcopy(policy.peft_config[policy.active_adapter])
     config.inference_mode = False
     policy.add_adapter(CRITIC_ADAPTER, config)
@@ -199,8 +224,10 @@ def load_critic_adapter(policy, path: str | Path) -> bool:
     expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(policy, adapter_name=CRITIC_ADAPTER).items()}
     found = {k: tuple(v.shape) for k, v in state.items()}
     if found != expected:
-        raise InputError(f"{file} holds a critic adapter of {len(found)} tensors that does not fit this policy's "
-                         f"({len(expected)} tensors; LoRA rank and target modules must match)")
+        raise InputError(
+            f"{file} holds a critic adapter of {len(found)} tensors that does not fit this policy's "
+            f"({len(expected)} tensors; LoRA rank and target modules must match)"
+        )
     set_peft_model_state_dict(policy, state, adapter_name=CRITIC_ADAPTER)
     return True
 

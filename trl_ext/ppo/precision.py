@@ -48,15 +48,20 @@ def float32_master_weights(model: nn.Module, uniform: bool = False) -> nn.Module
 
 # torch's words for a kernel missing in a dtype: "... not implemented for 'Half'", "Low precision dtypes
 # not supported. Got BFloat16", ...
-MISSING_KERNEL = re.compile(r"(not implemented|not supported|unsupported).*(Half|BFloat16)|"
-                            r"(Half|BFloat16).*(not implemented|not supported|unsupported)", re.IGNORECASE)
+MISSING_KERNEL = re.compile(
+    r"(not implemented|not supported|unsupported).*(Half|BFloat16)|"
+    r"(Half|BFloat16).*(not implemented|not supported|unsupported)",
+    re.IGNORECASE,
+)
 
 
 def check_device_supports(dtype: torch.dtype, device: torch.device) -> None:
     """A ValueError naming ``dtype`` and ``--dtype`` when ``device`` cannot run it at all."""
     if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise InputError(f"this GPU ({torch.cuda.get_device_name(device)}) cannot run bfloat16: pass --dtype float16 "
-                         "or --dtype float32")
+        raise InputError(
+            f"this GPU ({torch.cuda.get_device_name(device)}) cannot run bfloat16: pass --dtype float16 "
+            "or --dtype float32"
+        )
 
 
 def unsupported_dtype_error(error: BaseException, device: torch.device) -> InputError | None:
@@ -66,8 +71,10 @@ def unsupported_dtype_error(error: BaseException, device: torch.device) -> Input
     if match is None:
         return None
     name = "float16" if "half" in match.group(0).lower() else "bfloat16"
-    return InputError(f"an operation of this model has no {name} kernel on {device.type} "
-                      f"({text.splitlines()[0]}): pass --dtype float32")
+    return InputError(
+        f"an operation of this model has no {name} kernel on {device.type} "
+        f"({text.splitlines()[0]}): pass --dtype float32"
+    )
 
 
 @contextmanager

@@ -20,9 +20,15 @@ def prompt_batches(dataset, config, accelerator, skip: int = 0) -> Iterator[dict
     """Endless batches of ``config.batch_size`` rows (columns as lists) from ``dataset``, the first ``skip`` left out."""
     from torch.utils.data import DataLoader
 
-    loader = accelerator.prepare(DataLoader(
-        dataset, batch_size=config.batch_size // config.num_generations, shuffle=False, drop_last=True,
-        collate_fn=functools.partial(_collate, repeats=config.num_generations)))
+    loader = accelerator.prepare(
+        DataLoader(
+            dataset,
+            batch_size=config.batch_size // config.num_generations,
+            shuffle=False,
+            drop_last=True,
+            collate_fn=functools.partial(_collate, repeats=config.num_generations),
+        )
+    )
     if len(loader) == 0:
         raise InputError(f"train_dataset of {len(dataset)} rows is smaller than one batch")
     return itertools.islice(itertools.chain.from_iterable(itertools.repeat(loader)), skip, None)

@@ -68,9 +68,21 @@ class PPOTrainer:
     (or its registered name; default ``args.rollout``) for any other kind of rollout.
     """
 
-    def __init__(self, model, reward_funcs=None, args: PPOConfig | None = None, train_dataset=None,
-                 processing_class=None, peft_config=None, ref_model=None, accelerator=None, tools=None,
-                 environment_factory=None, rollout_func=None, rollout=None):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: PPOConfig | None = None,
+        train_dataset=None,
+        processing_class=None,
+        peft_config=None,
+        ref_model=None,
+        accelerator=None,
+        tools=None,
+        environment_factory=None,
+        rollout_func=None,
+        rollout=None,
+    ):
         from accelerate import Accelerator
         from transformers import TrainerState
 
@@ -79,16 +91,25 @@ class PPOTrainer:
         self.rewards = RewardScorer(resolve_reward_funcs(reward_funcs, config.dtype), config.reward_weights)
         self.train_dataset = None if train_dataset is None else prepare_prompt_dataset(train_dataset, self.tokenizer)
         # cpu=True without a GPU: several launched processes then form a gloo group, not N lone runs.
-        self.accelerator = acc = accelerator or Accelerator(cpu=not torch.cuda.is_available(),
-                                                            log_with=trackers(config.report_to) or None,
-                                                            project_dir=config.output_dir)
+        self.accelerator = acc = accelerator or Accelerator(
+            cpu=not torch.cuda.is_available(),
+            log_with=trackers(config.report_to) or None,
+            project_dir=config.output_dir,
+        )
         torch.manual_seed(config.seed)
         self.compute_dtype = precision.model_dtype(policy)  # the checkpoint's (or --dtype's), before master weights
         precision.check_device_supports(self.compute_dtype, acc.device)
         vocab_size = getattr(policy.config, "vocab_size", None) or policy.get_output_embeddings().weight.shape[0]
         model_dir = model if isinstance(model, (str, Path)) else None
-        actor_critic, self.ref_policy = builder.build_models(policy, config, peft_config, ref_model, model_dir,
-                                                             uniform_dtype=self._shards_parameters(), device=acc.device)
+        actor_critic, self.ref_policy = builder.build_models(
+            policy,
+            config,
+            peft_config,
+            ref_model,
+            model_dir,
+            uniform_dtype=self._shards_parameters(),
+            device=acc.device,
+        )
         self.model, self.optimizer = self._prepare(actor_critic)
         # Unwrapped once: accelerate's unwrap_model looks up installed packages on every call (ms each), and
         # its first call imports DeepSpeed where it is installed (a second), which would land in the first update.
@@ -103,22 +124,30 @@ class PPOTrainer:
         self.generator = torch.Generator(device=acc.device).manual_seed(config.seed + 100003 * acc.process_index)
         self.passes = ForwardPasses(self.model, self.policy, self.ref_policy, acc, config, vocab_size)
         # The hooks are looked up at each call: a subclass (or a test) may replace them.
-        self.learner = Learner(self.passes, config, acc, backward=lambda *a: self._backward(*a),
-                               optimizer_step=lambda: self._optimizer_step(),
-                               minibatch_order=lambda *a: self._minibatch_order(*a),
-                               on_bad_loss=lambda *a: self._stop_on_bad_loss(*a),
-                               policy_changed=lambda: self.sampler.policy_changed())
+        self.learner = Learner(
+            self.passes,
+            config,
+            acc,
+            backward=lambda *a: self._backward(*a),
+            optimizer_step=lambda: self._optimizer_step(),
+            minibatch_order=lambda *a: self._minibatch_order(*a),
+            on_bad_loss=lambda *a: self._stop_on_bad_loss(*a),
+            policy_changed=lambda: self.sampler.policy_changed(),
+        )
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.warmup_value_losses: list[float] = []  # the warm-up's value losses, for critic_warmup_patience
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
         # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or config.rollout's name)
-        self.rollout = build_rollout(rollout if rollout is not None else config.rollout, tools, environment_factory,
-                                     rollout_func)
+        self.rollout = build_rollout(
+            rollout if rollout is not None else config.rollout, tools, environment_factory, rollout_func
+        )
         self.rollout.check(config, self.tokenizer)
         if self.rollout.reward_funcs:  # rewards the rollout brings (an environment's get_reward): weight 1 each
-            self.rewards = RewardScorer(self.rewards.funcs + list(self.rollout.reward_funcs),
-                                        self.rewards.weights + [1.0] * len(self.rollout.reward_funcs))
+            self.rewards = RewardScorer(
+                self.rewards.funcs + list(self.rollout.reward_funcs),
+                self.rewards.weights + [1.0] * len(self.rollout.reward_funcs),
+            )
         self.sampling = TrainerSampling(self)
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
@@ -180,8 +209,10 @@ class PPOTrainer:
     def step(self, queries: list[list[int]], responses: list[list[int]], scores) -> dict:
         """One PPO update on given rollouts and their scores (classic TRL ``step``); returns stats."""
         if not (len(queries) == len(responses) == len(scores)):
-            raise InputError(f"step needs as many queries, responses and scores (got {len(queries)}, "
-                             f"{len(responses)}, {len(scores)})")
+            raise InputError(
+                f"step needs as many queries, responses and scores (got {len(queries)}, "
+                f"{len(responses)}, {len(scores)})"
+            )
         if len(queries) != self.config.batch_size:
             raise InputError(f"step expects batch_size={self.config.batch_size} rollouts, got {len(queries)}")
         query_ids, query_mask = self._pad_queries(queries)
@@ -194,8 +225,16 @@ class PPOTrainer:
         if not torch.isfinite(scores).all():
             raise InputError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
         given = [list(r) for r in responses]  # the step-wise API's one-turn rollouts, as the record holds any
-        batch = RolloutBatch(query_ids, query_mask, response_ids, loss_mask=mask, attention_mask=mask,
-                             prompts=[list(q) for q in queries], completions=given, completion_ids=given)
+        batch = RolloutBatch(
+            query_ids,
+            query_mask,
+            response_ids,
+            loss_mask=mask,
+            attention_mask=mask,
+            prompts=[list(q) for q in queries],
+            completions=given,
+            completion_ids=given,
+        )
         with precision.explained_dtype_errors(device):
             return self._update(*self._experience(batch, scores))
 
@@ -209,8 +248,9 @@ class PPOTrainer:
         batches = prompt_batches(self.train_dataset, self.config, self.accelerator, skip=self.update_index)
         history, cfg, total = [], self.config, num_updates(self.config, self.accelerator.num_processes)
         if self.accelerator.trackers or trackers(cfg.report_to):
-            self.accelerator.init_trackers("trl-ext-ppo", config={k: v for k, v in vars(cfg).items()
-                                                                  if isinstance(v, (int, float, str, bool))})
+            self.accelerator.init_trackers(
+                "trl-ext-ppo", config={k: v for k, v in vars(cfg).items() if isinstance(v, (int, float, str, bool))}
+            )
         start = time.perf_counter()
         for update, rows in zip(range(self.update_index, total), batches):
             stats = self.train_step(rows)
@@ -229,21 +269,35 @@ class PPOTrainer:
 
     def _parts(self) -> dict:
         """What a checkpoint holds of this run, beside its counters."""
-        return dict(model=self.actor_critic, optimizer=self.optimizer, scheduler=self.lr_scheduler,
-                    generator=self.generator, rank=self.accelerator.process_index)
+        return dict(
+            model=self.actor_critic,
+            optimizer=self.optimizer,
+            scheduler=self.lr_scheduler,
+            generator=self.generator,
+            rank=self.accelerator.process_index,
+        )
 
     def save_checkpoint(self) -> Path:
         """``output_dir/checkpoint-<update>``: weights, optimizer, scheduler, every rank's generators, counters."""
         if self.config.output_dir is None:
             raise InputError("save_steps needs an output_dir to write checkpoints into")
         acc = self.accelerator
-        return checkpoint.save_run(self.config.output_dir, update=self.update_index, episode=self.episode,
-                                   kl_coef=self.kl_coef, config=self.config, world_size=acc.num_processes,
-                                   parts=self._parts(), is_main=acc.is_main_process, barrier=acc.wait_for_everyone)
+        return checkpoint.save_run(
+            self.config.output_dir,
+            update=self.update_index,
+            episode=self.episode,
+            kl_coef=self.kl_coef,
+            config=self.config,
+            world_size=acc.num_processes,
+            parts=self._parts(),
+            is_main=acc.is_main_process,
+            barrier=acc.wait_for_everyone,
+        )
 
     def _load_checkpoint(self, path: Path) -> None:
         self.update_index, self.episode, saved_kl_coef = checkpoint.load_run(
-            path, config=self.config, world_size=self.accelerator.num_processes, parts=self._parts())
+            path, config=self.config, world_size=self.accelerator.num_processes, parts=self._parts()
+        )
         if self.config.kl_target is not None:  # an adapted weight goes on; a fixed one is this run's --kl-coef
             self.kl_coef = saved_kl_coef
 
@@ -257,8 +311,9 @@ class PPOTrainer:
         batch = self.rollout.rollout(rows, self.sampling)  # 1. roll out (sample, and run any environment)
         clock.lap("generate")
         self.state.global_step = self.update_index  # 2. score, as TRL's GRPO calls reward functions
-        scores, stats = self.rewards.score({**rows, **batch.columns}, batch.prompts, batch.completions,
-                                           batch.completion_ids, self.state)
+        scores, stats = self.rewards.score(
+            {**rows, **batch.columns}, batch.prompts, batch.completions, batch.completion_ids, self.state
+        )
         scores = torch.tensor(scores, dtype=torch.float32, device=self.accelerator.device)
         clock.lap("reward")
         experience = self._experience(batch, scores)  # 3.-5. log-probs, values, advantages
@@ -272,9 +327,13 @@ class PPOTrainer:
 
     def _experience(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[Experience, PolicyOutput | None]:
         warming_up = self._warming_up()
-        options = ExperienceOptions(self.tokenizer.eos_token_id, builder.needs_reference(self.config),
-                                    self.learner.one_forward(batch.responses, warming_up), self.kl_coef,
-                                    self.config.critic_warmup_lam if warming_up else None)
+        options = ExperienceOptions(
+            self.tokenizer.eos_token_id,
+            builder.needs_reference(self.config),
+            self.learner.one_forward(batch.responses, warming_up),
+            self.kl_coef,
+            self.config.critic_warmup_lam if warming_up else None,
+        )
         return make_experience(self.passes, batch, scores, self.config, options)
 
     def _rollout_metrics(self, batch: RolloutBatch) -> dict:
@@ -282,8 +341,9 @@ class PPOTrainer:
         if not batch.counters:
             return {}
         names = sorted(batch.counters)
-        local = torch.tensor([float(batch.counters[n]) for n in names], dtype=torch.float64,
-                             device=self.accelerator.device)
+        local = torch.tensor(
+            [float(batch.counters[n]) for n in names], dtype=torch.float64, device=self.accelerator.device
+        )
         if self.accelerator.num_processes > 1:
             local = self.accelerator.reduce(local, reduction="sum")
         return batch.rollout_metrics(dict(zip(names, local.tolist())))
@@ -295,14 +355,23 @@ class PPOTrainer:
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
         metrics = update_metrics(exp, learner_stats, self.accelerator, builder.needs_reference(self.config))
-        metrics.update(episode=self.episode, update=self.update_index, lr=self.lr_scheduler.get_last_lr()[0],
-                       **{"objective/kl_coef": self.kl_coef})
+        metrics.update(
+            episode=self.episode,
+            update=self.update_index,
+            lr=self.lr_scheduler.get_last_lr()[0],
+            **{"objective/kl_coef": self.kl_coef},
+        )
         if warming_up and self.config.critic_warmup_patience:  # the mean over processes: every rank stops alike
             self.warmup_value_losses.append(float(metrics["loss/value_avg"]))
         # The next batch's KL weight; not after a warm-up step, whose policy has not moved (KL about 0).
         if self.config.kl_target is not None and "objective/kl" in metrics and not warming_up:
-            self.kl_coef = core.adaptive_kl_coef(self.kl_coef, float(metrics["objective/kl"]), self.config.kl_target,
-                                                 self.config.kl_horizon, len(exp) * self.accelerator.num_processes)
+            self.kl_coef = core.adaptive_kl_coef(
+                self.kl_coef,
+                float(metrics["objective/kl"]),
+                self.config.kl_target,
+                self.config.kl_horizon,
+                len(exp) * self.accelerator.num_processes,
+            )
         self.lr_scheduler.step()
         return metrics
 
@@ -311,14 +380,16 @@ class PPOTrainer:
         first ``critic_warmup_steps``, and its value loss still falling where ``critic_warmup_patience`` is set."""
         cfg = self.config
         return self.update_index < cfg.critic_warmup_steps and not warmup_plateaued(
-            self.warmup_value_losses, cfg.critic_warmup_patience, cfg.critic_warmup_min_delta)
+            self.warmup_value_losses, cfg.critic_warmup_patience, cfg.critic_warmup_min_delta
+        )
 
     def _pad_queries(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
         return ids.to(self.accelerator.device), mask.to(self.accelerator.device)
 
-    def _sample(self, query_ids, query_mask, temperature: float | None = None,
-                max_new_tokens: int | None = None) -> Completions:
+    def _sample(
+        self, query_ids, query_mask, temperature: float | None = None, max_new_tokens: int | None = None
+    ) -> Completions:
         """``max_new_tokens``: a multi-turn rollout's later turns sample within what is left of response_length."""
         policy, was_training = self.policy, self.policy.training
         policy.eval()

@@ -39,14 +39,20 @@ def sampling_metrics(exp: Experience, accelerator) -> dict:
     importance weights that correct for it."""
     mask = exp.mask.bool()
     gap = (exp.old_logprobs - exp.sampling_logprobs).abs()[mask]
-    stats = {"sampling/sampling_logp_difference/mean": (gap.mean(), "mean"),
-             "sampling/sampling_logp_difference/max": (gap.max(), "max")}
+    stats = {
+        "sampling/sampling_logp_difference/mean": (gap.mean(), "mean"),
+        "sampling/sampling_logp_difference/max": (gap.max(), "max"),
+    }
     if exp.importance_weights is not None:
         weights = exp.importance_weights
         weights = weights.flatten() if weights.shape[1] == 1 else weights[mask]
-        stats.update({"sampling/importance_sampling_ratio/min": (weights.min(), "min"),
-                      "sampling/importance_sampling_ratio/mean": (weights.mean(), "mean"),
-                      "sampling/importance_sampling_ratio/max": (weights.max(), "max")})
+        stats.update(
+            {
+                "sampling/importance_sampling_ratio/min": (weights.min(), "min"),
+                "sampling/importance_sampling_ratio/mean": (weights.mean(), "mean"),
+                "sampling/importance_sampling_ratio/max": (weights.max(), "max"),
+            }
+        )
     names = list(stats)
     gathered = accelerator.gather(torch.stack([stats[n][0].float() for n in names])[None])
     reduce = {"mean": torch.mean, "max": torch.amax, "min": torch.amin}

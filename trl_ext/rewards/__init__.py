@@ -9,7 +9,15 @@ from trl_ext.rewards.messages import message_text
 from trl_ext.rewards.remote import RemoteReward, RemoteRewardError
 
 __all__ = [
-    "ClassifierReward", "Clipped", "RemoteReward", "RemoteRewardError", "RewardError", "RewardFunction",
+    "ClassifierReward",
+    "Clipped",
+    "RemoteReward",
+    "RemoteRewardError",
+    "RewardError",
+    "RewardFunction",
     "WeightedSum",
-    "call_reward", "combine_rewards", "message_text", "validate_rewards",
+    "call_reward",
+    "combine_rewards",
+    "message_text",
+    "validate_rewards",
 ]

@@ -54,8 +54,7 @@ def validate_rewards(name: str, values, expected: int, allow_none: bool = False)
     return out
 
 
-def call_reward(fn: Callable, prompts: Sequence, completions: Sequence, allow_none: bool = False,
-                **columns) -> list:
+def call_reward(fn: Callable, prompts: Sequence, completions: Sequence, allow_none: bool = False, **columns) -> list:
     """Call any reward function by keyword, as TRL's GRPO does, and insist on one finite float per
     completion (or ``None`` where ``allow_none``)."""
     name = reward_name(fn)
@@ -64,8 +63,12 @@ def call_reward(fn: Callable, prompts: Sequence, completions: Sequence, allow_no
     return validate_rewards(name, values, len(prompts), allow_none=allow_none)
 
 
-def combine_rewards(per_function: Sequence[Sequence[float | None]], weights: Sequence[float],
-                    names: Sequence[str], prompts: Sequence | None = None) -> list[float]:
+def combine_rewards(
+    per_function: Sequence[Sequence[float | None]],
+    weights: Sequence[float],
+    names: Sequence[str],
+    prompts: Sequence | None = None,
+) -> list[float]:
     """GRPO's rule: per row, the weighted sum over the functions that did not return ``None``.
 
     A row where every function returned ``None`` has no reward at all: that is an error naming the row.
@@ -78,8 +81,10 @@ def combine_rewards(per_function: Sequence[Sequence[float | None]], weights: Seq
         values = [(w, f[row]) for f, w in zip(per_function, weights) if f[row] is not None]
         if not values:
             where = f" (prompt {prompts[row]!r})" if prompts is not None else ""
-            raise RewardError(f"every reward function ({', '.join(names)}) returned None for row {row}{where}: "
-                              "at least one must score each completion")
+            raise RewardError(
+                f"every reward function ({', '.join(names)}) returned None for row {row}{where}: "
+                "at least one must score each completion"
+            )
         totals.append(sum(w * v for w, v in values))
     return totals
 

@@ -35,9 +35,19 @@ class ClassifierReward(RewardFunction):
     prompt's and the completion's message contents. Inputs are padded on the right.
     """
 
-    def __init__(self, model, tokenizer, *, label_column: str | None = None,
-                 label_fn: Callable[[str], int] | None = None, pair: bool = False, max_length: int = 512,
-                 batch_size: int = 64, name: str | None = None, label_score: str = "logit"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        label_column: str | None = None,
+        label_fn: Callable[[str], int] | None = None,
+        pair: bool = False,
+        max_length: int = 512,
+        batch_size: int = 64,
+        name: str | None = None,
+        label_score: str = "logit",
+    ):
         num_labels = model.config.num_labels
         if label_score not in LABEL_SCORES:
             raise RewardError(f"label_score must be one of {', '.join(LABEL_SCORES)}, got {label_score!r}")
@@ -47,8 +57,10 @@ class ClassifierReward(RewardFunction):
         if num_labels == 1 and conditional:
             raise RewardError("a scalar reward model (num_labels=1) takes no label_column/label_fn")
         if num_labels > 1 and not conditional:
-            raise RewardError(f"a classifier with {num_labels} labels needs label_column or label_fn "
-                              "to pick the class whose logit is the reward")
+            raise RewardError(
+                f"a classifier with {num_labels} labels needs label_column or label_fn "
+                "to pick the class whose logit is the reward"
+            )
         if batch_size <= 0 or max_length <= 0:
             raise RewardError("batch_size and max_length must be positive")
         self.model, self.tokenizer = model, tokenizer
@@ -65,9 +77,13 @@ class ClassifierReward(RewardFunction):
 
         conditional = "label_column" in kwargs or "label_fn" in kwargs
         model, tokenizer = load_sequence_classifier(
-            path, "reward model", dtype, labels=None if conditional else 1,
+            path,
+            "reward model",
+            dtype,
+            labels=None if conditional else 1,
             why="not a scalar reward model: build ClassifierReward(model, tokenizer, label_column=...) to pick the "
-                "class whose logit is the reward")
+            "class whose logit is the reward",
+        )
         return cls(model, tokenizer, name=kwargs.pop("name", Path(path).name), **kwargs)
 
     def to(self, device) -> ClassifierReward:
@@ -85,8 +101,10 @@ class ClassifierReward(RewardFunction):
         num_labels = self.model.config.num_labels
         for index, label in enumerate(labels):
             if not isinstance(label, int) or not 0 <= label < num_labels:
-                raise RewardError(f"reward {self.__name__!r}: label {label!r} at index {index} is not a class "
-                                  f"of this {num_labels}-label classifier")
+                raise RewardError(
+                    f"reward {self.__name__!r}: label {label!r} at index {index} is not a class "
+                    f"of this {num_labels}-label classifier"
+                )
         return labels
 
     def _texts(self, prompts: list, completions: list) -> tuple[tuple[list[str], ...], bool]:
@@ -94,8 +112,10 @@ class ClassifierReward(RewardFunction):
         if not is_conversation(prompts[0]):
             return ((prompts, completions) if self.pair else ([p + c for p, c in zip(prompts, completions)],)), True
         if getattr(self.tokenizer, "chat_template", None):
-            rendered = [self.tokenizer.apply_chat_template(list(p) + list(c), tokenize=False)
-                        for p, c in zip(prompts, completions)]
+            rendered = [
+                self.tokenizer.apply_chat_template(list(p) + list(c), tokenize=False)
+                for p, c in zip(prompts, completions)
+            ]
             return (rendered,), False  # the template already holds the special tokens
         return ([message_text(p) for p in prompts], [message_text(c) for c in completions]), True
 
@@ -108,8 +128,15 @@ class ClassifierReward(RewardFunction):
         for start in range(0, len(prompts), self.batch_size):
             stop = start + self.batch_size
             texts, add_special = self._texts(prompts[start:stop], completions[start:stop])
-            encoded = self.tokenizer(*texts, padding=True, truncation=True, max_length=self.max_length,
-                                     padding_side="right", add_special_tokens=add_special, return_tensors="pt")
+            encoded = self.tokenizer(
+                *texts,
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                padding_side="right",
+                add_special_tokens=add_special,
+                return_tensors="pt",
+            )
             if getattr(self.model.config, "type_vocab_size", 2) <= 1:  # no segment embeddings to index
                 encoded.pop("token_type_ids", None)
             logits = self.model(**{k: v.to(device) for k, v in encoded.items()}).logits.float()

@@ -15,8 +15,9 @@ class WeightedSum(RewardFunction):
     def __init__(self, functions: Sequence[Callable], weights: Sequence[float] | None = None, name: str | None = None):
         weights = [1.0] * len(functions) if weights is None else list(weights)
         if not functions or len(weights) != len(functions):
-            raise RewardError(f"WeightedSum needs one weight per function (got {len(functions)} functions, "
-                              f"{len(weights)} weights)")
+            raise RewardError(
+                f"WeightedSum needs one weight per function (got {len(functions)} functions, {len(weights)} weights)"
+            )
         self.functions, self.weights = list(functions), weights
         self.name = name or "+".join(f"{w:g}*{reward_name(f)}" for f, w in zip(functions, weights))
 

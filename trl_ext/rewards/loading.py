@@ -11,8 +11,16 @@ from trl_ext.rewards.classifier import ClassifierReward
 from trl_ext.rewards.combine import WeightedSum
 
 
-def load_reward_dir(path: str, *, dtype: str = "auto", labels=1, why: str | None = None, pair: bool = False,
-                    max_length: int = 512, labelled: Callable | None = None):
+def load_reward_dir(
+    path: str,
+    *,
+    dtype: str = "auto",
+    labels=1,
+    why: str | None = None,
+    pair: bool = False,
+    max_length: int = 512,
+    labelled: Callable | None = None,
+):
     """The reward a model directory gives: a scalar reward model (num_labels=1) scores as it is; a classifier of more
     labels through ``labelled(model, tokenizer)``, which picks the class whose logit is the reward. ``labels`` and
     ``why``: the label counts the folder check accepts, and what it says of any other."""
@@ -40,8 +48,9 @@ def summed(rewards: Sequence, weights: Sequence[float] | None = None):
     return WeightedSum(list(rewards), weights)
 
 
-def reward_of(reward_dir: str | None, reward_fn: str | None, reward_url: str | None,
-              load_dir: Callable[[str], Callable]):
+def reward_of(
+    reward_dir: str | None, reward_fn: str | None, reward_url: str | None, load_dir: Callable[[str], Callable]
+):
     """The reward a run trains on: the directory (loaded by ``load_dir``), the user's function and the server, in
     that order; several are summed."""
     # The server first: an unreachable one fails before any model loads.

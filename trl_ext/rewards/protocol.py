@@ -38,8 +38,9 @@ def per_row_columns(columns: dict, rows: int) -> dict:
 
 def encode_request(prompts: list, completions: list, columns: dict) -> bytes:
     try:
-        return json.dumps({"prompts": prompts, "completions": completions, "columns": columns},
-                          ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return json.dumps(
+            {"prompts": prompts, "completions": completions, "columns": columns}, ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
     except (TypeError, ValueError) as err:
         raise RewardError(f"a score request must be JSON: {err}") from None
 
@@ -64,8 +65,10 @@ def decode_request(body: bytes) -> tuple[list, list, dict]:
         raise RewardError("the request holds no completions")
     for index, item in enumerate(prompts + completions):
         if not isinstance(item, (str, list)):
-            raise RewardError(f"prompts and completions must be strings or message lists; "
-                              f"got a {type(item).__name__} at index {index % len(prompts)}")
+            raise RewardError(
+                f"prompts and completions must be strings or message lists; "
+                f"got a {type(item).__name__} at index {index % len(prompts)}"
+            )
     if not isinstance(columns, dict):
         raise RewardError("'columns' must be an object of column name -> one value per row")
     for name, values in columns.items():

@@ -54,23 +54,33 @@ class ReasoningGymReward(RewardFunction):
             try:
                 self._scorers[key] = reasoning_gym.create_dataset(task, **settings)
             except (TypeError, ValueError, AssertionError) as err:
-                raise RewardError(f"reward {self.__name__!r}: cannot rebuild task {task!r} from its task_config "
-                                  f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+                raise RewardError(
+                    f"reward {self.__name__!r}: cannot rebuild task {task!r} from its task_config "
+                    f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+                ) from None
         return self._scorers[key]
 
     def _decoded(self, text: str, column: str, task: str):
         try:
             return loads_exact(text)
         except (TypeError, ValueError, KeyError) as err:  # not what trl_ext.data.reasoning_gym wrote
-            raise RewardError(f"reward {self.__name__!r}: the {column!r} of a {task!r} row is not the JSON "
-                              f"reasoning_gym_dataset writes ({type(err).__name__})") from None
+            raise RewardError(
+                f"reward {self.__name__!r}: the {column!r} of a {task!r} row is not the JSON "
+                f"reasoning_gym_dataset writes ({type(err).__name__})"
+            ) from None
 
 
-def reasoning_gym_task(spec: str, size: int = 1000, seed: int = 0, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-                       task_configs: Mapping[str, Mapping] | None = None):
+def reasoning_gym_task(
+    spec: str,
+    size: int = 1000,
+    seed: int = 0,
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+    task_configs: Mapping[str, Mapping] | None = None,
+):
     """``(train_dataset, reward_func)`` for a reasoning-gym task or mix (``"chain_sum,basic_arithmetic"``, the
     ``reasoning-gym:`` prefix optional): what ``GRPOTrainer`` or trl-ext's ``PPOTrainer`` takes. The held-out
     stream of the same seed: ``reasoning_gym_dataset(spec, size, seed, split="test")``."""
-    dataset = reasoning_gym_dataset(spec, size, seed=seed, split="train", system_prompt=system_prompt,
-                                    task_configs=task_configs)
+    dataset = reasoning_gym_dataset(
+        spec, size, seed=seed, split="train", system_prompt=system_prompt, task_configs=task_configs
+    )
     return dataset, ReasoningGymReward()

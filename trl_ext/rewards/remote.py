@@ -33,8 +33,17 @@ class RemoteReward(RewardFunction):
 
     allow_none = True  # the server may answer null where its reward does not apply (GRPO's rule)
 
-    def __init__(self, url: str, *, batch_size: int = 256, timeout: float = 120.0, retry_window: float = 60.0,
-                 backoff: float = 0.25, max_backoff: float = 4.0, name: str = "remote_reward"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        batch_size: int = 256,
+        timeout: float = 120.0,
+        retry_window: float = 60.0,
+        backoff: float = 0.25,
+        max_backoff: float = 4.0,
+        name: str = "remote_reward",
+    ):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteRewardError(f"reward URL {url!r} is not an http:// or https:// address")
@@ -67,8 +76,10 @@ class RemoteReward(RewardFunction):
         except (requests.RequestException, ValueError) as err:
             raise RemoteRewardError(f"reward server {self.url} is not reachable: {_reason(err)}") from None
         if not isinstance(health, dict) or health.get("protocol") != PROTOCOL_VERSION:
-            raise RemoteRewardError(f"reward server {self.url} did not answer {HEALTH_PATH} as trl-ext serve-reward "
-                                    f"(protocol {PROTOCOL_VERSION}) does: HTTP {answer.status_code}")
+            raise RemoteRewardError(
+                f"reward server {self.url} did not answer {HEALTH_PATH} as trl-ext serve-reward "
+                f"(protocol {PROTOCOL_VERSION}) does: HTTP {answer.status_code}"
+            )
         return health
 
     def score(self, prompts, completions, **columns):
@@ -89,8 +100,9 @@ class RemoteReward(RewardFunction):
             attempt += 1
             self.requests += 1
             try:
-                answer = self.session.post(self.url + SCORE_PATH, data=body, timeout=self.timeout,
-                                           headers={"Content-Type": "application/json"})
+                answer = self.session.post(
+                    self.url + SCORE_PATH, data=body, timeout=self.timeout, headers={"Content-Type": "application/json"}
+                )
             except requests.RequestException as err:  # refused, reset, timed out: the server may come back
                 failure = _reason(err)
             else:
@@ -102,8 +114,10 @@ class RemoteReward(RewardFunction):
             now = time.monotonic()
             first_failure = first_failure if first_failure is not None else now
             if now + wait - first_failure > self.retry_window:
-                raise RemoteRewardError(f"reward server {self.url}: no answer after {attempt} attempt(s) over "
-                                        f"{now - first_failure:.1f} s; last failure: {failure}")
+                raise RemoteRewardError(
+                    f"reward server {self.url}: no answer after {attempt} attempt(s) over "
+                    f"{now - first_failure:.1f} s; last failure: {failure}"
+                )
             self.retries += 1
             time.sleep(wait)
             wait = min(wait * 2, self.max_backoff)
@@ -112,8 +126,9 @@ class RemoteReward(RewardFunction):
         try:
             values = json.loads(answer.content.decode("utf-8")).get("rewards")
         except (UnicodeDecodeError, ValueError, AttributeError):
-            raise RemoteRewardError(f"reward server {self.url} answered something that is not "
-                                    f'{{"rewards": [...]}}: {answer.content[:80]!r}') from None
+            raise RemoteRewardError(
+                f'reward server {self.url} answered something that is not {{"rewards": [...]}}: {answer.content[:80]!r}'
+            ) from None
         try:
             return validate_rewards(self.__name__, values, rows, allow_none=True)
         except RewardError as err:

@@ -27,8 +27,9 @@ def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:
         if isinstance(item, (str, Path)):
             item = ClassifierReward.from_pretrained(item, dtype=dtype)
         if not callable(item):
-            raise InputError(f"reward_funcs holds a {type(item).__name__}: expected a callable or a path to a "
-                             "sequence classifier")
+            raise InputError(
+                f"reward_funcs holds a {type(item).__name__}: expected a callable or a path to a sequence classifier"
+            )
         resolved.append(item)
     return resolved
 
@@ -51,13 +52,19 @@ class RewardScorer:
             raise InputError(f"reward_weights has {len(self.weights)} values for {len(reward_funcs)} reward functions")
         self._logged: dict[str, list[float]] = {}
 
-    def score(self, rows: dict, prompts: list, completions: list, completion_ids: list[list[int]],
-              trainer_state) -> tuple[list[float], dict]:
+    def score(
+        self, rows: dict, prompts: list, completions: list, completion_ids: list[list[int]], trainer_state
+    ) -> tuple[list[float], dict]:
         """Every function called as GRPO calls it; their weighted sum (GRPO's None rule) per completion, and the
         stats: each function's mean over the rows it scored, and what the functions logged meanwhile."""
         columns = {k: v for k, v in rows.items() if k not in ("input_ids", "attention_mask", "prompt")}
-        kwargs = dict(columns, completion_ids=completion_ids, trainer_state=trainer_state,
-                      log_metric=self.log_metric, log_extra=self.log_extra)
+        kwargs = dict(
+            columns,
+            completion_ids=completion_ids,
+            trainer_state=trainer_state,
+            log_metric=self.log_metric,
+            log_extra=self.log_extra,
+        )
         per_function = [call_reward(fn, prompts, completions, allow_none=True, **kwargs) for fn in self.funcs]
         scores = combine_rewards(per_function, self.weights, self.names, prompts)
         stats = {}

@@ -63,8 +63,11 @@ class _Handler(BaseHTTPRequestHandler):
         if length is None or not length.isdigit():
             return self._error(HTTPStatus.LENGTH_REQUIRED, "a score request needs a Content-Length", close=True)
         if int(length) > server.max_request_bytes:  # refused unread: the connection cannot be reused
-            return self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body of {length} bytes is over this "
-                               f"server's limit of {server.max_request_bytes}", close=True)
+            return self._error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"request body of {length} bytes is over this server's limit of {server.max_request_bytes}",
+                close=True,
+            )
         body = self.rfile.read(int(length))
         if self.path.rstrip("/") != SCORE_PATH:
             return self._error(HTTPStatus.NOT_FOUND, f"no endpoint {self.path!r}: POST {SCORE_PATH}")
@@ -73,8 +76,10 @@ class _Handler(BaseHTTPRequestHandler):
         except RewardError as err:
             return self._error(HTTPStatus.BAD_REQUEST, str(err))
         if len(prompts) > server.max_batch:
-            return self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"{len(prompts)} completions in one request; "
-                               f"this server takes at most {server.max_batch}")
+            return self._error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"{len(prompts)} completions in one request; this server takes at most {server.max_batch}",
+            )
         if not server.waiting.acquire(blocking=False):
             return self._error(HTTPStatus.SERVICE_UNAVAILABLE, f"busy: {server.max_pending} requests already wait")
         try:
@@ -97,12 +102,25 @@ class RewardServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # connections the kernel holds before accept(): many clients at once
 
-    def __init__(self, reward_fn: Callable, host: str = "127.0.0.1", port: int = 0, *, max_batch: int = 4096,
-                 max_request_bytes: int = 64 << 20, max_concurrency: int = 1, max_pending: int = 64):
+    def __init__(
+        self,
+        reward_fn: Callable,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_batch: int = 4096,
+        max_request_bytes: int = 64 << 20,
+        max_concurrency: int = 1,
+        max_pending: int = 64,
+    ):
         if not callable(reward_fn):
             raise RewardError(f"a reward server needs a callable reward, got {type(reward_fn).__name__}")
-        for name, value in (("max_batch", max_batch), ("max_request_bytes", max_request_bytes),
-                            ("max_concurrency", max_concurrency), ("max_pending", max_pending)):
+        for name, value in (
+            ("max_batch", max_batch),
+            ("max_request_bytes", max_request_bytes),
+            ("max_concurrency", max_concurrency),
+            ("max_pending", max_pending),
+        ):
             if value <= 0:
                 raise RewardError(f"{name} must be positive, got {value}")
         self.reward_fn, self.max_batch, self.max_request_bytes = reward_fn, max_batch, max_request_bytes
@@ -128,8 +146,14 @@ class RewardServer(ThreadingHTTPServer):
             self.counts[key] += n
 
     def health(self) -> dict:
-        return {"status": "ok", "reward": reward_name(self.reward_fn), "protocol": PROTOCOL_VERSION,
-                "max_batch": self.max_batch, "max_request_bytes": self.max_request_bytes, **self.counts}
+        return {
+            "status": "ok",
+            "reward": reward_name(self.reward_fn),
+            "protocol": PROTOCOL_VERSION,
+            "max_batch": self.max_batch,
+            "max_request_bytes": self.max_request_bytes,
+            **self.counts,
+        }
 
     def start(self) -> RewardServer:
         self._thread = threading.Thread(target=self.serve_forever, name=f"reward-server {self.url}", daemon=True)

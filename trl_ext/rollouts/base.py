@@ -31,8 +31,9 @@ class Sampling(Protocol):
     def pad(self, queries: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token lists -> left-padded ``(ids, mask)`` on the device."""
 
-    def sample(self, query_ids: torch.Tensor, query_mask: torch.Tensor, max_new_tokens: int | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def sample(
+        self, query_ids: torch.Tensor, query_mask: torch.Tensor, max_new_tokens: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """``(responses, mask, sampling log-probs or None)``, each ``(B, W)``: pad after each row's first eos."""
 
 

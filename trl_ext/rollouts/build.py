@@ -15,15 +15,23 @@ from trl_ext.rollouts.tool_loop import ToolLoop
 DEFAULT = "single_turn"
 
 
-def build_rollout(rollout: Rollout | str | None = None, tools: list[Callable] | None = None,
-                  environment_factory: Callable | None = None, rollout_func: Callable | None = None) -> Rollout:
+def build_rollout(
+    rollout: Rollout | str | None = None,
+    tools: list[Callable] | None = None,
+    environment_factory: Callable | None = None,
+    rollout_func: Callable | None = None,
+) -> Rollout:
     agent = bool(tools) or environment_factory is not None
     if rollout_func is not None and agent:
-        raise InputError("rollout_func makes the whole rollout: give it alone, or tools / environment_factory "
-                         "without it (trl-ext does not run the tool loop after a rollout_func)")
+        raise InputError(
+            "rollout_func makes the whole rollout: give it alone, or tools / environment_factory "
+            "without it (trl-ext does not run the tool loop after a rollout_func)"
+        )
     if (agent or rollout_func is not None) and rollout not in (None, DEFAULT):
-        raise InputError(f"rollout={rollout!r} and TRL's tools / environment_factory / rollout_func each make the "
-                         "rollout: give one of them")
+        raise InputError(
+            f"rollout={rollout!r} and TRL's tools / environment_factory / rollout_func each make the "
+            "rollout: give one of them"
+        )
     if rollout_func is not None:
         return RolloutFunction(rollout_func)
     if agent:
@@ -34,6 +42,8 @@ def build_rollout(rollout: Rollout | str | None = None, tools: list[Callable] | 
         return rollout
     built = ROLLOUTS[rollout].fn()
     if not callable(getattr(built, "rollout", None)):
-        raise InputError(f"rollout {rollout!r} made a {type(built).__name__}, which has no rollout(rows, sampling) "
-                         "method (subclass trl_ext.rollouts.Rollout)")
+        raise InputError(
+            f"rollout {rollout!r} made a {type(built).__name__}, which has no rollout(rows, sampling) "
+            "method (subclass trl_ext.rollouts.Rollout)"
+        )
     return built

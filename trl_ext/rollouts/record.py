@@ -52,5 +52,7 @@ class RolloutBatch:
     def rollout_metrics(self, counters: dict[str, float]) -> dict[str, float]:
         """This batch's metrics from ``counters`` (this record's, or summed over every process's): each ``rates``
         entry its counter over its divisor (0 where that is 0), or the counter itself where the divisor is None."""
-        return {name: counters[top] if bottom is None else counters[top] / counters[bottom] if counters[bottom]
-                else 0.0 for name, (top, bottom) in self.rates.items()}
+        return {
+            name: counters[top] if bottom is None else counters[top] / counters[bottom] if counters[bottom] else 0.0
+            for name, (top, bottom) in self.rates.items()
+        }

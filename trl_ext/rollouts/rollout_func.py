@@ -42,24 +42,33 @@ class RolloutFunction(Rollout):
     def _trajectories(output, prompts: list, groups: int, tokenizer) -> list[Trajectory]:
         if not isinstance(output, dict) or any(k not in output for k in ROLLOUT_FUNC_KEYS):
             got = sorted(output) if isinstance(output, dict) else type(output).__name__
-            raise InputError(f"rollout_func must return a dict with keys {', '.join(ROLLOUT_FUNC_KEYS)} (and maybe "
-                             f"env_mask); got {got}")
+            raise InputError(
+                f"rollout_func must return a dict with keys {', '.join(ROLLOUT_FUNC_KEYS)} (and maybe "
+                f"env_mask); got {got}"
+            )
         count = len(prompts)
         env_mask = output.get("env_mask")
         for key in (*ROLLOUT_FUNC_KEYS, "env_mask"):
             values = output.get(key)
             if values is not None and len(values) != count:
-                raise InputError(f"rollout_func returned {len(values)} {key} for {count} completions "
-                                 f"({count // groups} prompts x num_generations {groups})")
+                raise InputError(
+                    f"rollout_func returned {len(values)} {key} for {count} completions "
+                    f"({count // groups} prompts x num_generations {groups})"
+                )
         trajectories = []
         for i in range(count):
             ids = list(output["completion_ids"][i])
             mask = [1] * len(ids) if env_mask is None else [int(m) for m in env_mask[i]]
-            logprobs = None if output["logprobs"] is None or output["logprobs"][i] is None \
+            logprobs = (
+                None
+                if output["logprobs"] is None or output["logprobs"][i] is None
                 else [float(x) for x in output["logprobs"][i]]
+            )
             if len(mask) != len(ids) or (logprobs is not None and len(logprobs) != len(ids)):
-                raise InputError(f"rollout_func completion {i}: {len(ids)} completion_ids but {len(mask)} env_mask "
-                                 "values or a different number of logprobs")
+                raise InputError(
+                    f"rollout_func completion {i}: {len(ids)} completion_ids but {len(mask)} env_mask "
+                    "values or a different number of logprobs"
+                )
             if not any(mask):
                 raise InputError(f"rollout_func completion {i} has no model token (env_mask all 0)")
             t = Trajectory(list(output["prompt_ids"][i]), ids, mask, logprobs)

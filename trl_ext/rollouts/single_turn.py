@@ -19,6 +19,14 @@ class SingleTurn(Rollout):
         prompts = rows.get("prompt") or tokenizer.batch_decode(rows["input_ids"])
         completion_ids = completion_token_ids(responses, mask)
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=sampling.config.skip_special_tokens)
-        return RolloutBatch(query_ids, query_mask, responses, loss_mask=mask, attention_mask=mask, prompts=prompts,
-                            completions=as_completions(prompts, texts), completion_ids=completion_ids,
-                            sampling_logprobs=logprobs)
+        return RolloutBatch(
+            query_ids,
+            query_mask,
+            responses,
+            loss_mask=mask,
+            attention_mask=mask,
+            prompts=prompts,
+            completions=as_completions(prompts, texts),
+            completion_ids=completion_ids,
+            sampling_logprobs=logprobs,
+        )

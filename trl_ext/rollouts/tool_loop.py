@@ -26,14 +26,18 @@ NOT_RESET_ARGUMENTS = ("input_ids", "attention_mask")  # trl-ext's tokenized pro
 def check_multi_turn(config) -> None:
     """Settings no multi-turn rollout trains with."""
     if config.score_position != "last_token":
-        raise InputError("multi-turn rollouts need score_position='last_token': the position after a response "
-                         "is no model token when the environment spoke last")
+        raise InputError(
+            "multi-turn rollouts need score_position='last_token': the position after a response "
+            "is no model token when the environment spoke last"
+        )
 
 
 def conversations(prompts: list) -> list[list[dict]]:
     if not all(is_conversation(p) for p in prompts):
-        raise InputError("tools and environments need conversational prompts (lists of {'role', 'content'} "
-                         "messages): the chat template renders the tools and the tool results")
+        raise InputError(
+            "tools and environments need conversational prompts (lists of {'role', 'content'} "
+            "messages): the chat template renders the tools and the tool results"
+        )
     return [list(p) for p in prompts]
 
 
@@ -45,7 +49,7 @@ def turn_sampler(sampling: Sampling) -> SampleFn:
         ids = completion_token_ids(responses, mask)
         if logprobs is None:
             return ids, None
-        return ids, [row[:len(i)] for row, i in zip(logprobs.tolist(), ids)]
+        return ids, [row[: len(i)] for row, i in zip(logprobs.tolist(), ids)]
 
     return sample
 
@@ -72,10 +76,18 @@ class ToolLoop(Rollout):
             environments = columns["environments"] = self.pool.take(size)
             row_dicts = [{k: v[i] for k, v in rows.items() if k not in NOT_RESET_ARGUMENTS} for i in range(size)]
             prompts = self.pool.reset(environments, row_dicts, prompts)
-        toolboxes = [Toolbox(self.tools + (environment_tools(e) if e is not None else []))
-                     for e in (environments or [None] * size)]
+        toolboxes = [
+            Toolbox(self.tools + (environment_tools(e) if e is not None else []))
+            for e in (environments or [None] * size)
+        ]
         prompt_ids = [templates.prompt_ids(tokenizer, p, box.tools) for p, box in zip(prompts, toolboxes)]
-        trajectories, counts = run_turns(turn_sampler(sampling), tokenizer, prompt_ids, toolboxes,
-                                         sampling.config.response_length, sampling.config.max_tool_calling_iterations,
-                                         sampling.max_positions)
+        trajectories, counts = run_turns(
+            turn_sampler(sampling),
+            tokenizer,
+            prompt_ids,
+            toolboxes,
+            sampling.config.response_length,
+            sampling.config.max_tool_calling_iterations,
+            sampling.max_positions,
+        )
         return trajectories_record(trajectories, prompts, tokenizer.pad_token_id, sampling.device, counts, columns)

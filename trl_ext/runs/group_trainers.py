@@ -25,9 +25,17 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
 # with another value is not TRL's method. Our minibatches are its steps_per_generation (one shuffle a generated
 # batch in theirs, one an epoch in ours), no KL in the reward (beta is the loss's), advantages only group-scaled, the
 # per-token clipped ratio, and its sampling defaults (the runner passes temperature and length only).
-TRL_GRPO_FIXED = {"advantage_estimator": "grpo", "kl_coef": 0.0, "whiten_advantages": False,
-                  "policy_loss": "clip", "ent_coef": 0.0, "missing_eos_penalty": None, "top_k": 0, "top_p": 1.0,
-                  "repetition_penalty": 1.0}
+TRL_GRPO_FIXED = {
+    "advantage_estimator": "grpo",
+    "kl_coef": 0.0,
+    "whiten_advantages": False,
+    "policy_loss": "clip",
+    "ent_coef": 0.0,
+    "missing_eos_penalty": None,
+    "top_k": 0,
+    "top_p": 1.0,
+    "repetition_penalty": 1.0,
+}
 
 
 def group_trainer_arguments(kind: str, cfg) -> dict:
@@ -36,17 +44,24 @@ def group_trainer_arguments(kind: str, cfg) -> dict:
     generation, each ``num_mini_batches`` optimizer steps (their ``steps_per_generation``); GRPO's ``beta`` (a KL
     in the loss), ``scale_rewards`` and ``loss_type`` are ours; RLOO's ``beta`` is a KL in the reward, our
     ``kl_coef``, and its advantages are not whitened."""
-    common = dict(num_iterations=cfg.num_ppo_epochs, steps_per_generation=cfg.num_mini_batches,
-                  learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
-                  max_grad_norm=cfg.max_grad_norm, epsilon=cfg.cliprange,
-                  temperature=cfg.temperature, max_completion_length=cfg.response_length)
+    common = dict(
+        num_iterations=cfg.num_ppo_epochs,
+        steps_per_generation=cfg.num_mini_batches,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        max_grad_norm=cfg.max_grad_norm,
+        epsilon=cfg.cliprange,
+        temperature=cfg.temperature,
+        max_completion_length=cfg.response_length,
+    )
     if kind == "grpo":
         return dict(common, beta=cfg.beta, scale_rewards=cfg.scale_rewards, loss_type=cfg.loss_type)
     return dict(common, beta=cfg.kl_coef, normalize_advantages=False)
 
 
-def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path,
-                        num_generations: int = 8):
+def build_group_trainer(
+    kind: str, cfg, policy, tokenizer, reward_fn, prompts, output_dir: str | Path, num_generations: int = 8
+):
     """A ready GRPO or RLOO trainer for ``cfg.total_episodes`` completions on ``prompts`` (a TRL prompt
     dataset of at least ``group_prompt_count(cfg)`` rows), configured as our trainer with ``cfg``
     (``group_trainer_arguments``). A decaying rate steps per optimizer step in theirs, per batch in ours.
@@ -66,14 +81,23 @@ def build_group_trainer(kind: str, cfg, policy, tokenizer, reward_fn, prompts, o
     # one generated batch of cfg.batch_size a update: num_ppo_epochs x num_mini_batches optimizer steps, as ours
     steps = max(1, cfg.total_episodes // cfg.batch_size) * cfg.num_ppo_epochs * cfg.num_mini_batches
     args = Config(
-        output_dir=str(output_dir), per_device_train_batch_size=cfg.batch_size // cfg.num_mini_batches,
-        num_generations=num_generations, max_steps=steps,
-        **group_trainer_arguments(kind, cfg), seed=cfg.seed, **launch_training_arguments(),
-        report_to=cfg.report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
-        **checkpointing_training_argument(False), disable_dropout=True,  # disable_dropout: as both PPO backends do
+        output_dir=str(output_dir),
+        per_device_train_batch_size=cfg.batch_size // cfg.num_mini_batches,
+        num_generations=num_generations,
+        max_steps=steps,
+        **group_trainer_arguments(kind, cfg),
+        seed=cfg.seed,
+        **launch_training_arguments(),
+        report_to=cfg.report_to,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        **checkpointing_training_argument(False),
+        disable_dropout=True,  # disable_dropout: as both PPO backends do
     )
-    trainer = Trainer(model=policy, reward_funcs=[reward_fn], args=args, train_dataset=prompts,
-                      processing_class=tokenizer)
+    trainer = Trainer(
+        model=policy, reward_funcs=[reward_fn], args=args, train_dataset=prompts, processing_class=tokenizer
+    )
     place_reward(reward_fn, trainer.accelerator.device)
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)

@@ -11,10 +11,16 @@ def machine() -> dict:
 
     import torch
 
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu": cpu_name(), "cores": os.cpu_count(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    info = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+    }
     try:
         import trl
 

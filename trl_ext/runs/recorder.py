@@ -59,10 +59,22 @@ class RunRecorder:
     ``setup_seconds``.
     """
 
-    def __init__(self, *, backend: str, probe: Probe | None = None, probe_every: int = 0,
-                 target_metric: str = "exact", target: float = 0.99, stop_at_target: bool = False,
-                 log_path: str | Path | None = None, print_fn=print, seed: int = 0, total_updates: int | None = None,
-                 resume_after: int | None = None, main_process: bool = True):
+    def __init__(
+        self,
+        *,
+        backend: str,
+        probe: Probe | None = None,
+        probe_every: int = 0,
+        target_metric: str = "exact",
+        target: float = 0.99,
+        stop_at_target: bool = False,
+        log_path: str | Path | None = None,
+        print_fn=print,
+        seed: int = 0,
+        total_updates: int | None = None,
+        resume_after: int | None = None,
+        main_process: bool = True,
+    ):
         from tqdm.auto import tqdm
 
         # The other processes of a launch keep the history only: no probes, log, lines or bar.
@@ -86,8 +98,13 @@ class RunRecorder:
         self.resume_after = resume_after
         self.log_started = False
         # A live bar on a terminal (main process only); logs and CI get the periodic lines alone.
-        self.bar = tqdm(total=total_updates, desc=backend, leave=False, mininterval=1.0,
-                        disable=None if log_path is not None else True)
+        self.bar = tqdm(
+            total=total_updates,
+            desc=backend,
+            leave=False,
+            mininterval=1.0,
+            disable=None if log_path is not None else True,
+        )
 
     def close(self) -> None:
         self.bar.close()
@@ -107,8 +124,12 @@ class RunRecorder:
         return now - self.start - self.probe_seconds
 
     def record(self, update: int, stats: dict, policy) -> bool:
-        row = {**numeric_metrics(stats), "backend": self.backend, "update": update,
-               "train_seconds": round(self.train_seconds, 3)}
+        row = {
+            **numeric_metrics(stats),
+            "backend": self.backend,
+            "update": update,
+            "train_seconds": round(self.train_seconds, 3),
+        }
         bad = [k for k in KEY_METRICS if k in row and not math.isfinite(row[k])]
         if bad:
             raise TrainingError(f"{self.backend} PPO: non-finite {bad} at update {update}")
@@ -120,19 +141,30 @@ class RunRecorder:
             if self.reached is None and row.get(self.target_key, -math.inf) >= self.target:
                 self.reached = {"update": update, "episode": row.get("episode"), "train_seconds": row["train_seconds"]}
             # the seed tells apart the lines of runs that print side by side (compare --jobs 2)
-            self.print_fn(f"[{self.backend} seed {self.seed}] update {update} episode {row.get('episode')} "
-                          f"score {row.get('objective/scores', float('nan')):.3f} "
-                          f"kl {row.get('objective/kl', float('nan')):.3f} "
-                          f"probe {' '.join(f'{name} {value:.3f}' for name, value in probed.items())} "
-                          f"({row['train_seconds']:.1f}s)")
+            self.print_fn(
+                f"[{self.backend} seed {self.seed}] update {update} episode {row.get('episode')} "
+                f"score {row.get('objective/scores', float('nan')):.3f} "
+                f"kl {row.get('objective/kl', float('nan')):.3f} "
+                f"probe {' '.join(f'{name} {value:.3f}' for name, value in probed.items())} "
+                f"({row['train_seconds']:.1f}s)"
+            )
         self.bar.update(1)
-        self.bar.set_postfix(score=f"{row.get('objective/scores', float('nan')):.3f}",
-                             kl=f"{row.get('objective/kl', float('nan')):.3f}", refresh=False)
+        self.bar.set_postfix(
+            score=f"{row.get('objective/scores', float('nan')):.3f}",
+            kl=f"{row.get('objective/kl', float('nan')):.3f}",
+            refresh=False,
+        )
         self.history.add(row, stats.get("samples"))
         if self.log_path is not None and not self.log_started:
-            kept = [] if self.resume_after is None else [
-                line for line in (self.log_path.read_text().splitlines() if self.log_path.exists() else [])
-                if json.loads(line).get("update", 0) <= self.resume_after]
+            kept = (
+                []
+                if self.resume_after is None
+                else [
+                    line
+                    for line in (self.log_path.read_text().splitlines() if self.log_path.exists() else [])
+                    if json.loads(line).get("update", 0) <= self.resume_after
+                ]
+            )
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self.log_path.write_text("".join(line + "\n" for line in kept))
             self.log_started = True

@@ -31,8 +31,11 @@ class RLHFModels(ModelOptions):
     policy: str = field(help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout)")
     reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
     reward_max_length: int = field(512, help="reward model input length")
-    pair: bool = field(True, help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
-                       "(a reward model trained by --preferences is scored as it was trained: one text)")
+    pair: bool = field(
+        True,
+        help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
+        "(a reward model trained by --preferences is scored as it was trained: one text)",
+    )
 
 
 @dataclass
@@ -40,49 +43,80 @@ class RLHFStages:
     """Optional stages before PPO; each writes a folder of --out and is reused while its inputs and options are
     unchanged."""
 
-    sft_data: str | None = field(None, help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
-                                 "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference")
+    sft_data: str | None = field(
+        None,
+        help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
+        "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference",
+    )
     sft_steps: int = field(100, help="SFT optimizer steps")
     sft_learning_rate: float = field(2e-4, help="SFT peak learning rate (cosine decay)")
-    preferences: str | None = field(None, help="preference .jsonl (chosen/rejected, optional prompt/margin): train "
-                                    "the reward model first (TRL's RewardTrainer) instead of giving --reward")
-    reward_base: str | None = field(None, help="base of that reward model (any AutoModelForSequenceClassification, "
-                                    "e.g. DeBERTa-v3); default: the policy after SFT, as InstructGPT does")
+    preferences: str | None = field(
+        None,
+        help="preference .jsonl (chosen/rejected, optional prompt/margin): train "
+        "the reward model first (TRL's RewardTrainer) instead of giving --reward",
+    )
+    reward_base: str | None = field(
+        None,
+        help="base of that reward model (any AutoModelForSequenceClassification, "
+        "e.g. DeBERTa-v3); default: the policy after SFT, as InstructGPT does",
+    )
     reward_steps: int = field(200, help="reward model optimizer steps")
     reward_learning_rate: float = field(5e-5, help="reward model peak learning rate (cosine decay)")
     reward_eval_n: int = field(100, help="preference rows held out (the file's last ones) for pairwise accuracy")
     stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
 
     def __post_init__(self):
-        require_positive(self, "sft_steps", "sft_learning_rate", "reward_steps", "reward_learning_rate",
-                         "reward_eval_n", "stage_batch_size")
+        require_positive(
+            self,
+            "sft_steps",
+            "sft_learning_rate",
+            "reward_steps",
+            "reward_learning_rate",
+            "reward_eval_n",
+            "stage_batch_size",
+        )
 
 
 @dataclass
 class PromptOptions:
-    prompts: str | None = field(None, help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of "
-                                "role/content messages), or a text file, a prompt a line (or give --task)")
-    task: str | None = field(None, help="a public task instead of --prompts: a reasoning-gym task or weighted mix, "
-                             "e.g. 'reasoning-gym:chain_sum' or 'reasoning-gym:chain_sum:2,basic_arithmetic:1'; its "
-                             "questions, after reasoning-gym's system prompt, are the prompts and its verifier a "
-                             "reward, summed with --reward/--reward-fn/--reward-url when given (the reasoning-gym "
-                             "extra; docs/public-tasks.md)")
-    task_size: int = field(1000, help="prompts --task generates: its train stream of --seed, cycled if the run "
-                           "takes more")
+    prompts: str | None = field(
+        None,
+        help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of "
+        "role/content messages), or a text file, a prompt a line (or give --task)",
+    )
+    task: str | None = field(
+        None,
+        help="a public task instead of --prompts: a reasoning-gym task or weighted mix, "
+        "e.g. 'reasoning-gym:chain_sum' or 'reasoning-gym:chain_sum:2,basic_arithmetic:1'; its "
+        "questions, after reasoning-gym's system prompt, are the prompts and its verifier a "
+        "reward, summed with --reward/--reward-fn/--reward-url when given (the reasoning-gym "
+        "extra; docs/public-tasks.md)",
+    )
+    task_size: int = field(
+        1000, help="prompts --task generates: its train stream of --seed, cycled if the run takes more"
+    )
     max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
-    chat_template: str = field("auto", help="text prompts as user turns in the policy's chat template: 'auto' "
-                               "(if it has one), 'always', 'never' (conversations always use it)",
-                               choices=CHAT_TEMPLATE_MODES)
+    chat_template: str = field(
+        "auto",
+        help="text prompts as user turns in the policy's chat template: 'auto' "
+        "(if it has one), 'always', 'never' (conversations always use it)",
+        choices=CHAT_TEMPLATE_MODES,
+    )
 
     def __post_init__(self):
         require_positive(self, "max_prompt_length", "task_size")
         if (self.prompts is None) == (self.task is None):
-            raise InputError("give --prompts or --task, not both: --task makes the prompts" if self.prompts else
-                             "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)")
+            raise InputError(
+                "give --prompts or --task, not both: --task makes the prompts"
+                if self.prompts
+                else "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)"
+            )
         if self.task is not None and not self.task.startswith(SPEC_PREFIX):
             raise InputError(f"--task {self.task!r}: expected '{SPEC_PREFIX}TASK' or '{SPEC_PREFIX}TASK:WEIGHT,...'")
         if self.chat_template not in CHAT_TEMPLATE_MODES:
-            raise InputError(f"chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}; got {self.chat_template!r}")
+            raise InputError(
+                f"chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}; got {self.chat_template!r}"
+            )
 
 
 @dataclass
@@ -103,10 +137,13 @@ RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
 
 @dataclass
 class RLHFBackend:
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPOTrainer, any TRL; it starts from the preset rlhf-scratch: "
-                         + ", ".join(f"{k} {v:g}" for k, v in RLHF_SCRATCH_PRESET.items())
-                         + ") or 'trl' (TRL's PPOTrainer, TRL <= 1.12; a fixed KL weight)",
-                         choices=RLHF_BACKENDS)
+    backend: str = field(
+        "scratch",
+        help="'scratch' (trl-ext's PPOTrainer, any TRL; it starts from the preset rlhf-scratch: "
+        + ", ".join(f"{k} {v:g}" for k, v in RLHF_SCRATCH_PRESET.items())
+        + ") or 'trl' (TRL's PPOTrainer, TRL <= 1.12; a fixed KL weight)",
+        choices=RLHF_BACKENDS,
+    )
 
     def __post_init__(self):
         if self.backend not in RLHF_BACKENDS:
@@ -117,8 +154,13 @@ class RLHFBackend:
 # defaults"): LoRA trains at a far higher rate than full fine-tuning; two epochs an update; a value head that
 # starts at zero, so the first advantages come from the rewards alone rather than from a random head's noise; a
 # constant rate, since a first run is short and a linear decay spends half of it at under half the rate.
-RLHF_DEFAULTS = {"learning_rate": 1e-4, "lr_scheduler_type": "constant", "response_length": 64, "num_ppo_epochs": 2,
-                 "value_head_init": "zero"}
+RLHF_DEFAULTS = {
+    "learning_rate": 1e-4,
+    "lr_scheduler_type": "constant",
+    "response_length": 64,
+    "num_ppo_epochs": 2,
+    "value_head_init": "zero",
+}
 
 
 def rlhf_preset(values: dict):
@@ -157,12 +199,17 @@ def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str, seed: int
     lines = [describe(prompts, templated, data.chat_template)]
     # An SFT model or reward model trained on raw text, then prompted through the template (or the other way
     # round), is off its training format: legal, and TRL would not say so, but rarely meant.
-    differ = [f"{flag} {path}" for flag, path in (("--sft-data", stages.sft_data), ("--preferences", stages.preferences))
-              if path and _is_conversational(path) not in (None, templated)]
+    differ = [
+        f"{flag} {path}"
+        for flag, path in (("--sft-data", stages.sft_data), ("--preferences", stages.preferences))
+        if path and _is_conversational(path) not in (None, templated)
+    ]
     if differ:
-        lines.append(f"[prompts] note: {' and '.join(differ)} hold {'text' if templated else 'conversations'} while the "
-                     f"PPO prompts {'go through' if templated else 'skip'} the chat template: those stages learn a "
-                     "format PPO does not use (docs/chat-prompts.md)")
+        lines.append(
+            f"[prompts] note: {' and '.join(differ)} hold {'text' if templated else 'conversations'} while the "
+            f"PPO prompts {'go through' if templated else 'skip'} the chat template: those stages learn a "
+            "format PPO does not use (docs/chat-prompts.md)"
+        )
     return prompts, lines
 
 
@@ -199,8 +246,9 @@ def load_models(models: RLHFModels, dtype: str = "auto"):
     policy, tokenizer = load_policy(models.policy, dtype)
 
     def reward_model(path: str):
-        return load_reward_dir(path, dtype=dtype, labels=1, why=SCALAR_REWARD, pair=models.pair,
-                               max_length=models.reward_max_length)
+        return load_reward_dir(
+            path, dtype=dtype, labels=1, why=SCALAR_REWARD, pair=models.pair, max_length=models.reward_max_length
+        )
 
     if not models.has_reward:  # an environment's get_reward alone scores the rollouts
         return policy, tokenizer, None
@@ -212,8 +260,13 @@ def lora_config(lora: LoRAOptions):
 
     targets = lora.lora_target_modules
     targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
-    return LoraConfig(task_type="CAUSAL_LM", r=lora.lora_r, lora_alpha=lora.lora_alpha,
-                      lora_dropout=lora.lora_dropout, target_modules=targets)
+    return LoraConfig(
+        task_type="CAUSAL_LM",
+        r=lora.lora_r,
+        lora_alpha=lora.lora_alpha,
+        lora_dropout=lora.lora_dropout,
+        target_modules=targets,
+    )
 
 
 STAGE_FOLDERS = ("sft", "reward_model")
@@ -224,15 +277,30 @@ def run_stages(opts: RLHFOptions, out: Path, say) -> None:
     (from ``--reward-base``, or the policy PPO starts from); each reused while nothing it ran with changed."""
     stages, policy = opts.stages, opts.models.policy
     if stages.sft_data:
-        policy = sft_stage(policy, stages.sft_data, out / "sft", steps=stages.sft_steps,
-                           learning_rate=stages.sft_learning_rate, batch_size=stages.stage_batch_size,
-                           seed=opts.train.seed, peft_config=lora_config(opts.lora), record={"lora": asdict(opts.lora)},
-                           say=say)
+        policy = sft_stage(
+            policy,
+            stages.sft_data,
+            out / "sft",
+            steps=stages.sft_steps,
+            learning_rate=stages.sft_learning_rate,
+            batch_size=stages.stage_batch_size,
+            seed=opts.train.seed,
+            peft_config=lora_config(opts.lora),
+            record={"lora": asdict(opts.lora)},
+            say=say,
+        )
     if stages.preferences:
-        reward_model_stage(stages.reward_base or policy, stages.preferences, out / "reward_model",
-                           steps=stages.reward_steps, batch_size=stages.stage_batch_size,
-                           learning_rate=stages.reward_learning_rate, seed=opts.train.seed,
-                           eval_n=stages.reward_eval_n, say=say)
+        reward_model_stage(
+            stages.reward_base or policy,
+            stages.preferences,
+            out / "reward_model",
+            steps=stages.reward_steps,
+            batch_size=stages.stage_batch_size,
+            learning_rate=stages.reward_learning_rate,
+            seed=opts.train.seed,
+            eval_n=stages.reward_eval_n,
+            say=say,
+        )
 
 
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
@@ -246,18 +314,31 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     if opts.agents.multi_turn and backend != "scratch":
         raise InputError("--tools and --environment need --backend scratch (TRL's PPO has no multi-turn rollouts)")
     if not (models.has_reward or opts.stages.preferences or opts.agents.environment or opts.data.task):
-        raise InputError("give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, "
-                         "--preferences (a preference file to train the reward model on first), --environment "
-                         "(one whose get_reward scores a rollout) or --task (its verifier scores)")
+        raise InputError(
+            "give --reward (a reward model directory), --reward-fn (module:callable), --reward-url, "
+            "--preferences (a preference file to train the reward model on first), --environment "
+            "(one whose get_reward scores a rollout) or --task (its verifier scores)"
+        )
     if models.reward and opts.stages.preferences:
-        raise InputError("give --reward or --preferences, not both: --preferences trains the reward model "
-                         "(its base is --reward-base)")
+        raise InputError(
+            "give --reward or --preferences, not both: --preferences trains the reward model "
+            "(its base is --reward-base)"
+        )
     if opts.train.separate_critic:
-        raise InputError("the RLHF recipe shares the LoRA backbone between policy and value head; "
-                         "separate_critic is not supported here")
+        raise InputError(
+            "the RLHF recipe shares the LoRA backbone between policy and value head; "
+            "separate_critic is not supported here"
+        )
     out = Path(opts.output.out)
-    spec = RunSpec(backend, backend, train_options(opts), options_dict(opts), opts.sources,
-                   overwrite=opts.output.overwrite, owned=STAGE_FOLDERS)
+    spec = RunSpec(
+        backend,
+        backend,
+        train_options(opts),
+        options_dict(opts),
+        opts.sources,
+        overwrite=opts.output.overwrite,
+        owned=STAGE_FOLDERS,
+    )
 
     def load(run) -> RunInputs:
         if models.reward_url:  # an unreachable server: one line before any stage trains
@@ -274,8 +355,9 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         run.open_out(on_main=lambda: run_stages(opts, out, print_fn))
         policy_dir = str(out / "sft") if opts.stages.sft_data else models.policy
         reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
-        trained_here = replace(models, policy=policy_dir, reward=reward_dir,
-                               pair=models.pair and not opts.stages.preferences)
+        trained_here = replace(
+            models, policy=policy_dir, reward=reward_dir, pair=models.pair and not opts.stages.preferences
+        )
         policy, tokenizer, reward_fn = load_models(trained_here, opts.train.dtype)
         if opts.data.task:  # the task's verifier, summed with the other rewards given
             from trl_ext.rewards.loading import summed
@@ -293,18 +375,28 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         if notice and run.is_main:
             print_fn(notice)
         # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
-        return RunInputs(spec.config, policy, tokenizer, reward_fn, peft_config=lora_config(opts.lora),
-                         prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]),  # cycled to n
-                         agent=agent)
+        return RunInputs(
+            spec.config,
+            policy,
+            tokenizer,
+            reward_fn,
+            peft_config=lora_config(opts.lora),
+            prompts=lambda n: dataset.select([i % len(dataset) for i in range(n)]),  # cycled to n
+            agent=agent,
+        )
 
     def summarize(inputs, runner, recorder) -> dict:
         history = recorder.history
-        return {"first_score": history.first.get("objective/scores"),
-                "last_score": history.last.get("objective/scores")}
+        return {
+            "first_score": history.first.get("objective/scores"),
+            "last_score": history.last.get("objective/scores"),
+        }
 
     summary = run_training(spec, load, summarize, print_fn)
-    summary["summary"] = (f"rlhf[{backend}]: {summary['updates']} updates, reward score "
-                          f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}")
+    summary["summary"] = (
+        f"rlhf[{backend}]: {summary['updates']} updates, reward score "
+        f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}"
+    )
     return summary
 
 
@@ -320,4 +412,6 @@ class RLHFOptions:
     agents: AgentOptions
     output: OutputOptions
     run: RLHFBackend
-    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)
+    sources: dict = dataclass_field(
+        default_factory=dict
+    )  # option -> where its value came from (trl_ext.settings.layers)

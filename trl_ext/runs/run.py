@@ -22,10 +22,16 @@ class ModelOptions:
 
     policy: str = field(help="directory of the policy")
     reward: str | None = field(None, help="directory of the reward model")
-    reward_fn: str | None = field(None, help="your own reward function as 'module:callable' (TRL's reward_funcs "
-                                  "convention); summed with --reward when both are given")
-    reward_url: str | None = field(None, help="a reward server (`trl-ext serve-reward`) as the address it prints, "
-                                   "e.g. http://127.0.0.1:8000; summed with --reward/--reward-fn when given")
+    reward_fn: str | None = field(
+        None,
+        help="your own reward function as 'module:callable' (TRL's reward_funcs "
+        "convention); summed with --reward when both are given",
+    )
+    reward_url: str | None = field(
+        None,
+        help="a reward server (`trl-ext serve-reward`) as the address it prints, "
+        "e.g. http://127.0.0.1:8000; summed with --reward/--reward-fn when given",
+    )
 
     @property
     def has_reward(self) -> bool:
@@ -51,8 +57,9 @@ def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = 
     if path.exists() and not overwrite:
         foreign = sorted(p.name for p in path.iterdir() if p.name not in owned)
         if foreign:
-            raise FileExistsError(f"output directory {str(path)!r} already holds {foreign[:5]}: "
-                                  "pass --overwrite to write into it")
+            raise FileExistsError(
+                f"output directory {str(path)!r} already holds {foreign[:5]}: pass --overwrite to write into it"
+            )
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -109,8 +116,9 @@ class Run:
         self.state.wait_for_everyone()
 
 
-def run_training(spec: RunSpec, load: Callable[[Run], Any], summarize: Callable[[Any, Any, Any], dict],
-                 print_fn=print) -> dict:
+def run_training(
+    spec: RunSpec, load: Callable[[Run], Any], summarize: Callable[[Any, Any, Any], dict], print_fn=print
+) -> dict:
     """The run sequence ``ppo`` and ``rlhf`` share; returns the summary, also written to ``summary.json``.
 
     1. The runner can run here (TRL's PPO installed where it needs it, a resume only where it can); the processes;
@@ -132,18 +140,32 @@ def run_training(spec: RunSpec, load: Callable[[Run], Any], summarize: Callable[
         raise InputError("stop_at_target probes on the main process only: use it with one process")
     inputs = load(run)
     probe = None if spec.probe is None else (lambda policy: spec.probe(policy, inputs.tokenizer))
-    recorder = RunRecorder(backend=spec.backend, probe=probe, probe_every=spec.probe_every,
-                           stop_at_target=spec.stop_at_target, log_path=run.out / "metrics.jsonl", print_fn=print_fn,
-                           seed=spec.config.seed, total_updates=num_updates(spec.config, run.state.num_processes),
-                           resume_after=run.resume_after, main_process=run.is_main)
+    recorder = RunRecorder(
+        backend=spec.backend,
+        probe=probe,
+        probe_every=spec.probe_every,
+        stop_at_target=spec.stop_at_target,
+        log_path=run.out / "metrics.jsonl",
+        print_fn=print_fn,
+        seed=spec.config.seed,
+        total_updates=num_updates(spec.config, run.state.num_processes),
+        resume_after=run.resume_after,
+        main_process=run.is_main,
+    )
     try:
         runner = train_and_save(spec.runner, inputs, recorder, run.out)
     finally:
         recorder.close()
     history = recorder.history
-    summary = {"backend": spec.backend, "config": spec.record, "sources": spec.sources, "updates": len(history),
-               "world_size": runner.accelerator.num_processes, **summarize(inputs, runner, recorder),
-               "samples": history.samples}
+    summary = {
+        "backend": spec.backend,
+        "config": spec.record,
+        "sources": spec.sources,
+        "updates": len(history),
+        "world_size": runner.accelerator.num_processes,
+        **summarize(inputs, runner, recorder),
+        "samples": history.samples,
+    }
     if runner.accelerator.is_main_process:
         (run.out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary

@@ -54,9 +54,15 @@ class ScratchRunner:
         from trl_ext.ppo.trainer import PPOTrainer
 
         cfg = inputs.config
-        self.trainer = PPOTrainer(inputs.policy, inputs.reward_fn, args=cfg, train_dataset=inputs.prompts(
-            cfg.total_episodes), processing_class=inputs.tokenizer, peft_config=inputs.peft_config,
-            **(inputs.agent or {}))
+        self.trainer = PPOTrainer(
+            inputs.policy,
+            inputs.reward_fn,
+            args=cfg,
+            train_dataset=inputs.prompts(cfg.total_episodes),
+            processing_class=inputs.tokenizer,
+            peft_config=inputs.peft_config,
+            **(inputs.agent or {}),
+        )
         self.accelerator = self.trainer.accelerator
 
     @property
@@ -74,8 +80,12 @@ class _StopTraining(Exception):
     """Raised out of a TRL trainer's loop to end it early: TRL's PPO loop ignores control.should_training_stop."""
 
 
-def _train_reporting(trainer, on_update: OnUpdate, metrics_of: Callable[[dict, Any], dict | None],
-                     update_of: Callable[[Any], int] = lambda state: state.global_step) -> None:
+def _train_reporting(
+    trainer,
+    on_update: OnUpdate,
+    metrics_of: Callable[[dict, Any], dict | None],
+    update_of: Callable[[Any], int] = lambda state: state.global_step,
+) -> None:
     """``trainer.train()`` for a transformers/TRL trainer, each update's log handed to ``on_update``
     (``metrics_of(logs, state)`` picks the update logs and names their metrics as ours, ``update_of(state)``
     numbers the update)."""
@@ -131,9 +141,15 @@ class TRLPPORunner:
 
         cfg = inputs.config
         self.policy, self.tokenizer = inputs.policy, inputs.tokenizer
-        self.trainer = build_trl_trainer(cfg, inputs.policy, inputs.tokenizer, inputs.reward_fn,
-                                         inputs.prompts(cfg.total_episodes), cfg.output_dir,
-                                         peft_config=inputs.peft_config)
+        self.trainer = build_trl_trainer(
+            cfg,
+            inputs.policy,
+            inputs.tokenizer,
+            inputs.reward_fn,
+            inputs.prompts(cfg.total_episodes),
+            cfg.output_dir,
+            peft_config=inputs.peft_config,
+        )
         self.accelerator = self.trainer.accelerator
 
     def train(self, on_update: OnUpdate) -> None:
@@ -144,8 +160,9 @@ class TRLPPORunner:
         gc.freeze()
         try:
             with stdout_without("===training policy==="):
-                _train_reporting(self.trainer, on_update,
-                                 lambda logs, state: logs if "objective/scores" in logs else None)
+                _train_reporting(
+                    self.trainer, on_update, lambda logs, state: logs if "objective/scores" in logs else None
+                )
         finally:
             gc.unfreeze()
 
@@ -170,8 +187,16 @@ class GroupRunner:
         self.iterations = cfg.num_ppo_epochs * cfg.num_mini_batches  # optimizer steps a generated batch
         # They tokenize the 'prompt' column themselves; the other columns reach the reward, as in our trainer.
         prompts = inputs.prompts(group_prompt_count(cfg, cfg.num_generations)).remove_columns("input_ids")
-        self.trainer = build_group_trainer(self.kind, cfg, inputs.policy, inputs.tokenizer, inputs.reward_fn,
-                                           prompts, cfg.output_dir, num_generations=cfg.num_generations)
+        self.trainer = build_group_trainer(
+            self.kind,
+            cfg,
+            inputs.policy,
+            inputs.tokenizer,
+            inputs.reward_fn,
+            prompts,
+            cfg.output_dir,
+            num_generations=cfg.num_generations,
+        )
         self.accelerator = self.trainer.accelerator
         self._batch_metrics: dict | None = None
 
@@ -184,8 +209,11 @@ class GroupRunner:
         """A batch's metrics once its last optimizer step is taken: the scores are logged on its first step, but
         a probe or a stop at that point would see a half-updated policy."""
         if "reward" in logs:
-            self._batch_metrics = {"objective/scores": logs["reward"], "objective/kl": logs.get("kl", 0.0),
-                                   "episode": self._update(state) * self.batch_size}
+            self._batch_metrics = {
+                "objective/scores": logs["reward"],
+                "objective/kl": logs.get("kl", 0.0),
+                "episode": self._update(state) * self.batch_size,
+            }
         if self._batch_metrics is None or state.global_step % self.iterations:
             return None
         metrics, self._batch_metrics = self._batch_metrics, None
@@ -215,12 +243,16 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
     vLLM (the scratch trainer only: TRL's trainers would ignore the option), a resume only where it can (``name``:
     the backend as the user named it)."""
     if cfg.kl_target is not None and runner != "scratch":
-        raise InputError(f"--kl-target adapts the scratch trainer's KL weight; backend {name or runner!r} keeps "
-                         "its KL weight fixed (TRL's trainers have no adaptive KL controller)")
+        raise InputError(
+            f"--kl-target adapts the scratch trainer's KL weight; backend {name or runner!r} keeps "
+            "its KL weight fixed (TRL's trainers have no adaptive KL controller)"
+        )
     if cfg.sampler == "vllm":
         if runner != "scratch":
-            raise InputError(f"--sampler vllm is the scratch trainer's rollout engine; backend {name or runner!r} "
-                             "generates with TRL's own code and would ignore it")
+            raise InputError(
+                f"--sampler vllm is the scratch trainer's rollout engine; backend {name or runner!r} "
+                "generates with TRL's own code and would ignore it"
+            )
         from trl_ext.ppo.rollout.vllm_sampler import require_vllm
 
         require_vllm()
@@ -229,8 +261,10 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
 
         require_trl_ppo()
     if cfg.resume_from_checkpoint and not RUNNERS[runner].resumable:
-        raise InputError(f"--resume-from-checkpoint resumes the scratch backends; {name or runner!r} cannot resume "
-                         "(TRL 1.12's PPOTrainer.train() takes no checkpoint)")
+        raise InputError(
+            f"--resume-from-checkpoint resumes the scratch backends; {name or runner!r} cannot resume "
+            "(TRL 1.12's PPOTrainer.train() takes no checkpoint)"
+        )
 
 
 def train_and_save(runner: str, inputs: RunInputs, recorder, out: str | Path) -> Runner:

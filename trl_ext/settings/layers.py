@@ -44,6 +44,7 @@ def resolve(layers: Iterable[Layer]) -> tuple[dict, dict]:
 def under_user(preset: Layer, values: dict, sources: dict) -> tuple[dict, dict]:
     """``values`` (``sources``: where each came from, absent meaning a default) with ``preset`` applied in its
     place: its values replace those of the defaults, never those of the YAML file or the flags."""
-    taken = {name: value for name, value in preset.values.items()
-             if rank(sources.get(name, DEFAULT)) < rank(preset.source)}
+    taken = {
+        name: value for name, value in preset.values.items() if rank(sources.get(name, DEFAULT)) < rank(preset.source)
+    }
     return {**values, **taken}, {**sources, **{name: preset.source for name in taken}}

@@ -60,8 +60,10 @@ class Registry(Mapping):
             return self._entries[name]
         if isinstance(name, str) and is_user_code(name):
             return self._from_user_code(name)
-        raise InputError(f"unknown {self.kind} {name!r}: known are {', '.join(self._entries)}, or your own as "
-                         "'module:name' or 'file.py:name'")
+        raise InputError(
+            f"unknown {self.kind} {name!r}: known are {', '.join(self._entries)}, or your own as "
+            "'module:name' or 'file.py:name'"
+        )
 
     def _from_user_code(self, spec: str) -> Entry:
         if spec not in self._user_code:

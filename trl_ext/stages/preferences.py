@@ -19,13 +19,18 @@ def check_preferences(dataset) -> bool:
     columns = dataset.column_names
     missing = [c for c in ("chosen", "rejected") if c not in columns]
     if missing:
-        raise PreferenceError(f"preference data needs 'chosen' and 'rejected' columns; it lacks {missing} "
-                              f"(columns: {columns})")
+        raise PreferenceError(
+            f"preference data needs 'chosen' and 'rejected' columns; it lacks {missing} (columns: {columns})"
+        )
     conversational = None
     for row, example in enumerate(dataset):
         for key in ("chosen", "rejected"):
             value = example[key]
-            if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value):
+            if (
+                value is None
+                or (isinstance(value, str) and not value.strip())
+                or (isinstance(value, list) and not value)
+            ):
                 raise PreferenceError(f"row {row}: {key!r} is missing or empty")
         if example["chosen"] == example["rejected"]:
             raise PreferenceError(f"row {row}: 'chosen' and 'rejected' are identical")
@@ -38,8 +43,9 @@ def check_preferences(dataset) -> bool:
         if conversational and example.get("prompt") is None:
             short = next((k for k in ("chosen", "rejected") if len(example[k]) < 2), None)
             if short:  # the prompt is the messages before the answer: there must be some
-                raise PreferenceError(f"row {row}: without a 'prompt', {short!r} needs the prompt's messages "
-                                      "before its answer")
+                raise PreferenceError(
+                    f"row {row}: without a 'prompt', {short!r} needs the prompt's messages before its answer"
+                )
     return bool(conversational)
 
 

@@ -23,8 +23,9 @@ def fingerprint(*paths) -> list:
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            prints.append(sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in path.iterdir()
-                                 if p.is_file()))  # lists, as they read back from the JSON marker
+            prints.append(
+                sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in path.iterdir() if p.is_file())
+            )  # lists, as they read back from the JSON marker
         else:
             prints.append(hashlib.sha256(path.read_bytes()).hexdigest())
     return prints
@@ -39,8 +40,17 @@ def finished(folder: str | Path, config: dict, marker: str = STAGE_MARKER) -> di
     return result if result.get("config") == config else None
 
 
-def reuse_or_run(name: str, folder: str | Path, config: dict, run: Callable[[], dict], say=print, *,
-                 marker: str = STAGE_MARKER, fresh: bool = False, writes_marker: bool = False) -> dict:
+def reuse_or_run(
+    name: str,
+    folder: str | Path,
+    config: dict,
+    run: Callable[[], dict],
+    say=print,
+    *,
+    marker: str = STAGE_MARKER,
+    fresh: bool = False,
+    writes_marker: bool = False,
+) -> dict:
     """The result of the stage finished in ``folder`` with ``config``, or ``run()``'s. ``writes_marker``: ``run``
     writes the marker itself (with ``config`` in it); otherwise it is written here, after ``run`` returns."""
     done = None if fresh else finished(folder, config, marker)

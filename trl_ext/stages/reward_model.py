@@ -12,6 +12,7 @@ conversation's last message is the answer and the messages before it the prompt.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from trl_ext.data.sequences import is_conversation
@@ -40,8 +41,10 @@ def tokenize_preferences(dataset, tokenizer):
     """``chosen_ids``/``rejected_ids`` (what ``RewardTrainer`` takes as already processed), margins kept."""
     check_preferences(dataset)
     prompts = dataset["prompt"] if "prompt" in dataset.column_names else [None] * len(dataset)
-    columns = {"chosen_ids": [_ids(tokenizer, p, c) for p, c in zip(prompts, dataset["chosen"])],
-               "rejected_ids": [_ids(tokenizer, p, r) for p, r in zip(prompts, dataset["rejected"])]}
+    columns = {
+        "chosen_ids": [_ids(tokenizer, p, c) for p, c in zip(prompts, dataset["chosen"])],
+        "rejected_ids": [_ids(tokenizer, p, r) for p, r in zip(prompts, dataset["rejected"])],
+    }
     if "margin" in dataset.column_names:
         columns["margin"] = [float(m) for m in dataset["margin"]]
     from datasets import Dataset
@@ -66,9 +69,19 @@ def pairwise_accuracy(chosen: list[float], rejected: list[float]) -> float:
     return sum(c > r for c, r in zip(chosen, rejected)) / len(chosen)
 
 
-def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, steps: int, batch_size: int,
-                       learning_rate: float, seed: int = 0, warmup_steps: int = 0,
-                       center_rewards_coefficient: float | None = None) -> list[dict]:
+def train_reward_model(
+    model,
+    tokenizer,
+    train_dataset,
+    *,
+    output_dir: str,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int = 0,
+    warmup_steps: int = 0,
+    center_rewards_coefficient: float | None = None,
+) -> list[dict]:
     """Run ``RewardTrainer`` for ``steps`` steps; returns its log history (losses, accuracies)."""
     from transformers import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
@@ -80,32 +93,63 @@ def train_reward_model(model, tokenizer, train_dataset, *, output_dir: str, step
         raise PreferenceError(f"a reward model has one output (num_labels=1); this one has {model.config.num_labels}")
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    args = RewardConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                        learning_rate=learning_rate, warmup_steps=warmup_steps, lr_scheduler_type="cosine",
-                        seed=seed, **launch_training_arguments(),
-                        report_to="none", logging_steps=max(1, steps // 10), save_strategy="no",
-                        disable_tqdm=True, **checkpointing_training_argument(False), max_length=None,
-                        center_rewards_coefficient=center_rewards_coefficient)
-    trainer = RewardTrainer(model=model, args=args, train_dataset=tokenize_preferences(train_dataset, tokenizer),
-                            processing_class=tokenizer)
+    args = RewardConfig(
+        output_dir=output_dir,
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+        lr_scheduler_type="cosine",
+        seed=seed,
+        **launch_training_arguments(),
+        report_to="none",
+        logging_steps=max(1, steps // 10),
+        save_strategy="no",
+        disable_tqdm=True,
+        **checkpointing_training_argument(False),
+        max_length=None,
+        center_rewards_coefficient=center_rewards_coefficient,
+    )
+    trainer = RewardTrainer(
+        model=model, args=args, train_dataset=tokenize_preferences(train_dataset, tokenizer), processing_class=tokenizer
+    )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.train()
     return trainer.state.log_history
 
 
-def train_and_evaluate(model, tokenizer, train, heldout, out: str | Path, *, steps: int, batch_size: int,
-                       learning_rate: float, warmup_steps: int = 0, seed: int = 0,
-                       center_rewards_coefficient: float | None = None) -> dict:
+def train_and_evaluate(
+    model,
+    tokenizer,
+    train,
+    heldout,
+    out: str | Path,
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    warmup_steps: int = 0,
+    seed: int = 0,
+    center_rewards_coefficient: float | None = None,
+) -> dict:
     """Train on ``train``, score the ``heldout`` pairs as PPO will score them, save model and tokenizer in ``out``;
     returns the figures: seconds, losses, pairwise accuracy (over all and by the rows' ``kind``), score spreads."""
-    import statistics
     import time
 
     start = time.perf_counter()
-    history = train_reward_model(model, tokenizer, train, output_dir=str(out), steps=steps, batch_size=batch_size,
-                                 learning_rate=learning_rate, seed=seed, warmup_steps=warmup_steps,
-                                 center_rewards_coefficient=center_rewards_coefficient or None)
+    history = train_reward_model(
+        model,
+        tokenizer,
+        train,
+        output_dir=str(out),
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+        warmup_steps=warmup_steps,
+        center_rewards_coefficient=center_rewards_coefficient or None,
+    )
     seconds = time.perf_counter() - start
     chosen, rejected = score_pairs(model, tokenizer, heldout)
     by_kind = {}
@@ -117,16 +161,33 @@ def train_and_evaluate(model, tokenizer, train, heldout, out: str | Path, *, ste
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     losses = [h["loss"] for h in history if "loss" in h]
-    spread = lambda values: {"mean": round(statistics.fmean(values), 4),  # noqa: E731
-                             "std": round(statistics.pstdev(values), 4)}
-    return {"seconds": round(seconds, 2), "first_loss": losses[0] if losses else None,
-            "final_loss": losses[-1] if losses else None,
-            "heldout_pairwise_accuracy": pairwise_accuracy(chosen, rejected), "heldout_by_kind": by_kind,
-            "heldout_pairs": len(heldout), "heldout_scores": {"chosen": spread(chosen), "rejected": spread(rejected)}}
+    return {
+        "seconds": round(seconds, 2),
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+        "heldout_pairwise_accuracy": pairwise_accuracy(chosen, rejected),
+        "heldout_by_kind": by_kind,
+        "heldout_pairs": len(heldout),
+        "heldout_scores": {"chosen": _spread(chosen), "rejected": _spread(rejected)},
+    }
 
 
-def reward_model_stage(base: str, preferences: str, folder: str | Path, *, steps: int, batch_size: int,
-                       learning_rate: float, seed: int, eval_n: int, say=print) -> str:
+def _spread(values: list[float]) -> dict:
+    return {"mean": round(statistics.fmean(values), 4), "std": round(statistics.pstdev(values), 4)}
+
+
+def reward_model_stage(
+    base: str,
+    preferences: str,
+    folder: str | Path,
+    *,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+    eval_n: int,
+    say=print,
+) -> str:
     """A scalar reward model trained on the ``preferences`` file from ``base`` into ``folder`` (its last ``eval_n``
     rows held out), or the one already there when nothing it ran with changed (``stages.reuse``)."""
     from trl_ext.models.directory import read_model_config
@@ -136,8 +197,16 @@ def reward_model_stage(base: str, preferences: str, folder: str | Path, *, steps
     read_model_config(base, "reward model base")
     if not Path(preferences).is_file():
         raise FileNotFoundError(f"preference file {preferences!r} does not exist")
-    options = {"base": base, "data": preferences, "steps": steps, "batch_size": batch_size, "lr": learning_rate,
-               "seed": seed, "eval_n": eval_n, "center_rewards_coefficient": 0.01}
+    options = {
+        "base": base,
+        "data": preferences,
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": learning_rate,
+        "seed": seed,
+        "eval_n": eval_n,
+        "center_rewards_coefficient": 0.01,
+    }
 
     def run() -> dict:
         import transformers
@@ -147,11 +216,21 @@ def reward_model_stage(base: str, preferences: str, folder: str | Path, *, steps
         say(f"[reward_model] training on {preferences} from {base} ...")
         train, heldout = preference_split(preferences, eval_n)
         transformers.set_seed(seed)  # the new score head is drawn here, before RewardTrainer seeds anything
-        model, tokenizer = load_sequence_classifier(base, "reward model base", num_labels=1,
-                                                    ignore_mismatched_sizes=True)
-        result = train_and_evaluate(model, tokenizer, train, heldout, folder, steps=steps, batch_size=batch_size,
-                                    learning_rate=learning_rate, seed=seed,
-                                    center_rewards_coefficient=options["center_rewards_coefficient"])
+        model, tokenizer = load_sequence_classifier(
+            base, "reward model base", num_labels=1, ignore_mismatched_sizes=True
+        )
+        result = train_and_evaluate(
+            model,
+            tokenizer,
+            train,
+            heldout,
+            folder,
+            steps=steps,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            seed=seed,
+            center_rewards_coefficient=options["center_rewards_coefficient"],
+        )
         say(f"[reward_model] held-out pairwise accuracy {result['heldout_pairwise_accuracy']:.3f}")
         return {"stage": "reward_model", **result}
 

@@ -28,8 +28,10 @@ def check_sft_rows(dataset) -> bool:
         keys = next(((k,) for k in ("messages", "text") if k in columns), None)
     if keys is None:
         missing = [c for c in ("prompt", "completion") if c not in columns]
-        raise SFTDataError(f"SFT data needs 'prompt' and 'completion' columns (or TRL's 'messages' or 'text'); it "
-                           f"lacks {missing} (columns: {columns})")
+        raise SFTDataError(
+            f"SFT data needs 'prompt' and 'completion' columns (or TRL's 'messages' or 'text'); it "
+            f"lacks {missing} (columns: {columns})"
+        )
     formats = set()
     for row, example in enumerate(dataset):
         for key in keys:
@@ -43,8 +45,18 @@ def check_sft_rows(dataset) -> bool:
     return formats.pop()
 
 
-def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: int, batch_size: int,
-                        learning_rate: float, seed: int = 0, peft_config=None):
+def supervised_finetune(
+    model,
+    tokenizer,
+    dataset,
+    *,
+    output_dir: str,
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int = 0,
+    peft_config=None,
+):
     """Run ``SFTTrainer`` for ``steps`` steps; returns ``(model, log history)`` with any LoRA adapter merged."""
     from transformers import PrinterCallback, ProgressCallback
     from trl import SFTConfig, SFTTrainer
@@ -54,16 +66,31 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
     from trl_ext.ppo.precision import launch_training_arguments
 
     if check_sft_rows(dataset) and not getattr(tokenizer, "chat_template", None):
-        raise SFTDataError(f"the SFT rows are conversations, but the tokenizer {tokenizer.name_or_path!r} has no "
-                           "chat template: give text rows or a tokenizer with one")
-    args = SFTConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                     learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=0, seed=seed,
-                     **launch_training_arguments(), report_to="none",
-                     logging_steps=max(1, steps // 10), save_strategy="no", disable_tqdm=True,
-                     **checkpointing_training_argument(False), max_length=None, dataset_num_proc=None)
+        raise SFTDataError(
+            f"the SFT rows are conversations, but the tokenizer {tokenizer.name_or_path!r} has no "
+            "chat template: give text rows or a tokenizer with one"
+        )
+    args = SFTConfig(
+        output_dir=output_dir,
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=0,
+        seed=seed,
+        **launch_training_arguments(),
+        report_to="none",
+        logging_steps=max(1, steps // 10),
+        save_strategy="no",
+        disable_tqdm=True,
+        **checkpointing_training_argument(False),
+        max_length=None,
+        dataset_num_proc=None,
+    )
     with lora_target_errors(model, peft_config, "SFT base"):  # SFTTrainer builds the adapter itself
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config)
+        trainer = SFTTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+        )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     trainer.train()
@@ -73,8 +100,19 @@ def supervised_finetune(model, tokenizer, dataset, *, output_dir: str, steps: in
     return tuned, trainer.state.log_history
 
 
-def sft_stage(policy: str, data: str, folder: str | Path, *, steps: int, learning_rate: float, batch_size: int,
-              seed: int, peft_config=None, record: dict | None = None, say=print) -> str:
+def sft_stage(
+    policy: str,
+    data: str,
+    folder: str | Path,
+    *,
+    steps: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    peft_config=None,
+    record: dict | None = None,
+    say=print,
+) -> str:
     """``policy`` fine-tuned on the prompt/completion ``data`` file into ``folder``, or the model already there
     when nothing it ran with changed (``stages.reuse``; ``record``: more of what it ran with, the LoRA options)."""
     from trl_ext.data.jsonl import as_dataset, read_jsonl
@@ -82,8 +120,16 @@ def sft_stage(policy: str, data: str, folder: str | Path, *, steps: int, learnin
 
     if not Path(data).is_file():
         raise FileNotFoundError(f"SFT data file {data!r} does not exist")
-    config = {"policy": policy, "data": data, "steps": steps, "learning_rate": learning_rate,
-              "batch_size": batch_size, "seed": seed, **(record or {}), "inputs": fingerprint(data, policy)}
+    config = {
+        "policy": policy,
+        "data": data,
+        "steps": steps,
+        "learning_rate": learning_rate,
+        "batch_size": batch_size,
+        "seed": seed,
+        **(record or {}),
+        "inputs": fingerprint(data, policy),
+    }
 
     def run() -> dict:
         from trl_ext.models.loading import load_policy
@@ -91,14 +137,25 @@ def sft_stage(policy: str, data: str, folder: str | Path, *, steps: int, learnin
         rows = read_jsonl(data, "SFT data")  # supervised_finetune checks every row
         say(f"[sft] fine-tuning {policy} on {data} ...")
         base, tokenizer = load_policy(policy, role="SFT base")
-        model, history = supervised_finetune(base, tokenizer, as_dataset(rows), output_dir=str(folder), steps=steps,
-                                             batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-                                             peft_config=peft_config)
+        model, history = supervised_finetune(
+            base,
+            tokenizer,
+            as_dataset(rows),
+            output_dir=str(folder),
+            steps=steps,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            seed=seed,
+            peft_config=peft_config,
+        )
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
         losses = [h["loss"] for h in history if "loss" in h]
-        return {"stage": "sft", "first_loss": losses[0] if losses else None,
-                "final_loss": losses[-1] if losses else None}
+        return {
+            "stage": "sft",
+            "first_loss": losses[0] if losses else None,
+            "final_loss": losses[-1] if losses else None,
+        }
 
     reuse_or_run("sft", folder, config, run, say)
     return str(folder)

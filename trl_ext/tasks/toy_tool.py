@@ -41,8 +41,10 @@ class SecretDigit:
 
 def right_digit(completions, secret, **_) -> list[float]:
     """1.0 where the last assistant turn is the secret digit (a reward function: it sees the answer)."""
-    return [1.0 if c[-1]["role"] == "assistant" and c[-1]["content"].strip() == s else 0.0
-            for c, s in zip(completions, secret)]
+    return [
+        1.0 if c[-1]["role"] == "assistant" and c[-1]["content"].strip() == s else 0.0
+        for c, s in zip(completions, secret)
+    ]
 
 
 def lookup_tokenizer():
@@ -54,8 +56,13 @@ def lookup_tokenizer():
     core = Tokenizer(models.WordLevel(vocab, unk_token="?"))
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                                  unk_token="?", additional_special_tokens=SPECIALS[1:])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        unk_token="?",
+        additional_special_tokens=SPECIALS[1:],
+    )
     tok.chat_template = tool_template("qwen2_5")
     pieces = [_system_text(tok), CALL, "user\n<tool_response>\n", "\n</tool_response>", "user\n", "assistant\n"]
     tok.add_tokens(pieces)
@@ -64,9 +71,10 @@ def lookup_tokenizer():
 
 def _system_text(tok) -> str:
     """The system turn the template writes for ``lookup``'s schema (one token in this tokenizer)."""
-    text = tok.apply_chat_template([{"role": "user", "content": QUESTION}], tools=[SecretDigit().lookup],
-                                   tokenize=False)
-    return text[len("<|im_start|>"):text.index("<|im_end|>")]
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": QUESTION}], tools=[SecretDigit().lookup], tokenize=False
+    )
+    return text[len("<|im_start|>") : text.index("<|im_end|>")]
 
 
 def lookup_model(tokenizer, seed: int = 0):
@@ -75,10 +83,21 @@ def lookup_model(tokenizer, seed: int = 0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=None, tie_word_embeddings=False))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            tie_word_embeddings=False,
+        )
+    )
 
 
 def lookup_dataset(rows: int, seed: int = 0):
@@ -88,5 +107,9 @@ def lookup_dataset(rows: int, seed: int = 0):
     from datasets import Dataset
 
     rng = random.Random(seed)
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": QUESTION}]] * rows,
-                              "secret": [rng.choice(DIGITS) for _ in range(rows)]})
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": QUESTION}]] * rows,
+            "secret": [rng.choice(DIGITS) for _ in range(rows)],
+        }
+    )

@@ -38,12 +38,16 @@ def trl_ppo_available() -> bool:
 
 
 def trl_ppo_unavailable_reason() -> str:
-    return (f"TRL's PPOTrainer needs TRL <= 1.12 (TRL 1.13 removed it); installed TRL is "
-            f"{installed_trl_version()}: {INSTALL_HINT}")
+    return (
+        f"TRL's PPOTrainer needs TRL <= 1.12 (TRL 1.13 removed it); installed TRL is "
+        f"{installed_trl_version()}: {INSTALL_HINT}"
+    )
 
 
 def require_trl_ppo(what: str = "the 'trl' backend") -> None:
     """Raise ``TRLPPOUnavailable`` (one line: installed version, install command) on TRL >= 1.13."""
     if not trl_ppo_available():
-        raise TRLPPOUnavailable(f"{what} runs TRL's PPOTrainer, which needs TRL <= 1.12 (TRL 1.13 removed it); "
-                                f"installed TRL is {installed_trl_version()}. Get it with: {INSTALL_HINT}")
+        raise TRLPPOUnavailable(
+            f"{what} runs TRL's PPOTrainer, which needs TRL <= 1.12 (TRL 1.13 removed it); "
+            f"installed TRL is {installed_trl_version()}. Get it with: {INSTALL_HINT}"
+        )

@@ -48,16 +48,42 @@ def build_value_model(policy, separate_critic: bool, value_head_init: str = "lin
 
 
 # Options whose name and meaning are the same in our PPOConfig and TRL's.
-SHARED_WITH_TRL = ("learning_rate", "lr_scheduler_type", "num_mini_batches", "num_ppo_epochs", "total_episodes",
-                   "kl_coef", "kl_estimator", "cliprange", "cliprange_value", "vf_coef", "gamma", "lam",
-                   "whiten_rewards", "response_length", "temperature", "seed", "missing_eos_penalty")
+SHARED_WITH_TRL = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "num_mini_batches",
+    "num_ppo_epochs",
+    "total_episodes",
+    "kl_coef",
+    "kl_estimator",
+    "cliprange",
+    "cliprange_value",
+    "vf_coef",
+    "gamma",
+    "lam",
+    "whiten_rewards",
+    "response_length",
+    "temperature",
+    "seed",
+    "missing_eos_penalty",
+)
 
 
 # What TRL 1.12's PPO does where our PPOConfig has a choice: a run of ours with another value is not TRL's method.
-TRL_PPO_FIXED = {"advantage_estimator": "gae", "score_position": "after_last_token", "kl_mode": "token",
-                 "policy_loss": "clip", "beta": 0.0, "ent_coef": 0.0, "max_grad_norm": 0.0, "whiten_advantages": True,
-                 # its rollouts: GenerationConfig(top_k=0, top_p=1.0), no repetition penalty
-                 "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0}
+TRL_PPO_FIXED = {
+    "advantage_estimator": "gae",
+    "score_position": "after_last_token",
+    "kl_mode": "token",
+    "policy_loss": "clip",
+    "beta": 0.0,
+    "ent_coef": 0.0,
+    "max_grad_norm": 0.0,
+    "whiten_advantages": True,
+    # its rollouts: GenerationConfig(top_k=0, top_p=1.0), no repetition penalty
+    "top_k": 0,
+    "top_p": 1.0,
+    "repetition_penalty": 1.0,
+}
 
 
 def settings_trl_ppo_cannot_express(cfg) -> dict[str, tuple]:
@@ -105,12 +131,17 @@ def pad_outside_queries(tokenizer, queries):
     present = {t for q in queries for t in q}
     if pad not in present:
         return tokenizer
-    spare = [t for t in tokenizer.all_special_tokens
-             if tokenizer.convert_tokens_to_ids(t) not in present and t != tokenizer.eos_token]
+    spare = [
+        t
+        for t in tokenizer.all_special_tokens
+        if tokenizer.convert_tokens_to_ids(t) not in present and t != tokenizer.eos_token
+    ]
     if not spare:
-        raise InputError(f"TRL 1.12's PPO drops the pad token from queries, and the pad token "
-                         f"{tokenizer.pad_token!r} occurs in the prompts; the tokenizer has no other special token "
-                         "to pad with: add one (tokenizer.add_special_tokens) or use --backend scratch")
+        raise InputError(
+            f"TRL 1.12's PPO drops the pad token from queries, and the pad token "
+            f"{tokenizer.pad_token!r} occurs in the prompts; the tokenizer has no other special token "
+            "to pad with: add one (tokenizer.add_special_tokens) or use --backend scratch"
+        )
     tokenizer = copy.deepcopy(tokenizer)
     tokenizer.pad_token = spare[0]
     return tokenizer
@@ -149,8 +180,10 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     if cfg.resume_from_checkpoint:
         raise InputError("TRL 1.12's PPOTrainer cannot resume: its train() takes no checkpoint")
     if cfg.critic_adapter:
-        raise InputError("TRL 1.12's PPO has no critic adapter (its value model is a separate model): "
-                         "critic_adapter needs the scratch backend")
+        raise InputError(
+            "TRL 1.12's PPO has no critic adapter (its value model is a separate model): "
+            "critic_adapter needs the scratch backend"
+        )
     # transformers' Trainer seeds python, numpy and torch in its __init__; TRL 1.12's PPOTrainer skips
     # that __init__ and shuffles minibatches with the global numpy RNG, so without this a run cannot
     # be repeated (measured: sampled exact 0.977 in one run, 0.992 in the next, same seed).
@@ -162,10 +195,15 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     value_model = build_value_model(policy, cfg.separate_critic, cfg.value_head_init)
     ids_only = train_dataset.select_columns(["input_ids"])
     trainer = TRLPPOTrainer(
-        args=trl_ppo_config(cfg, output_dir), processing_class=tokenizer, model=policy,
-        ref_model=None if peft_config is not None else copy.deepcopy(policy), reward_model=reward_model,
-        value_model=value_model, peft_config=peft_config,
-        train_dataset=ids_only, eval_dataset=ids_only.select(range(min(len(ids_only), cfg.batch_size))),
+        args=trl_ppo_config(cfg, output_dir),
+        processing_class=tokenizer,
+        model=policy,
+        ref_model=None if peft_config is not None else copy.deepcopy(policy),
+        reward_model=reward_model,
+        value_model=value_model,
+        peft_config=peft_config,
+        train_dataset=ids_only,
+        eval_dataset=ids_only.select(range(min(len(ids_only), cfg.batch_size))),
         callbacks=list(callbacks),
     )
     place_reward(reward_fn, trainer.accelerator.device)
@@ -173,8 +211,9 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     # Same prompts in the same order as the scratch trainer: TRL would reshuffle with its own RNG.
-    trainer.dataloader = trainer.accelerator.prepare(DataLoader(
-        ids_only, batch_size=cfg.batch_size, shuffle=False, collate_fn=trainer.data_collator, drop_last=True))
+    trainer.dataloader = trainer.accelerator.prepare(
+        DataLoader(ids_only, batch_size=cfg.batch_size, shuffle=False, collate_fn=trainer.data_collator, drop_last=True)
+    )
     return trainer
 
 

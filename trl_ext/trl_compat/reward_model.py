@@ -29,8 +29,12 @@ from trl_ext.rewards.base import RewardError, call_reward, reward_name
 class PromptIndex:
     """Token-id prompts -> their dataset columns, found by the longest matching prefix."""
 
-    def __init__(self, prompt_ids: Sequence[Sequence[int]], columns: dict[str, list] | None = None,
-                 conversations: list | None = None):
+    def __init__(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        columns: dict[str, list] | None = None,
+        conversations: list | None = None,
+    ):
         if len(prompt_ids) == 0:
             raise RewardError("the prompt index needs at least one prompt")
         self.rows = {tuple(ids): i for i, ids in enumerate(prompt_ids)}
@@ -68,8 +72,9 @@ class _RewardBackbone(nn.Module):
             length, row = self.index.find(real)
             if self.index.conversations is not None:  # what the scratch trainer hands: message, no special tokens
                 prompts.append(self.index.conversations[row])
-                completions.append([{"role": "assistant",
-                                     "content": self.tokenizer.decode(real[length:], skip_special_tokens=True)}])
+                completions.append(
+                    [{"role": "assistant", "content": self.tokenizer.decode(real[length:], skip_special_tokens=True)}]
+                )
             else:
                 prompts.append(self.tokenizer.decode(real[:length], skip_special_tokens=False))
                 completions.append(self.tokenizer.decode(real[length:], skip_special_tokens=False))

@@ -28,10 +28,15 @@ class SamplingOptions:
     @classmethod
     def of(cls, config, tokenizer, temperature: float | None = None) -> SamplingOptions:
         """A trainer config's sampling settings (``temperature`` overrides its own: greedy evaluation)."""
-        return cls(max_new_tokens=config.response_length, eos_token_id=tokenizer.eos_token_id,
-                   pad_token_id=tokenizer.pad_token_id, top_k=config.top_k, top_p=config.top_p,
-                   temperature=config.temperature if temperature is None else temperature,
-                   repetition_penalty=config.repetition_penalty)
+        return cls(
+            max_new_tokens=config.response_length,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            top_k=config.top_k,
+            top_p=config.top_p,
+            temperature=config.temperature if temperature is None else temperature,
+            repetition_penalty=config.repetition_penalty,
+        )
 
 
 @dataclass
@@ -58,8 +63,14 @@ class Sampler:
 
     returns_logprobs = False  # whether ``sample`` fills ``Completions.logprobs``: the importance-sampling correction
 
-    def sample(self, model, query_ids: torch.Tensor, query_mask: torch.Tensor, options: SamplingOptions,
-               generator: torch.Generator | None = None) -> Completions:
+    def sample(
+        self,
+        model,
+        query_ids: torch.Tensor,
+        query_mask: torch.Tensor,
+        options: SamplingOptions,
+        generator: torch.Generator | None = None,
+    ) -> Completions:
         raise NotImplementedError
 
     def policy_changed(self) -> None:
@@ -72,8 +83,10 @@ def check_correction(config, sampler: Sampler, name: str) -> None:
     refused; one that 'auto' picked (it picks by machine) is a warning, and the run goes on uncorrected."""
     if not config.vllm_importance_sampling_correction or sampler.returns_logprobs:
         return
-    message = (f"vllm_importance_sampling_correction needs a rollout engine that returns its log-probs; "
-               f"sampler {name!r} returns none")
+    message = (
+        f"vllm_importance_sampling_correction needs a rollout engine that returns its log-probs; "
+        f"sampler {name!r} returns none"
+    )
     if config.sampler != "auto":
         raise InputError(message)
     warnings.warn(message + " ('auto' picked it on this machine): the run goes on uncorrected", stacklevel=3)

@@ -14,7 +14,6 @@ from trl_ext.data.sequences import positions_from_mask, response_mask
 CACHE_ARG = "cache" if Version(version("transformers")).release[:2] >= (5, 24) else "past_key_values"
 
 
-
 def last_positions(length: int, count: int, device: torch.device | None = None) -> torch.Tensor:
     """``logits_to_keep`` for the last ``count`` of ``length`` positions, as indices rather than HF's int.
 
@@ -41,9 +40,19 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 
 
 @torch.no_grad()
-def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *, max_new_tokens: int,
-                     eos_token_id: int, pad_token_id: int, temperature: float = 1.0, top_k: int = 0,
-                     top_p: float = 1.0, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_responses(
+    model,
+    query_ids: torch.Tensor,
+    query_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Sample up to ``max_new_tokens`` per left-padded query; ``(B, R)`` ids, pad after the first eos.
 
     A plain loop over the model with its KV cache: for small models ``generate``'s per-step
@@ -58,8 +67,14 @@ def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *
     out = []
     for _ in range(max_new_tokens):
         # the last position only: the prefill's logits of every prompt position would be (B, P, V) for nothing
-        result = model(input_ids=inputs, attention_mask=mask, position_ids=positions, **{CACHE_ARG: past},
-                       use_cache=True, logits_to_keep=last_positions(inputs.shape[1], 1, inputs.device))
+        result = model(
+            input_ids=inputs,
+            attention_mask=mask,
+            position_ids=positions,
+            **{CACHE_ARG: past},
+            use_cache=True,
+            logits_to_keep=last_positions(inputs.shape[1], 1, inputs.device),
+        )
         logits = result.logits[:, -1, :].float()
         past = getattr(result, CACHE_ARG)
         if temperature == 0:
@@ -79,16 +94,35 @@ def sample_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *
 
 
 @torch.no_grad()
-def generate_responses(model, query_ids: torch.Tensor, query_mask: torch.Tensor, *, max_new_tokens: int,
-                       eos_token_id: int, pad_token_id: int, temperature: float = 1.0, top_k: int = 0,
-                       top_p: float = 1.0, repetition_penalty: float = 1.0) -> torch.Tensor:
+def generate_responses(
+    model,
+    query_ids: torch.Tensor,
+    query_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+) -> torch.Tensor:
     """The same contract as ``sample_responses`` through ``model.generate`` (for large models and
     the options the hand-written loop lacks, such as ``repetition_penalty``); draws from the global RNG."""
-    sampling = {"do_sample": False} if temperature == 0 else \
-        {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
-    out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
-                         eos_token_id=eos_token_id, pad_token_id=pad_token_id,
-                         repetition_penalty=repetition_penalty, **sampling)
-    responses = out[:, query_ids.shape[1]:]
+    sampling = (
+        {"do_sample": False}
+        if temperature == 0
+        else {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+    )
+    out = model.generate(
+        input_ids=query_ids,
+        attention_mask=query_mask,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        repetition_penalty=repetition_penalty,
+        **sampling,
+    )
+    responses = out[:, query_ids.shape[1] :]
     mask = response_mask(responses, eos_token_id)
     return responses.masked_fill(mask == 0, pad_token_id)

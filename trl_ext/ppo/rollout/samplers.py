@@ -26,9 +26,14 @@ SAMPLERS = Registry("sampler", takes_config=False)
 
 def _loop_options(options: SamplingOptions) -> dict:
     """The keywords the loop and ``model.generate`` share, from the run's sampling options."""
-    return dict(max_new_tokens=options.max_new_tokens, eos_token_id=options.eos_token_id,
-                pad_token_id=options.pad_token_id, temperature=options.temperature, top_k=options.top_k,
-                top_p=options.top_p)
+    return dict(
+        max_new_tokens=options.max_new_tokens,
+        eos_token_id=options.eos_token_id,
+        pad_token_id=options.pad_token_id,
+        temperature=options.temperature,
+        top_k=options.top_k,
+        top_p=options.top_p,
+    )
 
 
 @SAMPLERS.register("loop")
@@ -36,8 +41,9 @@ class LoopSampler(Sampler):
     """The KV-cache loop (``rollout.sample_responses``): fastest for small models on CPU."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(sample_responses(model, query_ids, query_mask, generator=generator,
-                                            **_loop_options(options)))
+        return Completions(
+            sample_responses(model, query_ids, query_mask, generator=generator, **_loop_options(options))
+        )
 
 
 @SAMPLERS.register("generate")
@@ -45,8 +51,11 @@ class GenerateSampler(Sampler):
     """``model.generate`` (``rollout.generate_responses``): has ``repetition_penalty``; draws from torch's global RNG."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(generate_responses(model, query_ids, query_mask,
-                                              repetition_penalty=options.repetition_penalty, **_loop_options(options)))
+        return Completions(
+            generate_responses(
+                model, query_ids, query_mask, repetition_penalty=options.repetition_penalty, **_loop_options(options)
+            )
+        )
 
 
 @SAMPLERS.register("static")
@@ -57,10 +66,20 @@ class StaticCacheSampler(Sampler):
         self.engine = StaticDecoder()  # holds its caches and compiled step across rollouts
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(self.engine(model, query_ids, query_mask, max_new_tokens=options.max_new_tokens,
-                                       eos_token_id=options.eos_token_id, pad_token_id=options.pad_token_id,
-                                       temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
-                                       generator=generator))
+        return Completions(
+            self.engine(
+                model,
+                query_ids,
+                query_mask,
+                max_new_tokens=options.max_new_tokens,
+                eos_token_id=options.eos_token_id,
+                pad_token_id=options.pad_token_id,
+                temperature=options.temperature,
+                top_k=options.top_k,
+                top_p=options.top_p,
+                generator=generator,
+            )
+        )
 
 
 # Where vLLM was measured to win on CPU (docs/vllm.md): SmolLM2-135M rollouts 4.9-6.2x faster than the loop; on the

@@ -34,8 +34,9 @@ def padded_length(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
-def pick_tokens(logits: torch.Tensor, noise: torch.Tensor | None, *, temperature: float, top_k: int,
-                top_p: float) -> torch.Tensor:
+def pick_tokens(
+    logits: torch.Tensor, noise: torch.Tensor | None, *, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
     """``(B, V)`` float logits and ``(B, V)`` Exp(1) noise -> ``(B,)`` tokens, with static shapes.
 
     The loop's draw: ``torch.multinomial(p, 1)`` is ``argmax(p / q)`` with ``q ~ Exp(1)`` drawn over
@@ -59,16 +60,47 @@ def pick_tokens(logits: torch.Tensor, noise: torch.Tensor | None, *, temperature
     return index.gather(-1, choice).squeeze(-1)
 
 
-def decode_step(model, cache, tokens: torch.Tensor, done: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, cache_position: torch.Tensor, noise: torch.Tensor | None, *,
-                temperature: float, top_k: int, top_p: float, eos_token_id: int, pad_token_id: int):
+def decode_step(
+    model,
+    cache,
+    tokens: torch.Tensor,
+    done: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache_position: torch.Tensor,
+    noise: torch.Tensor | None,
+    *,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    eos_token_id: int,
+    pad_token_id: int,
+):
     """One token for every row: forward of the last ``tokens`` over the static cache, then the draw.
     Rows already ``done`` get pad. Returns ``(tokens, done)``; nothing is read back to the host."""
-    logits = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=position_ids,
-                   **{CACHE_ARG: cache}, cache_position=cache_position, use_cache=True,
-                   logits_to_keep=1).logits[:, -1].float()
-    return _next(logits, done, noise, temperature=temperature, top_k=top_k, top_p=top_p,
-                 eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    logits = (
+        model(
+            input_ids=tokens[:, None],
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            **{CACHE_ARG: cache},
+            cache_position=cache_position,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        .logits[:, -1]
+        .float()
+    )
+    return _next(
+        logits,
+        done,
+        noise,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+    )
 
 
 def _next(logits, done, noise, *, temperature, top_k, top_p, eos_token_id, pad_token_id):
@@ -96,8 +128,13 @@ class StaticDecoder:
     default 1 on CPU (where it is free, and the generator then advances exactly as the loop's), 8 on CUDA.
     """
 
-    def __init__(self, compile: bool | None = None, compile_options: dict | None = None,
-                 check_every: int | None = None, max_caches: int = 4):
+    def __init__(
+        self,
+        compile: bool | None = None,
+        compile_options: dict | None = None,
+        check_every: int | None = None,
+        max_caches: int = 4,
+    ):
         self.compile, self.check_every, self.max_caches = compile, check_every, max_caches
         self.compile_options = compile_options or {"mode": "reduce-overhead", "dynamic": False}
         self._caches: dict[tuple, object] = {}
@@ -135,9 +172,20 @@ class StaticDecoder:
         return cache
 
     @torch.no_grad()
-    def __call__(self, model, query_ids: torch.Tensor, query_mask: torch.Tensor, *, max_new_tokens: int,
-                 eos_token_id: int, pad_token_id: int, temperature: float = 1.0, top_k: int = 0,
-                 top_p: float = 1.0, generator: torch.Generator | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        model,
+        query_ids: torch.Tensor,
+        query_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        eos_token_id: int,
+        pad_token_id: int,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """``(B, R)`` sampled ids, pad after the first eos; ``R <= max_new_tokens`` (fewer when every
         row has ended by a check). Draws from ``generator`` as ``sample_responses`` does."""
         # A PEFT model's base model carries the adapter layers: calling it skips PEFT's Python wrapper.
@@ -150,23 +198,34 @@ class StaticDecoder:
         # Extra rows repeat row 0 and start done; extra prompt columns are left padding.
         ids = torch.full((batch, prompt_len), pad_token_id, dtype=query_ids.dtype, device=device)
         mask = torch.zeros((batch, length), dtype=torch.long, device=device)
-        ids[:rows, prompt_len - prompt:], ids[rows:, prompt_len - prompt:] = query_ids, query_ids[:1]
-        mask[:rows, prompt_len - prompt:prompt_len] = query_mask
-        mask[rows:, prompt_len - prompt:prompt_len] = query_mask[:1]
+        ids[:rows, prompt_len - prompt :], ids[rows:, prompt_len - prompt :] = query_ids, query_ids[:1]
+        mask[:rows, prompt_len - prompt : prompt_len] = query_mask
+        mask[rows:, prompt_len - prompt : prompt_len] = query_mask[:1]
         mask[:, prompt_len:] = 1  # constant over the decode: the causal mask hides what is not written yet
         positions = positions_from_mask(mask[:, :prompt_len])
         cache = self._cache(decoder, batch, length)
-        logits = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, **{CACHE_ARG: cache},
-                         cache_position=torch.arange(prompt_len, device=device), use_cache=True,
-                         logits_to_keep=last_positions(prompt_len, 1, device)).logits[:, -1].float()
+        logits = (
+            decoder(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                **{CACHE_ARG: cache},
+                cache_position=torch.arange(prompt_len, device=device),
+                use_cache=True,
+                logits_to_keep=last_positions(prompt_len, 1, device),
+            )
+            .logits[:, -1]
+            .float()
+        )
 
         noise = None
         if temperature != 0:  # the extra rows draw nothing: the generator advances as the loop's
             noise = torch.ones_like(logits)
         done = torch.arange(batch, device=device) >= rows
         responses = torch.full((batch, max_new_tokens), pad_token_id, dtype=query_ids.dtype, device=device)
-        options = dict(temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id,
-                       pad_token_id=pad_token_id)
+        options = dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, pad_token_id=pad_token_id
+        )
         if noise is not None:
             noise[:rows].exponential_(generator=generator)
         tokens, done = _next(logits, done, noise, **options)
@@ -191,8 +250,11 @@ class StaticDecoder:
             except Exception as error:  # a step that will not compile still decodes, eagerly and slower
                 if step is decode_step:
                     raise
-                warnings.warn(f"static sampler: the compiled decode step failed ({type(error).__name__}: "
-                              f"{str(error)[:300]}); decoding eagerly from now on", stacklevel=2)
+                warnings.warn(
+                    f"static sampler: the compiled decode step failed ({type(error).__name__}: "
+                    f"{str(error)[:300]}); decoding eagerly from now on",
+                    stacklevel=2,
+                )
                 self.compile, step = False, decode_step
                 new_tokens, new_done = step(*inputs, **options)  # the cache write it repeats is the same
             tokens, done = new_tokens.clone(), new_done.clone()

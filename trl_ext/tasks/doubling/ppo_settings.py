@@ -7,8 +7,15 @@
 from __future__ import annotations
 
 # 300 updates of 64 rollouts of at most 8 tokens, sampled at temperature 1.0.
-DOUBLING_PPO = {"learning_rate": 3e-4, "batch_size": 64, "total_episodes": 19200, "response_length": 8,
-                "temperature": 1.0, "kl_coef": 0.2, "vf_coef": 0.5}
+DOUBLING_PPO = {
+    "learning_rate": 3e-4,
+    "batch_size": 64,
+    "total_episodes": 19200,
+    "response_length": 8,
+    "temperature": 1.0,
+    "kl_coef": 0.2,
+    "vf_coef": 0.5,
+}
 
 # What the commands add. The charset classifier was trained on answers that end in the eos E: completions
 # keep it. A separate critic: a shared one's value loss trains the backbone that computes the digits

@@ -26,8 +26,13 @@ from datasets import Dataset
 from trl_ext.errors import InputError
 from trl_ext.tasks.doubling.task import CHARSETS, EOS, generate_samples, spell
 
-KINDS = (("wrong_value", 0.60), ("other_charset", 0.15), ("mixed_charset", 0.15), ("missing_eos", 0.05),
-         ("truncated", 0.05))
+KINDS = (
+    ("wrong_value", 0.60),
+    ("other_charset", 0.15),
+    ("mixed_charset", 0.15),
+    ("missing_eos", 0.05),
+    ("truncated", 0.05),
+)
 
 
 def _wrong_value(value: int, rng: random.Random) -> int:

@@ -19,11 +19,25 @@ GROUP_SIZE = 8  # completions per prompt of the group rows but the -matched ones
 _ONE_STEP = {"num_ppo_epochs": 1, "num_mini_batches": 1, "max_grad_norm": 1.0}
 # TRL's GRPO row: its KL is the loss term beta, at the doubling task's KL weight (ppo_settings: kl_coef 0.2), none
 # in the reward; 'bnpo' is TRL's default 'dapo' in one process with one step a generation.
-_GRPO = {**_ONE_STEP, "advantage_estimator": "grpo", "num_generations": GROUP_SIZE, "kl_coef": 0.0, "beta": 0.2,
-         "loss_type": "bnpo"}
+_GRPO = {
+    **_ONE_STEP,
+    "advantage_estimator": "grpo",
+    "num_generations": GROUP_SIZE,
+    "kl_coef": 0.0,
+    "beta": 0.2,
+    "loss_type": "bnpo",
+}
 # TRL's RLOO row: the KL in the reward, summed over the sequence (k1), one ratio a sequence.
-_RLOO = {**_ONE_STEP, "advantage_estimator": "rloo", "num_generations": GROUP_SIZE, "kl_estimator": "k1",
-         "kl_mode": "sequence", "beta": 0.0, "policy_loss": "sequence_clip", "loss_type": "grpo"}
+_RLOO = {
+    **_ONE_STEP,
+    "advantage_estimator": "rloo",
+    "num_generations": GROUP_SIZE,
+    "kl_estimator": "k1",
+    "kl_mode": "sequence",
+    "beta": 0.0,
+    "policy_loss": "sequence_clip",
+    "loss_type": "grpo",
+}
 
 PRESETS: dict[str, dict] = {
     "grpo": _GRPO,
@@ -36,18 +50,28 @@ PRESETS: dict[str, dict] = {
     "rloo-tuned": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2},
     # what `ppo --advantage-estimator grpo` (or rloo) starts from: the -tuned settings in two minibatches (four
     # optimizer steps a batch), which reach greedy exact 0.99 within 6,400 episodes
-    "grpo-default": {**_GRPO, "learning_rate": 1e-3, "scale_rewards": "batch", "num_ppo_epochs": 2,
-                     "num_mini_batches": 2},
+    "grpo-default": {
+        **_GRPO,
+        "learning_rate": 1e-3,
+        "scale_rewards": "batch",
+        "num_ppo_epochs": 2,
+        "num_mini_batches": 2,
+    },
     # plus GRPO's KL loss term: with the KL in the reward alone, a prefix whose group all chose one wrong set has
     # no advantage left to leave it (docs/decisions.md, "Why a run settles")
     "rloo-default": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2, "beta": 0.2},
     # TRL's trainers at what `ppo --advantage-estimator grpo|rloo --num-generations 4` runs, as far as TRL can
     # express it: 4 generations, two epochs of two minibatches (TRL's num_iterations, steps_per_generation); RLOO
     # without the KL loss term, which TRL's RLOO lacks (its beta is our kl_coef)
-    "grpo-matched": {**_GRPO, "learning_rate": 1e-3, "scale_rewards": "batch", "num_ppo_epochs": 2,
-                     "num_mini_batches": 2, "num_generations": 4},
-    "rloo-matched": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2,
-                     "num_generations": 4},
+    "grpo-matched": {
+        **_GRPO,
+        "learning_rate": 1e-3,
+        "scale_rewards": "batch",
+        "num_ppo_epochs": 2,
+        "num_mini_batches": 2,
+        "num_generations": 4,
+    },
+    "rloo-matched": {**_RLOO, "learning_rate": 1e-3, "num_ppo_epochs": 2, "num_mini_batches": 2, "num_generations": 4},
     # REINFORCE++: KL-shaped token rewards, one completion a prompt
     "reinforce_pp": {**_ONE_STEP, "advantage_estimator": "reinforce_pp", "num_generations": 1, "beta": 0.0},
 }

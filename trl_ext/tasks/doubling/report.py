@@ -28,8 +28,11 @@ def _cell(value, fmt: str) -> str:
     if isinstance(value, dict):  # mean and spread over seeds
         if value.get("mean") is None:
             return "-"
-        return (fmt.format(value["mean"]) + " ± " + fmt.format(value["std"])) if value.get("n", 1) > 1 \
+        return (
+            (fmt.format(value["mean"]) + " ± " + fmt.format(value["std"]))
+            if value.get("n", 1) > 1
             else fmt.format(value["mean"])
+        )
     return fmt.format(value)
 
 
@@ -65,8 +68,11 @@ def plot_curves(histories: dict[str, list[dict]], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("objective/scores", "reward score"), ("probe/charset_acc", "requested-charset rate (held-out)"),
-              ("objective/kl", "KL to reference"))
+    panels = (
+        ("objective/scores", "reward score"),
+        ("probe/charset_acc", "requested-charset rate (held-out)"),
+        ("objective/kl", "KL to reference"),
+    )
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
     for ax, (key, title) in zip(axes, panels):
         for name, history in histories.items():
@@ -109,9 +115,12 @@ def aggregate_rows(rows: list[dict]) -> dict:
         if key == "backend":
             continue
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-        merged[key] = {"mean": statistics.fmean(values) if values else None,
-                       "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-                       "n": len(values), "of": len(rows)}
+        merged[key] = {
+            "mean": statistics.fmean(values) if values else None,
+            "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+            "n": len(values),
+            "of": len(rows),
+        }
     return merged
 
 

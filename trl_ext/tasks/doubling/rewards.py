@@ -70,8 +70,11 @@ def doubling_classifier_reward(model, tokenizer, label_column: str | None = None
 
 
 # What a doubling reward directory may hold: the charset classifier, or a scalar reward model.
-REWARD_DIR_LABELS = {"labels": (1, NUM_LABELS), "why": f"the doubling reward needs the {NUM_LABELS}-label charset "
-                     "classifier or a scalar reward model (num_labels=1)"}
+REWARD_DIR_LABELS = {
+    "labels": (1, NUM_LABELS),
+    "why": f"the doubling reward needs the {NUM_LABELS}-label charset "
+    "classifier or a scalar reward model (num_labels=1)",
+}
 
 
 def load_doubling_reward(path: str):

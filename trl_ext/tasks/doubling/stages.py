@@ -15,8 +15,11 @@ from trl_ext.settings.fields import field, require_positive
 class PretrainConfig:
     out: str = field(help="directory for the pretrained policy (save_pretrained)")
     seed: int = field(0, help="seed for data and initialisation")
-    steps: int = field(2500, help="optimizer steps (600 already give greedy value_acc 1.0; the extra steps sharpen "
-                       "sampled answers, which PPO's sampled exact-match depends on)")
+    steps: int = field(
+        2500,
+        help="optimizer steps (600 already give greedy value_acc 1.0; the extra steps sharpen "
+        "sampled answers, which PPO's sampled exact-match depends on)",
+    )
     batch_size: int = field(64, help="sequences a step")
     lr: float = field(3e-3, help="peak learning rate (the seed's 1e-4 needs ~15,000 steps)")
     warmup_steps: int = field(100, help="linear warmup before the cosine decay")
@@ -58,8 +61,17 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, evaluate, show_progress: bool,
-                 rank: int = 0, world_size: int = 1) -> dict | None:
+def _train_stage(
+    cfg,
+    stage: str,
+    build_model,
+    make_dataset,
+    use_labels: bool,
+    evaluate,
+    show_progress: bool,
+    rank: int = 0,
+    world_size: int = 1,
+) -> dict | None:
     """Build, train with ``supervised_loop``, evaluate, save; ``metrics.json`` is written last (the stage's
     "finished" marker for the demo). Data parallel (``world_size > 1``): rank 0 evaluates and saves, the
     others return None."""
@@ -70,16 +82,31 @@ def _train_stage(cfg, stage: str, build_model, make_dataset, use_labels: bool, e
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, seed=cfg.seed)
     data = make_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed)
-    result = supervised_loop(model, data, tokenizer.pad_token_id, batch_size=cfg.batch_size, lr=cfg.lr,
-                             warmup_steps=cfg.warmup_steps, use_labels=use_labels, seed=cfg.seed,
-                             desc=stage, show_progress=show_progress and rank == 0, rank=rank,
-                             world_size=world_size)
+    result = supervised_loop(
+        model,
+        data,
+        tokenizer.pad_token_id,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        use_labels=use_labels,
+        seed=cfg.seed,
+        desc=stage,
+        show_progress=show_progress and rank == 0,
+        rank=rank,
+        world_size=world_size,
+    )
     if rank != 0:
         return None
     summary = {
-        "stage": stage, "config": asdict(cfg), "seconds": round(result.seconds, 2), "processes": world_size,
-        "first_loss": result.losses[0], "final_loss": result.losses[-1],
-        "parameters": sum(p.numel() for p in model.parameters()), **evaluate(model, tokenizer),
+        "stage": stage,
+        "config": asdict(cfg),
+        "seconds": round(result.seconds, 2),
+        "processes": world_size,
+        "first_loss": result.losses[0],
+        "final_loss": result.losses[-1],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **evaluate(model, tokenizer),
     }
     save_artifact(model, tokenizer, cfg.out)
     _write_json(Path(cfg.out) / "metrics.json", summary)
@@ -96,11 +123,15 @@ def run_pretrain(cfg: PretrainConfig, show_progress: bool = True, rank: int = 0,
     def evaluate(model, tokenizer):
         # Greedy decoding always takes the likeliest set; the spread the policy really has shows when sampling.
         report = evaluate_policy(model, tokenizer, n=cfg.eval_n, seed=cfg.seed, sample=True, prompt_prefixed=False)
-        return {"value_acc": report["greedy"]["value_acc"], "sampled_value_acc": report["sampled"]["value_acc"],
-                "charset_spread": report["sampled"]["charset_spread"]}
+        return {
+            "value_acc": report["greedy"]["value_acc"],
+            "sampled_value_acc": report["sampled"]["value_acc"],
+            "charset_spread": report["sampled"]["charset_spread"],
+        }
 
-    return _train_stage(cfg, "pretrain", build_policy, pretrain_dataset, False, evaluate, show_progress, rank,
-                        world_size)
+    return _train_stage(
+        cfg, "pretrain", build_policy, pretrain_dataset, False, evaluate, show_progress, rank, world_size
+    )
 
 
 def run_train_reward(cfg: RewardConfig, show_progress: bool = True) -> dict:
@@ -130,21 +161,32 @@ def run_eval(cfg: EvalConfig) -> dict:
 @dataclass
 class RewardModelConfig:
     out: str = field(help="directory for the scalar reward model (save_pretrained)")
-    base: str | None = field(None, help="a model directory that loads as AutoModelForSequenceClassification "
-                             "(DeBERTa-v3, Qwen2, ...); default: the doubling task's BERT, built from its config")
-    data: str | None = field(None, help="preference .jsonl (chosen/rejected, optional prompt and margin; text or "
-                             "conversations); default: the doubling task's preference pairs")
-    steps: int = field(4800, help="optimizer steps (the doubling pairs: wrong values judged 0.91-0.96 at 1,200 "
-                       "steps, 0.98-1.00 at 4,800)")
+    base: str | None = field(
+        None,
+        help="a model directory that loads as AutoModelForSequenceClassification "
+        "(DeBERTa-v3, Qwen2, ...); default: the doubling task's BERT, built from its config",
+    )
+    data: str | None = field(
+        None,
+        help="preference .jsonl (chosen/rejected, optional prompt and margin; text or "
+        "conversations); default: the doubling task's preference pairs",
+    )
+    steps: int = field(
+        4800,
+        help="optimizer steps (the doubling pairs: wrong values judged 0.91-0.96 at 1,200 steps, 0.98-1.00 at 4,800)",
+    )
     batch_size: int = field(32, help="pairs a step")
     lr: float = field(1e-3, help="peak learning rate (cosine decay; 3e-3 diverged on the doubling pairs)")
     warmup_steps: int = field(20, help="linear warmup")
     seed: int = field(0, help="seed for data and initialisation")
     eval_n: int = field(1000, help="held-out pairs for the pairwise accuracy (from --data: the last eval_n rows)")
-    center_rewards_coefficient: float | None = field(0.01, help="weight of TRL's (r_chosen + r_rejected)^2 term "
-                                                     "(Eisenstein et al. 2023; TRL suggests 0.01): it keeps scores "
-                                                     "near zero, so right answers to different prompts score alike "
-                                                     "and PPO's critic need not learn a per-prompt offset; 0: off")
+    center_rewards_coefficient: float | None = field(
+        0.01,
+        help="weight of TRL's (r_chosen + r_rejected)^2 term "
+        "(Eisenstein et al. 2023; TRL suggests 0.01): it keeps scores "
+        "near zero, so right answers to different prompts score alike "
+        "and PPO's critic need not learn a per-prompt offset; 0: off",
+    )
 
     def __post_init__(self):
         require_positive(self, "steps", "batch_size", "lr", "eval_n")
@@ -167,9 +209,19 @@ def run_train_reward_model(cfg: RewardModelConfig) -> dict:
         train = preference_dataset(cfg.steps * cfg.batch_size, cfg.seed, "train")
         heldout = preference_dataset(cfg.eval_n, cfg.seed + 1, "heldout")
     model, tokenizer = _reward_model_base(cfg)
-    result = train_and_evaluate(model, tokenizer, train, heldout, cfg.out, steps=cfg.steps, batch_size=cfg.batch_size,
-                                learning_rate=cfg.lr, warmup_steps=cfg.warmup_steps, seed=cfg.seed,
-                                center_rewards_coefficient=cfg.center_rewards_coefficient)
+    result = train_and_evaluate(
+        model,
+        tokenizer,
+        train,
+        heldout,
+        cfg.out,
+        steps=cfg.steps,
+        batch_size=cfg.batch_size,
+        learning_rate=cfg.lr,
+        warmup_steps=cfg.warmup_steps,
+        seed=cfg.seed,
+        center_rewards_coefficient=cfg.center_rewards_coefficient,
+    )
     summary = {"stage": "train-reward-model", "config": asdict(cfg), **result}
     _write_json(Path(cfg.out) / "metrics.json", summary)
     return summary

@@ -45,8 +45,10 @@ def _join_group(parameters: list[torch.Tensor], rank: int, world_size: int) -> N
     if not dist.is_initialized():
         raise InputError(f"world_size {world_size} needs an initialised torch.distributed process group")
     if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
-        raise InputError(f"rank {rank} of world_size {world_size} given, but this process is rank "
-                         f"{dist.get_rank()} of {dist.get_world_size()}")
+        raise InputError(
+            f"rank {rank} of world_size {world_size} given, but this process is rank "
+            f"{dist.get_rank()} of {dist.get_world_size()}"
+        )
     for p in parameters:
         dist.broadcast(p.data, src=0)
 
@@ -64,14 +66,26 @@ def _sum_gradients(parameters: list[torch.Tensor], loss: torch.Tensor) -> torch.
     dist.all_reduce(flat)
     offset = 0
     for p in parameters:
-        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+        p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
         offset += p.numel()
     return flat[-1]
 
 
-def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, warmup_steps: int,
-                    use_labels: bool, seed: int, desc: str, show_progress: bool = True, rank: int = 0,
-                    world_size: int = 1) -> LoopResult:
+def supervised_loop(
+    model,
+    dataset,
+    pad_id: int,
+    *,
+    batch_size: int,
+    lr: float,
+    warmup_steps: int,
+    use_labels: bool,
+    seed: int,
+    desc: str,
+    show_progress: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+) -> LoopResult:
     """One pass over ``dataset`` in order, ``batch_size`` rows a step, AdamW + warmup + cosine.
 
     ``use_labels=False``: next-token loss on real tokens (padding ignored, labels = -100).
@@ -84,8 +98,10 @@ def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, 
     import time
 
     if not 0 <= rank < world_size <= batch_size:
-        raise InputError(f"rank {rank} of world_size {world_size} with batch_size {batch_size}: need "
-                         "0 <= rank < world_size <= batch_size")
+        raise InputError(
+            f"rank {rank} of world_size {world_size} with batch_size {batch_size}: need "
+            "0 <= rank < world_size <= batch_size"
+        )
     columns = dataset[:]  # every row as Python lists at once: reading the dataset per step cost a tenth of it
     _check_rows(columns, ("input_ids", "label") if use_labels else ("input_ids",))
     steps = len(dataset) // batch_size
@@ -114,7 +130,7 @@ def supervised_loop(model, dataset, pad_id: int, *, batch_size: int, lr: float, 
         if world_size == 1:
             loss.backward()
         else:
-            batch = columns["input_ids"][first:first + batch_size]
+            batch = columns["input_ids"][first : first + batch_size]
             loss = loss * (_items(columns["input_ids"][share], use_labels) / _items(batch, use_labels))
             loss.backward()
             loss = _sum_gradients(parameters, loss)

@@ -132,8 +132,10 @@ def pretrain_dataset(tokenizer, n: int, seed: int, prefixed_share: float = PREFI
     prefix drawn apart from the answer's set (``S大写:1234x2=2468E``), so the prefix says nothing yet."""
     samples = generate_samples(n, seed, "train", prefixed=False)
     rng = random.Random(f"prefixes-{seed}")  # its own stream: the rows are those of the same seed without it
-    texts = [(f"{BOS}{rng.choice(PREFIXES)}:{s.question}x2={s.answer}" if rng.random() < prefixed_share else s.text)
-             for s in samples]
+    texts = [
+        (f"{BOS}{rng.choice(PREFIXES)}:{s.question}x2={s.answer}" if rng.random() < prefixed_share else s.text)
+        for s in samples
+    ]
     return Dataset.from_dict({"text": texts, "input_ids": _tokenize(tokenizer, texts)})
 
 

@@ -43,8 +43,9 @@ def worker_pool(jobs: int, backends: list[str], setup: Callable[[], None] | None
         yield None
         return
     # spawn: each child starts clean (no inherited torch threads or accelerate state)
-    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_setup,
-                                                      initargs=("trl" in backends, setup))
+    pool = multiprocessing.get_context("spawn").Pool(
+        jobs, initializer=_worker_setup, initargs=("trl" in backends, setup)
+    )
     try:
         yield pool
     except BaseException:

@@ -30,7 +30,22 @@ from trl_ext.tasks.real_model.task import (
 )
 
 __all__ = [
-    "HELDOUT_SIZE", "INSTRUCTION", "SPLITS", "TEST_SIZE", "JustTheNumber", "all_rows", "eval_dataset", "eval_numbers",
-    "eval_rows", "heldout_dataset", "heldout_numbers", "heldout_rows",
-    "number_words", "parse_question", "train_dataset", "train_numbers", "train_rows", "train_stream",
+    "HELDOUT_SIZE",
+    "INSTRUCTION",
+    "SPLITS",
+    "TEST_SIZE",
+    "JustTheNumber",
+    "all_rows",
+    "eval_dataset",
+    "eval_numbers",
+    "eval_rows",
+    "heldout_dataset",
+    "heldout_numbers",
+    "heldout_rows",
+    "number_words",
+    "parse_question",
+    "train_dataset",
+    "train_numbers",
+    "train_rows",
+    "train_stream",
 ]

@@ -16,30 +16,60 @@ from trl_ext.tasks.real_model.task import JustTheNumber
 
 
 @torch.no_grad()
-def generate(model, tokenizer, conversations: list, *, temperature: float = 0.0, max_new_tokens: int = 48,
-             batch_size: int = 50, seed: int = 0) -> list[str]:
+def generate(
+    model,
+    tokenizer,
+    conversations: list,
+    *,
+    temperature: float = 0.0,
+    max_new_tokens: int = 48,
+    batch_size: int = 50,
+    seed: int = 0,
+) -> list[str]:
     """One completion per conversation: greedy when ``temperature`` is 0, else sampled from the whole
     distribution (no top-k/top-p: the trainers' default) with ``torch.manual_seed(seed)``."""
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
+    sampling = (
+        dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        if temperature > 0
         else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+    )
     torch.manual_seed(seed)
     texts = []
     try:
         for start in range(0, len(conversations), batch_size):
-            batch = tokenizer.apply_chat_template(conversations[start:start + batch_size], add_generation_prompt=True,
-                                                  padding=True, return_tensors="pt", return_dict=True)
+            batch = tokenizer.apply_chat_template(
+                conversations[start : start + batch_size],
+                add_generation_prompt=True,
+                padding=True,
+                return_tensors="pt",
+                return_dict=True,
+            )
             batch = {k: v.to(model.device) for k, v in batch.items()}
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id, **sampling)
-            texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                **sampling,
+            )
+            texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     finally:
         tokenizer.padding_side = side
     return texts
 
 
-def score_rows(model, tokenizer, rows: list[dict], *, temperature: float = 0.0, samples: int = 1,
-               reward: JustTheNumber | None = None, examples: int = 5, **generate_kwargs) -> dict:
+def score_rows(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    temperature: float = 0.0,
+    samples: int = 1,
+    reward: JustTheNumber | None = None,
+    examples: int = 5,
+    **generate_kwargs,
+) -> dict:
     """Mean reward over ``rows`` x ``samples`` answers, the share of each grade, the share scoring above 0,
     the mean per example turn, and a few answers as examples."""
     reward = reward or JustTheNumber()
@@ -61,12 +91,16 @@ def score_rows(model, tokenizer, rows: list[dict], *, temperature: float = 0.0, 
         per_example[example] = round(sum(picked) / len(picked), 4)
     counts = Counter(grades)
     return {
-        "temperature": temperature, "samples_per_prompt": samples, "answers": n,
+        "temperature": temperature,
+        "samples_per_prompt": samples,
+        "answers": n,
         "score": round(sum(scores) / n, 4),
         "grades": {g: round(counts[g] / n, 4) for g in JustTheNumber.GRADES},
         "scoring_above_zero": round(sum(s > 0 for s in scores) / n, 4),
         "per_example_turn": per_example,
         "seconds": round(time.perf_counter() - start, 1),
-        "examples": [{"prompt": rows[i % len(rows)]["prompt"][-1]["content"], "completion": texts[i],
-                      "reward": scores[i]} for i in range(min(examples, n))],
+        "examples": [
+            {"prompt": rows[i % len(rows)]["prompt"][-1]["content"], "completion": texts[i], "reward": scores[i]}
+            for i in range(min(examples, n))
+        ],
     }

@@ -61,8 +61,10 @@ TEST_NUMBERS = 60
 TEST_SIZE = TEST_NUMBERS * len(EXAMPLES)
 TEST_SPLIT_SEED = 40  # fixes the test numbers for good (issue 40; tests pin them)
 
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen").split()
+_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen"
+).split()
 _TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 _QUESTION = re.compile(r"What is ([a-z]+(?:[ -][a-z]+)*) written in digits\?")
 # A number, with its minus sign only where the sign is not a hyphen between words or digits ("7-5", "x-5").
@@ -87,10 +89,14 @@ _WORDS_TO_NUMBER = {number_words(n): n for n in range(1000)}
 
 def _row(n: int, example: int) -> dict:
     question, answer = EXAMPLES[example]
-    return {"prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"},
-                       {"role": "assistant", "content": answer},
-                       {"role": "user", "content": f"{QUESTION.format(words=number_words(n))} {INSTRUCTION}"}],
-            "answer": n}
+    return {
+        "prompt": [
+            {"role": "user", "content": f"{question} {INSTRUCTION}"},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": f"{QUESTION.format(words=number_words(n))} {INSTRUCTION}"},
+        ],
+        "answer": n,
+    }
 
 
 def heldout_numbers() -> list[int]:
@@ -175,8 +181,9 @@ def parse_question(prompt) -> int:
     """The answer to the task's question in a prompt (messages, or text such as a rendered chat)."""
     matches = _QUESTION.findall(message_text(prompt))
     if not matches or matches[-1] not in _WORDS_TO_NUMBER:  # the last: the question follows the example turn
-        raise RewardError(f"no 'What is <number in words> written in digits?' question in the prompt "
-                          f"{message_text(prompt)[-120:]!r}")
+        raise RewardError(
+            f"no 'What is <number in words> written in digits?' question in the prompt {message_text(prompt)[-120:]!r}"
+        )
     return _WORDS_TO_NUMBER[matches[-1]]
 
 

@@ -37,9 +37,11 @@ from collections.abc import Iterator
 
 from trl_ext.agents.tools import ToolResult
 
-NAMES = ("Maria Ahmed John Sofia Liam Emma Noah Olivia Lucas Mia Ethan Ava Mateo Zoe Omar Leila Ivan Nina Hugo "
-         "Clara Felix Rosa Oscar Elena Samir Yuki Pablo Greta Tomas Irene Victor Alma Bruno Ines Dmitri Hana Kofi "
-         "Lena Marco Nora Pedro Sara Tariq Vera Wanda Xavier Yara Ziad").split()
+NAMES = (
+    "Maria Ahmed John Sofia Liam Emma Noah Olivia Lucas Mia Ethan Ava Mateo Zoe Omar Leila Ivan Nina Hugo "
+    "Clara Felix Rosa Oscar Elena Samir Yuki Pablo Greta Tomas Irene Victor Alma Bruno Ines Dmitri Hana Kofi "
+    "Lena Marco Nora Pedro Sara Tariq Vera Wanda Xavier Yara Ziad"
+).split()
 HELDOUT_NAMES = 16
 SPLIT_SEED = 43  # fixes the held-out names and codes for good
 CODES_PER_HELDOUT_NAME = 2
@@ -190,8 +192,13 @@ def sft_rows(conversations: int, seed: int) -> list[dict]:
         call = {"role": "assistant", "content": "", "tool_calls": [tool_call(row["name"])]}
         result = {"role": "tool", "name": "lookup_code", "content": row["code"]}
         rows.append({"prompt": copy.deepcopy(row["prompt"]), "completion": [call], "tools": schemas})
-        rows.append({"prompt": row["prompt"] + [call, result],
-                     "completion": [{"role": "assistant", "content": row["code"]}], "tools": schemas})
+        rows.append(
+            {
+                "prompt": row["prompt"] + [call, result],
+                "completion": [{"role": "assistant", "content": row["code"]}],
+                "tools": schemas,
+            }
+        )
     return rows
 
 
@@ -211,16 +218,32 @@ def hf_sampler(model, tokenizer, *, temperature: float, seed: int):
         ids, attention = pad_batch(queries, tokenizer.pad_token_id, side="left")
         torch.manual_seed(generator_seed[0])
         generator_seed[0] += 1
-        responses = generate_responses(model, ids.to(model.device), attention.to(model.device),
-                                       max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                       pad_token_id=tokenizer.pad_token_id, temperature=temperature)
+        responses = generate_responses(
+            model,
+            ids.to(model.device),
+            attention.to(model.device),
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            temperature=temperature,
+        )
         return completion_token_ids(responses, response_mask(responses, tokenizer.eos_token_id)), None
 
     return sample
 
 
-def score_tool_rows(model, tokenizer, rows: list[dict], *, temperature: float = 0.0, seed: int = 0,
-                    budget: int = 64, max_iterations: int = 1, batch_size: int = 32, examples: int = 3) -> dict:
+def score_tool_rows(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    temperature: float = 0.0,
+    seed: int = 0,
+    budget: int = 64,
+    max_iterations: int = 1,
+    batch_size: int = 32,
+    examples: int = 3,
+) -> dict:
     """Roll out ``rows`` through the tool loop (``trl_ext.agents.turns.run_turns``, the trainer's own) with HF
     generate: the held-out score (``right_code``), the share of rollouts whose first turn is a parseable tool call,
     of right lookups (the row's name), of malformed calls, and a few conversations."""
@@ -236,23 +259,43 @@ def score_tool_rows(model, tokenizer, rows: list[dict], *, temperature: float = 
     sample = hf_sampler(model, tokenizer, temperature=temperature, seed=seed)
     scores, calls, right_lookups, malformed, shown = [], 0, 0, 0, []
     for first in range(0, len(rows), batch_size):
-        batch = rows[first:first + batch_size]
+        batch = rows[first : first + batch_size]
         environments = [SecretCodes() for _ in batch]
         for env, row in zip(environments, batch):
             env.reset(**row)
         boxes = [Toolbox(environment_tools(env)) for env in environments]
         prompt_ids = [templates.prompt_ids(tokenizer, r["prompt"], box.tools) for r, box in zip(batch, boxes)]
-        trajectories, counts = run_turns(sample, tokenizer, prompt_ids, boxes, budget, max_iterations,
-                                         getattr(model.config, "max_position_embeddings", None))
+        trajectories, counts = run_turns(
+            sample,
+            tokenizer,
+            prompt_ids,
+            boxes,
+            budget,
+            max_iterations,
+            getattr(model.config, "max_position_embeddings", None),
+        )
         malformed += counts.malformed
         for t, env, row in zip(trajectories, environments, batch):
             scores.append(1.0 if code_is_right(t.messages, row["code"]) else 0.0)
             calls += bool(t.messages and t.messages[0].get("tool_calls"))
             right_lookups += env.lookups > 0
             if len(shown) < examples:
-                shown.append({"prompt": row["prompt"][-1]["content"], "code": row["code"], "messages": t.messages,
-                              "reward": scores[-1]})
+                shown.append(
+                    {
+                        "prompt": row["prompt"][-1]["content"],
+                        "code": row["code"],
+                        "messages": t.messages,
+                        "reward": scores[-1],
+                    }
+                )
     n = len(scores)
-    return {"temperature": temperature, "answers": n, "score": round(sum(scores) / n, 4),
-            "parseable_calls": round(calls / n, 4), "right_lookups": round(right_lookups / n, 4),
-            "malformed_calls": malformed, "seconds": round(time.perf_counter() - start, 1), "examples": shown}
+    return {
+        "temperature": temperature,
+        "answers": n,
+        "score": round(sum(scores) / n, 4),
+        "parseable_calls": round(calls / n, 4),
+        "right_lookups": round(right_lookups / n, 4),
+        "malformed_calls": malformed,
+        "seconds": round(time.perf_counter() - start, 1),
+        "examples": shown,
+    }
