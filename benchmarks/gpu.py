@@ -238,7 +238,9 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
                 accelerator=Accelerator(mixed_precision="bf16" if gpu else "no", cpu=not gpu),
             )
             assert trainer.sampler_name == cfg.sampler
-            trainer._sample = clock.timing(trainer._sample, lambda completions, *a, **k: completions.ids)
+            trainer.sampling.completions = clock.timing(
+                trainer.sampling.completions, lambda completions, *a, **k: completions.ids
+            )
             model, run = trainer.model, lambda: trainer.train(clock.update_done)
         else:
             from transformers import TrainerCallback

@@ -121,7 +121,7 @@ class MergedLoop(Sampler):
         self.stale = True
 
     def sync(self, model) -> None:
-        from trl_ext.ppo.rollout.vllm_sampler import compute_dtype, policy_weights, unwrap_peft
+        from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
         start = time.perf_counter()
         dtype = compute_dtype(model, None)

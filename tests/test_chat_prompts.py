@@ -391,7 +391,8 @@ def test_rlhf_on_a_model_without_template_uses_the_text(models, tokenizers, tmp_
 
 
 def test_stage_files_in_another_format_than_the_prompts_get_a_note(models, tmp_path):
-    from trl_ext.runs.rlhf import PromptOptions, RLHFStages, load_prompts
+    from trl_ext.runs.rlhf import load_prompts
+    from trl_ext.runs.rlhf_options import PromptOptions, RLHFStages
 
     _, lines = load_prompts(
         PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),

@@ -11,7 +11,8 @@ from trl_ext.errors import InputError
 from trl_ext.ppo import core, losses
 from trl_ext.ppo.advantages import compute_advantages
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.trainer import PPOTrainer, warmup_plateaued
+from trl_ext.ppo.learner import warmup_plateaued
+from trl_ext.ppo.trainer import PPOTrainer
 
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
 VALUES = torch.tensor([[0.5, 1.0, 2.0, 7.0], [0.0, 0.0, 7.0, 7.0]])

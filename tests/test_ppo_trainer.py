@@ -84,7 +84,7 @@ def test_missing_eos_penalty_lowers_only_unfinished_scores(pieces):
         tok("24E", add_special_tokens=False)["input_ids"],
         tok("2444", add_special_tokens=False)["input_ids"],
     )
-    query_ids, query_mask = trainer._pad_queries(queries)
+    query_ids, query_mask = trainer.sampling.pad(queries)
     responses = torch.tensor([finished + [tok.pad_token_id], cut])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
     batch = RolloutBatch(

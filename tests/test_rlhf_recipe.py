@@ -235,7 +235,7 @@ def test_rlhf_defaults_and_the_scratch_trainers_kl_guard(tiny_models, tmp_path, 
     # The recipe's LoRA defaults on both backends; the adaptive KL weight only on the scratch trainer (TRL's PPO
     # keeps a fixed one), recorded with its source; a flag still wins over the preset.
     from trl_ext.commands.cli import main
-    from trl_ext.runs.rlhf import RLHF_DEFAULTS, RLHF_SCRATCH_PRESET
+    from trl_ext.runs.rlhf_options import RLHF_DEFAULTS, RLHF_SCRATCH_PRESET
 
     policy, reward = tiny_models
     out = tmp_path / backend

@@ -137,7 +137,7 @@ def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
         policy, _length, processing_class=tokenizer, args=doubling_ppo_config(batch_size=8, top_k=1, sampler=sampler)
     )
     queries = _prompts(tokenizer)["input_ids"]
-    ids, mask = trainer._pad_queries(queries)
+    ids, mask = trainer.sampling.pad(queries)
     greedy = sample_responses(
         policy,
         ids,
@@ -147,7 +147,7 @@ def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
         pad_token_id=tokenizer.pad_token_id,
         temperature=0,
     )
-    sampled = trainer._sample(ids, mask).ids
+    sampled = trainer.sampling.completions(ids, mask).ids
     assert torch.equal(sampled[:, : greedy.shape[1]], greedy)
 
 

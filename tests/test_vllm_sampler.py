@@ -124,7 +124,7 @@ def _lora(model):
 
 
 def test_lora_weights_sent_are_the_merged_ones_and_the_trained_module_is_unchanged():
-    from trl_ext.ppo.rollout.vllm_sampler import policy_weights
+    from trl_ext.ppo.rollout.policy_weights import policy_weights
 
     tok = _tokenizer()
     peft_model = _lora(_gpt2(tok))

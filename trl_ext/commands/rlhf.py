@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from trl_ext.commands.parsing import Command, CommandResult, parts_of
-from trl_ext.runs.rlhf import RLHF_DEFAULTS, RLHFOptions, rlhf_preset, run_rlhf
+from trl_ext.runs.rlhf import run_rlhf
+from trl_ext.runs.rlhf_options import RLHF_DEFAULTS, RLHFOptions, rlhf_preset
 
 
 def rlhf_command(opts: RLHFOptions) -> CommandResult:

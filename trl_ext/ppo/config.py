@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from trl_ext.errors import InputError
 from trl_ext.models.dtypes import DTYPES
 from trl_ext.ppo import core
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
-from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, check_policy_loss_settings
+from trl_ext.ppo.config_checks import check_config
+from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
-from trl_ext.ppo.rollout import samplers
 from trl_ext.rollouts import ROLLOUTS
-from trl_ext.settings.fields import field, require_positive
-from trl_ext.settings.registry import Registry
+from trl_ext.settings.fields import field
 
 LR_SCHEDULES = ("linear", "constant")
 VLLM_MODES = ("colocate",)
@@ -299,144 +297,7 @@ class PPOConfig:
     )
 
     def __post_init__(self):
-        require_positive(
-            self,
-            "learning_rate",
-            "batch_size",
-            "num_mini_batches",
-            "num_ppo_epochs",
-            "total_episodes",
-            "response_length",
-            "temperature",
-            "num_generations",
-            "kl_horizon",
-        )
-        for name in (
-            "local_rollout_forward_batch_size",
-            "micro_batch_size",
-            "critic_warmup_steps",
-            "save_steps",
-            "save_total_limit",
-            "max_grad_norm",
-            "kl_coef",
-            "cliprange",
-            "cliprange_value",
-            "vf_coef",
-            "ent_coef",
-            "gamma",
-            "lam",
-            "beta",
-            "cliprange_high",
-            "positive_lm_coef",
-            "critic_warmup_patience",
-            "critic_warmup_min_delta",
-        ):
-            if getattr(self, name) is not None and getattr(self, name) < 0:
-                raise InputError(f"{name} must not be negative, got {getattr(self, name)}")
-        for name in ("critic_lam", "critic_warmup_lam"):
-            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1:
-                raise InputError(f"{name} must be within [0, 1], got {getattr(self, name)}")
-        if self.lam_length_alpha is not None and self.lam_length_alpha <= 0:
-            raise InputError(f"lam_length_alpha must be positive, got {self.lam_length_alpha}")
-        if self.critic_warmup_min_delta >= 1:
-            raise InputError(
-                f"critic_warmup_min_delta is a fraction of the loss below 1, got {self.critic_warmup_min_delta}"
-            )
-        if self.kl_target is not None and (self.kl_target <= 0 or self.kl_coef <= 0):
-            raise InputError(
-                f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
-                f"kl_target={self.kl_target}, kl_coef={self.kl_coef}"
-            )
-        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
-            raise InputError(
-                f"max_tool_calling_iterations must not be negative, got {self.max_tool_calling_iterations}"
-            )
-        if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
-            raise InputError(f"missing_eos_penalty must not be negative, got {self.missing_eos_penalty}")
-        if self.batch_size % self.num_mini_batches:
-            raise InputError(
-                f"batch_size {self.batch_size} is not divisible by num_mini_batches {self.num_mini_batches}"
-            )
-        if self.batch_size % self.num_generations:
-            raise InputError(f"batch_size {self.batch_size} is not divisible by num_generations {self.num_generations}")
-        if not 0 < self.top_p <= 1 or self.top_k < 0 or self.repetition_penalty <= 0:
-            raise InputError(
-                f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={self.top_p}, "
-                f"top_k={self.top_k}, repetition_penalty={self.repetition_penalty}"
-            )
-        if self.vllm_tensor_parallel_size < 1 or not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise InputError(
-                f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
-                f"{self.vllm_tensor_parallel_size}, {self.vllm_gpu_memory_utilization}"
-            )
-        if self.repetition_penalty != 1.0 and self.sampler != "generate":
-            raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
-        trackers(self.report_to)  # an unknown name fails here, listing the known ones
-        for f in fields(self):  # every set of choices is written once, in its field
-            choices, value = f.metadata.get("choices"), getattr(self, f.name)
-            if isinstance(choices, Registry):
-                choices[value]  # the live registry: a registered name, or user code that imports and registers
-            elif choices and value not in choices:
-                raise InputError(f"{f.name} must be one of {', '.join(choices)}; got {value!r}")
-        if self.sampler != "auto":
-            samplers.SAMPLERS[self.sampler]
-        if self.policy_loss_kwargs is not None and not isinstance(self.policy_loss_kwargs, dict):
-            raise InputError(f"policy_loss_kwargs must be a mapping, got {self.policy_loss_kwargs!r}")
-        check_policy_loss_settings(self.policy_loss, self.policy_loss_kwargs)
-        if self.cliprange_high is not None and self.policy_loss != "clip":
-            raise InputError(
-                f"cliprange_high is the built-in clip's; policy_loss {self.policy_loss!r} takes its own "
-                f"settings in policy_loss_kwargs"
-            )
-        critic = ADVANTAGE_ESTIMATORS[self.advantage_estimator].needs_values  # a known name by now
-        gae_only = {"critic_lam": self.critic_lam, "lam_length_alpha": self.lam_length_alpha}
-        if self.advantage_estimator != "gae" and any(v is not None for v in gae_only.values()):
-            raise InputError(
-                f"critic_lam and lam_length_alpha are gae's settings; advantage_estimator is "
-                f"{self.advantage_estimator!r}"
-            )
-        if (self.critic_warmup_patience or self.critic_warmup_lam is not None) and not self.critic_warmup_steps:
-            raise InputError(
-                "critic_warmup_patience and critic_warmup_lam need critic_warmup_steps (the warm-up's cap)"
-            )
-        if (self.critic_warmup_steps or self.critic_init) and not critic:
-            raise InputError(
-                f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
-                f"{self.advantage_estimator!r} has none (use gae)"
-            )
-        if self.critic_init and not self.separate_critic:
-            raise InputError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
-        if self.critic_adapter and (self.separate_critic or not critic):
-            raise InputError(
-                "critic_adapter gives the critic of advantage_estimator 'gae' a LoRA adapter of its own; "
-                "not with separate_critic (a copy of the backbone) or a critic-free estimator"
-            )
-        if self.reward_weights is not None:
-            if (
-                not isinstance(self.reward_weights, (list, tuple))
-                or not self.reward_weights
-                or not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in self.reward_weights)
-            ):
-                raise InputError(f"reward_weights must be a non-empty list of numbers, got {self.reward_weights!r}")
-            self.reward_weights = [float(w) for w in self.reward_weights]
-
-
-def trackers(report_to: str) -> list[str]:
-    """``report_to`` as accelerate's tracker names (``[]`` for none); an unknown name is a ValueError."""
-    from accelerate.utils import LoggerType
-
-    known = [t.value for t in LoggerType if t.value != "all"]
-    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
-    if names in ([], ["none"]):
-        return []
-    if names == ["all"]:
-        return ["all"]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise InputError(
-            f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, {', '.join(known)}"
-        )
-    return names
+        check_config(self)
 
 
 def mini_batch_size(config: PPOConfig) -> int:

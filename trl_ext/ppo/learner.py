@@ -19,6 +19,14 @@ from trl_ext.ppo.experience import Experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 
 
+def warmup_plateaued(value_losses: list[float], patience: int, min_delta: float) -> bool:
+    """The critic warm-up's stopping rule: the last ``patience`` value losses hold none below ``(1 - min_delta)``
+    times the lowest before them (``patience`` 0: never, the warm-up runs its count)."""
+    if patience <= 0 or len(value_losses) <= patience:
+        return False
+    return min(value_losses[-patience:]) >= (1.0 - min_delta) * min(value_losses[:-patience])
+
+
 class Learner:
     def __init__(
         self,

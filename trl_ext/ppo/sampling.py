@@ -3,10 +3,15 @@ rollout sees the engine's trimmed completions, never the trainer."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from trl_ext.ppo.rollout.interface import trimmed
+import torch
+
+from trl_ext.data.batching import pad_batch
+from trl_ext.ppo.rollout.samplers import Completions, SamplingOptions, trimmed
+from trl_ext.ppo.sharding import gathered_for_rollout
 
 
 @dataclass
@@ -29,9 +34,28 @@ class TrainerSampling:
     def max_positions(self) -> int | None:
         return getattr(self.trainer.policy.config, "max_position_embeddings", None)
 
-    def pad(self, queries):
-        return self.trainer._pad_queries(queries)
+    def pad(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries (lists of token ids) left-padded, on the trainer's device."""
+        ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
+        return ids.to(self.device), mask.to(self.device)
+
+    def completions(
+        self, query_ids, query_mask, temperature: float | None = None, max_new_tokens: int | None = None
+    ) -> Completions:
+        """The engine's completions, untrimmed. ``max_new_tokens``: a multi-turn rollout's later turns sample within
+        what is left of response_length."""
+        trainer = self.trainer
+        policy, was_training = trainer.policy, trainer.policy.training
+        policy.eval()
+        options = SamplingOptions.of(self.config, self.tokenizer, temperature)
+        if max_new_tokens is not None:
+            options = dataclasses.replace(options, max_new_tokens=max_new_tokens)
+        try:
+            with gathered_for_rollout(trainer.model), trainer.accelerator.autocast():
+                return trainer.sampler.sample(policy, query_ids, query_mask, options, generator=trainer.generator)
+        finally:
+            policy.train(was_training)
 
     def sample(self, query_ids, query_mask, max_new_tokens: int | None = None):
-        sampled = self.trainer._sample(query_ids, query_mask, max_new_tokens=max_new_tokens)
+        sampled = self.completions(query_ids, query_mask, max_new_tokens=max_new_tokens)
         return trimmed(sampled, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)

@@ -13,7 +13,6 @@ users on TRL >= 1.13 too, and it is built like TRL's ``GRPOTrainer`` (``model``,
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,16 +25,16 @@ from trl_ext.data.prompt_dataset import prepare_prompt_dataset
 from trl_ext.data.sequences import completion_token_ids, response_mask
 from trl_ext.errors import InputError, TrainingError
 from trl_ext.ppo import builder, checkpoint, core, precision
-from trl_ext.ppo.config import PPOConfig, num_updates, trackers
+from trl_ext.ppo.config import PPOConfig, num_updates
+from trl_ext.ppo.config_checks import trackers
 from trl_ext.ppo.experience import Experience, ExperienceOptions, make_experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
-from trl_ext.ppo.learner import Learner
+from trl_ext.ppo.learner import Learner, warmup_plateaued
 from trl_ext.ppo.model import ActorCritic
 from trl_ext.ppo.prompt_batches import prompt_batches
 from trl_ext.ppo.rollout.interface import check_correction
-from trl_ext.ppo.rollout.samplers import Completions, SamplingOptions, build_sampler, resolve_sampler, trimmed
+from trl_ext.ppo.rollout.samplers import build_sampler, resolve_sampler, trimmed
 from trl_ext.ppo.sampling import TrainerSampling
-from trl_ext.ppo.sharding import gathered_for_rollout
 from trl_ext.ppo.timing import PhaseClock
 from trl_ext.ppo.update_metrics import numeric_metrics, update_metrics
 from trl_ext.rewards.base import place_reward
@@ -45,14 +44,6 @@ from trl_ext.rollouts import RolloutBatch, build_rollout
 
 class PPOError(TrainingError):
     """Training cannot go on (a non-finite loss)."""
-
-
-def warmup_plateaued(value_losses: list[float], patience: int, min_delta: float) -> bool:
-    """The critic warm-up's stopping rule: the last ``patience`` value losses hold none below ``(1 - min_delta)``
-    times the lowest before them (``patience`` 0: never, the warm-up runs its count)."""
-    if patience <= 0 or len(value_losses) <= patience:
-        return False
-    return min(value_losses[-patience:]) >= (1.0 - min_delta) * min(value_losses[:-patience])
 
 
 class PPOTrainer:
@@ -203,7 +194,7 @@ class PPOTrainer:
 
     def generate(self, queries: list[list[int]], temperature: float | None = None) -> list[list[int]]:
         """Sample a response (token ids up to and including eos) for each query."""
-        sampled = self._sample(*self._pad_queries(queries), temperature)
+        sampled = self.sampling.completions(*self.sampling.pad(queries), temperature)
         return completion_token_ids(*trimmed(sampled, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)[:2])
 
     def step(self, queries: list[list[int]], responses: list[list[int]], scores) -> dict:
@@ -215,7 +206,7 @@ class PPOTrainer:
             )
         if len(queries) != self.config.batch_size:
             raise InputError(f"step expects batch_size={self.config.batch_size} rollouts, got {len(queries)}")
-        query_ids, query_mask = self._pad_queries(queries)
+        query_ids, query_mask = self.sampling.pad(queries)
         device = self.accelerator.device
         response_ids, padding = pad_batch(responses, self.tokenizer.pad_token_id, side="right")
         response_ids = response_ids.to(device)
@@ -382,25 +373,6 @@ class PPOTrainer:
         return self.update_index < cfg.critic_warmup_steps and not warmup_plateaued(
             self.warmup_value_losses, cfg.critic_warmup_patience, cfg.critic_warmup_min_delta
         )
-
-    def _pad_queries(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
-        ids, mask = pad_batch([list(q) for q in queries], self.tokenizer.pad_token_id, side="left")
-        return ids.to(self.accelerator.device), mask.to(self.accelerator.device)
-
-    def _sample(
-        self, query_ids, query_mask, temperature: float | None = None, max_new_tokens: int | None = None
-    ) -> Completions:
-        """``max_new_tokens``: a multi-turn rollout's later turns sample within what is left of response_length."""
-        policy, was_training = self.policy, self.policy.training
-        policy.eval()
-        options = SamplingOptions.of(self.config, self.tokenizer, temperature)
-        if max_new_tokens is not None:
-            options = dataclasses.replace(options, max_new_tokens=max_new_tokens)
-        try:
-            with gathered_for_rollout(self.model), self.accelerator.autocast():
-                return self.sampler.sample(policy, query_ids, query_mask, options, generator=self.generator)
-        finally:
-            policy.train(was_training)
 
     def _stop_on_bad_loss(self, loss, epoch: int, minibatch: int) -> None:
         where = f"update {self.update_index + 1}, epoch {epoch + 1}, minibatch {minibatch + 1}"

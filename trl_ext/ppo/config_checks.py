@@ -1,0 +1,153 @@
+"""The checks a ``PPOConfig`` passes when it is made: each bad setting is one ``InputError`` naming it."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+from trl_ext.errors import InputError
+from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+from trl_ext.ppo.losses import check_policy_loss_settings
+from trl_ext.ppo.rollout import samplers
+from trl_ext.settings.fields import require_positive
+from trl_ext.settings.registry import Registry
+
+if TYPE_CHECKING:
+    from trl_ext.ppo.config import PPOConfig
+
+
+def check_config(config: PPOConfig) -> None:
+    """Refuse a bad setting with one line; ``reward_weights`` comes back as floats."""
+    require_positive(
+        config,
+        "learning_rate",
+        "batch_size",
+        "num_mini_batches",
+        "num_ppo_epochs",
+        "total_episodes",
+        "response_length",
+        "temperature",
+        "num_generations",
+        "kl_horizon",
+    )
+    for name in (
+        "local_rollout_forward_batch_size",
+        "micro_batch_size",
+        "critic_warmup_steps",
+        "save_steps",
+        "save_total_limit",
+        "max_grad_norm",
+        "kl_coef",
+        "cliprange",
+        "cliprange_value",
+        "vf_coef",
+        "ent_coef",
+        "gamma",
+        "lam",
+        "beta",
+        "cliprange_high",
+        "positive_lm_coef",
+        "critic_warmup_patience",
+        "critic_warmup_min_delta",
+    ):
+        if getattr(config, name) is not None and getattr(config, name) < 0:
+            raise InputError(f"{name} must not be negative, got {getattr(config, name)}")
+    for name in ("critic_lam", "critic_warmup_lam"):
+        if getattr(config, name) is not None and not 0 <= getattr(config, name) <= 1:
+            raise InputError(f"{name} must be within [0, 1], got {getattr(config, name)}")
+    if config.lam_length_alpha is not None and config.lam_length_alpha <= 0:
+        raise InputError(f"lam_length_alpha must be positive, got {config.lam_length_alpha}")
+    if config.critic_warmup_min_delta >= 1:
+        raise InputError(
+            f"critic_warmup_min_delta is a fraction of the loss below 1, got {config.critic_warmup_min_delta}"
+        )
+    if config.kl_target is not None and (config.kl_target <= 0 or config.kl_coef <= 0):
+        raise InputError(
+            f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
+            f"kl_target={config.kl_target}, kl_coef={config.kl_coef}"
+        )
+    if config.max_tool_calling_iterations is not None and config.max_tool_calling_iterations < 0:
+        raise InputError(f"max_tool_calling_iterations must not be negative, got {config.max_tool_calling_iterations}")
+    if config.missing_eos_penalty is not None and config.missing_eos_penalty < 0:
+        raise InputError(f"missing_eos_penalty must not be negative, got {config.missing_eos_penalty}")
+    if config.batch_size % config.num_mini_batches:
+        raise InputError(
+            f"batch_size {config.batch_size} is not divisible by num_mini_batches {config.num_mini_batches}"
+        )
+    if config.batch_size % config.num_generations:
+        raise InputError(f"batch_size {config.batch_size} is not divisible by num_generations {config.num_generations}")
+    if not 0 < config.top_p <= 1 or config.top_k < 0 or config.repetition_penalty <= 0:
+        raise InputError(
+            f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={config.top_p}, "
+            f"top_k={config.top_k}, repetition_penalty={config.repetition_penalty}"
+        )
+    if config.vllm_tensor_parallel_size < 1 or not 0 < config.vllm_gpu_memory_utilization <= 1:
+        raise InputError(
+            f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
+            f"{config.vllm_tensor_parallel_size}, {config.vllm_gpu_memory_utilization}"
+        )
+    if config.repetition_penalty != 1.0 and config.sampler != "generate":
+        raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")
+    trackers(config.report_to)  # an unknown name fails here, listing the known ones
+    for f in fields(config):  # every set of choices is written once, in its field
+        choices, value = f.metadata.get("choices"), getattr(config, f.name)
+        if isinstance(choices, Registry):
+            choices[value]  # the live registry: a registered name, or user code that imports and registers
+        elif choices and value not in choices:
+            raise InputError(f"{f.name} must be one of {', '.join(choices)}; got {value!r}")
+    if config.sampler != "auto":
+        samplers.SAMPLERS[config.sampler]
+    if config.policy_loss_kwargs is not None and not isinstance(config.policy_loss_kwargs, dict):
+        raise InputError(f"policy_loss_kwargs must be a mapping, got {config.policy_loss_kwargs!r}")
+    check_policy_loss_settings(config.policy_loss, config.policy_loss_kwargs)
+    if config.cliprange_high is not None and config.policy_loss != "clip":
+        raise InputError(
+            f"cliprange_high is the built-in clip's; policy_loss {config.policy_loss!r} takes its own "
+            f"settings in policy_loss_kwargs"
+        )
+    critic = ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_values  # a known name by now
+    gae_only = {"critic_lam": config.critic_lam, "lam_length_alpha": config.lam_length_alpha}
+    if config.advantage_estimator != "gae" and any(v is not None for v in gae_only.values()):
+        raise InputError(
+            f"critic_lam and lam_length_alpha are gae's settings; advantage_estimator is {config.advantage_estimator!r}"
+        )
+    if (config.critic_warmup_patience or config.critic_warmup_lam is not None) and not config.critic_warmup_steps:
+        raise InputError("critic_warmup_patience and critic_warmup_lam need critic_warmup_steps (the warm-up's cap)")
+    if (config.critic_warmup_steps or config.critic_init) and not critic:
+        raise InputError(
+            f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
+            f"{config.advantage_estimator!r} has none (use gae)"
+        )
+    if config.critic_init and not config.separate_critic:
+        raise InputError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
+    if config.critic_adapter and (config.separate_critic or not critic):
+        raise InputError(
+            "critic_adapter gives the critic of advantage_estimator 'gae' a LoRA adapter of its own; "
+            "not with separate_critic (a copy of the backbone) or a critic-free estimator"
+        )
+    if config.reward_weights is not None:
+        if (
+            not isinstance(config.reward_weights, (list, tuple))
+            or not config.reward_weights
+            or not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in config.reward_weights)
+        ):
+            raise InputError(f"reward_weights must be a non-empty list of numbers, got {config.reward_weights!r}")
+        config.reward_weights = [float(w) for w in config.reward_weights]
+
+
+def trackers(report_to: str) -> list[str]:
+    """``report_to`` as accelerate's tracker names (``[]`` for none); an unknown name is a ValueError."""
+    from accelerate.utils import LoggerType
+
+    known = [t.value for t in LoggerType if t.value != "all"]
+    names = [n.strip() for n in str(report_to).split(",") if n.strip()]
+    if names in ([], ["none"]):
+        return []
+    if names == ["all"]:
+        return ["all"]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InputError(
+            f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, {', '.join(known)}"
+        )
+    return names

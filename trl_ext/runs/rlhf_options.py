@@ -1,0 +1,177 @@
+"""What ``trl-ext rlhf`` takes, a part per concern (each part's fields are flags of the command), and the recipe's
+defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+
+from trl_ext.agents.options import AgentOptions
+from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES
+from trl_ext.data.reasoning_gym import SPEC_PREFIX
+from trl_ext.errors import InputError
+from trl_ext.ppo.config import PPOConfig
+from trl_ext.runs.run import ModelOptions, OutputOptions
+from trl_ext.settings.fields import field, require_positive
+from trl_ext.settings.layers import preset_layer
+
+
+@dataclass
+class RLHFModels(ModelOptions):
+    """The policy and what scores it."""
+
+    policy: str = field(help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout)")
+    reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
+    reward_max_length: int = field(512, help="reward model input length")
+    pair: bool = field(
+        True,
+        help="score (prompt, response) as a text pair, as DeBERTa reward models expect "
+        "(a reward model trained by --preferences is scored as it was trained: one text)",
+    )
+
+
+@dataclass
+class RLHFStages:
+    """Optional stages before PPO; each writes a folder of --out and is reused while its inputs and options are
+    unchanged."""
+
+    sft_data: str | None = field(
+        None,
+        help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
+        "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference",
+    )
+    sft_steps: int = field(100, help="SFT optimizer steps")
+    sft_learning_rate: float = field(2e-4, help="SFT peak learning rate (cosine decay)")
+    preferences: str | None = field(
+        None,
+        help="preference .jsonl (chosen/rejected, optional prompt/margin): train "
+        "the reward model first (TRL's RewardTrainer) instead of giving --reward",
+    )
+    reward_base: str | None = field(
+        None,
+        help="base of that reward model (any AutoModelForSequenceClassification, "
+        "e.g. DeBERTa-v3); default: the policy after SFT, as InstructGPT does",
+    )
+    reward_steps: int = field(200, help="reward model optimizer steps")
+    reward_learning_rate: float = field(5e-5, help="reward model peak learning rate (cosine decay)")
+    reward_eval_n: int = field(100, help="preference rows held out (the file's last ones) for pairwise accuracy")
+    stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
+
+    def __post_init__(self):
+        require_positive(
+            self,
+            "sft_steps",
+            "sft_learning_rate",
+            "reward_steps",
+            "reward_learning_rate",
+            "reward_eval_n",
+            "stage_batch_size",
+        )
+
+
+@dataclass
+class PromptOptions:
+    prompts: str | None = field(
+        None,
+        help="prompts: .jsonl in TRL's formats ('prompt': text, or a list of "
+        "role/content messages), or a text file, a prompt a line (or give --task)",
+    )
+    task: str | None = field(
+        None,
+        help="a public task instead of --prompts: a reasoning-gym task or weighted mix, "
+        "e.g. 'reasoning-gym:chain_sum' or 'reasoning-gym:chain_sum:2,basic_arithmetic:1'; its "
+        "questions, after reasoning-gym's system prompt, are the prompts and its verifier a "
+        "reward, summed with --reward/--reward-fn/--reward-url when given (the reasoning-gym "
+        "extra; docs/public-tasks.md)",
+    )
+    task_size: int = field(
+        1000, help="prompts --task generates: its train stream of --seed, cycled if the run takes more"
+    )
+    max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
+    chat_template: str = field(
+        "auto",
+        help="text prompts as user turns in the policy's chat template: 'auto' "
+        "(if it has one), 'always', 'never' (conversations always use it)",
+        choices=CHAT_TEMPLATE_MODES,
+    )
+
+    def __post_init__(self):
+        require_positive(self, "max_prompt_length", "task_size")
+        if (self.prompts is None) == (self.task is None):
+            raise InputError(
+                "give --prompts or --task, not both: --task makes the prompts"
+                if self.prompts
+                else "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)"
+            )
+        if self.task is not None and not self.task.startswith(SPEC_PREFIX):
+            raise InputError(f"--task {self.task!r}: expected '{SPEC_PREFIX}TASK' or '{SPEC_PREFIX}TASK:WEIGHT,...'")
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise InputError(
+                f"chat_template must be one of {', '.join(CHAT_TEMPLATE_MODES)}; got {self.chat_template!r}"
+            )
+
+
+@dataclass
+class LoRAOptions:
+    lora_r: int = field(16, help="LoRA rank")
+    lora_alpha: int = field(32, help="LoRA alpha")
+    lora_dropout: float = field(0.05, help="LoRA dropout")
+    lora_target_modules: str = field("all-linear", help="LoRA targets: 'all-linear' or comma-separated names")
+
+
+RLHF_BACKENDS = ("scratch", "trl")
+
+
+# the scratch trainer also moves the KL weight toward a KL target, whatever the reward's scale (TRL's PPO
+# keeps a fixed weight: the trl backend runs without it). 6 nats an answer: the target TRL's PPO used to default to.
+RLHF_SCRATCH_PRESET = {"kl_target": 6.0, "kl_horizon": 32}
+
+
+@dataclass
+class RLHFBackend:
+    backend: str = field(
+        "scratch",
+        help="'scratch' (trl-ext's PPOTrainer, any TRL; it starts from the preset rlhf-scratch: "
+        + ", ".join(f"{k} {v:g}" for k, v in RLHF_SCRATCH_PRESET.items())
+        + ") or 'trl' (TRL's PPOTrainer, TRL <= 1.12; a fixed KL weight)",
+        choices=RLHF_BACKENDS,
+    )
+
+    def __post_init__(self):
+        if self.backend not in RLHF_BACKENDS:
+            raise InputError(f"backend must be one of {', '.join(RLHF_BACKENDS)}; got {self.backend!r}")
+
+
+# The recipe's defaults for a LoRA policy, measured on a real chat model (docs/real-model.md, "The recipe's
+# defaults"): LoRA trains at a far higher rate than full fine-tuning; two epochs an update; a value head that
+# starts at zero, so the first advantages come from the rewards alone rather than from a random head's noise; a
+# constant rate, since a first run is short and a linear decay spends half of it at under half the rate.
+RLHF_DEFAULTS = {
+    "learning_rate": 1e-4,
+    "lr_scheduler_type": "constant",
+    "response_length": 64,
+    "num_ppo_epochs": 2,
+    "value_head_init": "zero",
+}
+
+
+def rlhf_preset(values: dict):
+    """The preset the options pick: rlhf-scratch on the scratch backend."""
+    return preset_layer("rlhf-scratch", RLHF_SCRATCH_PRESET) if values["backend"] == "scratch" else None
+
+
+@dataclass
+class RLHFOptions:
+    """Everything ``rlhf`` takes, a part per concern (each part's fields are flags of the command)."""
+
+    train: PPOConfig
+    models: RLHFModels
+    data: PromptOptions
+    lora: LoRAOptions
+    stages: RLHFStages
+    agents: AgentOptions
+    output: OutputOptions
+    run: RLHFBackend
+    sources: dict = dataclass_field(
+        default_factory=dict
+    )  # option -> where its value came from (trl_ext.settings.layers)
