@@ -11,21 +11,21 @@ tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, `
 ``trl-ext/vllm`` (the scratch trainer with each sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep``
 the same with ``vllm_enable_sleep_mode``), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
 (the newest TRL's ``GRPOTrainer``, 8 completions per prompt); ``--lora`` adds each with LoRA (r 16,
-all linear layers) and a row name ending in ``+mbN`` runs N rows a forward pass. Each row runs in a fresh process, so peak memory and compiled graphs are its own,
-with the Python of a virtual environment or a ``pip install --target`` folder put first on
-``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment with CUDA vLLM:
-``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default: this
-Python). A vLLM row also gives its engine start, weight syncs (count, seconds) and the GPU memory in use at its end
-(vLLM's pools are not all torch's: ``peak_gpu_mb`` alone would undercount them); where vLLM is not installed it
-fails, saying what it needs, and is not written. None of the vLLM rows has been run on a GPU yet. A row reports, over ``--updates`` timed updates after ``--warmup`` untimed ones (compiling
-happens there, reported apart): episodes/s, generated tokens/s (sampled token ids up to and including
-the first eos), ms per decode step (generation time over the decoding steps, the prefill included),
-the share of the update spent generating, peak GPU memory, trainable parameters (LoRA applied or not),
-graphs compiled while timed, and for trl-ext rows the trainer's ``timing/*`` phases per update and their
-sum's share of the wall clock (the trainer synchronises the GPU before each reading: about 1). A row
-that fails (out of memory) is listed under ``failed`` with its last error line; a row that was not run
-is not written. The results file and its table (``.md`` beside it) are rewritten after every row, so a run cut short
-keeps what it measured. Without a GPU (and without ``--tiny``) nothing is measured and nothing is written.
+all linear layers) and a row name ending in ``+mbN`` runs N rows a forward pass. Each row runs in a fresh process, so
+peak memory and compiled graphs are its own, with the Python of a virtual environment or a ``pip install --target``
+folder put first on ``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment
+with CUDA vLLM: ``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default:
+this Python). A vLLM row also gives its engine start, weight syncs (count, seconds) and the GPU memory in use at its end
+(vLLM's pools are not all torch's: ``peak_gpu_mb`` alone would undercount them); where vLLM is not installed it fails,
+saying what it needs, and is not written. None of the vLLM rows has been run on a GPU yet. A row reports, over
+``--updates`` timed updates after ``--warmup`` untimed ones (compiling happens there, reported apart): episodes/s,
+generated tokens/s (sampled token ids up to and including the first eos), ms per decode step (generation time over the
+decoding steps, the prefill included), the share of the update spent generating, peak GPU memory, trainable parameters
+(LoRA applied or not), graphs compiled while timed, and for trl-ext rows the trainer's ``timing/*`` phases per update
+and their sum's share of the wall clock (the trainer synchronises the GPU before each reading: about 1). A row that
+fails (out of memory) is listed under ``failed`` with its last error line; a row that was not run is not written. The
+results file and its table (``.md`` beside it) are rewritten after every row, so a run cut short keeps what it measured.
+Without a GPU (and without ``--tiny``) nothing is measured and nothing is written.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def results_table(name, made_by: str) -> str:
         [
             source_line(name, made_by),
             "",
-            f"{s['updates']:,} scratch updates at batch {s['batch_size']}: resident memory {samples[0]['rss_mb']} MB at "
+            f"{s['updates']:,} scratch updates at batch {s['batch_size']}: resident memory "
+            f"{samples[0]['rss_mb']} MB at "
             f"update {samples[0]['update']}, {samples[-1]['rss_mb']} MB at update {samples[-1]['update']} "
             f"(growth after warm-up: {data['growth_mb_after_warmup']} MB).",
         ]

@@ -1,6 +1,6 @@
 """Peak memory of the scratch trainer under its memory options, each in a fresh process (CPU or GPU).
 
-    OMP_NUM_THREADS=1 python benchmarks/memory_options.py            # writes benchmarks/results/memory-options-<device>.json
+    OMP_NUM_THREADS=1 python benchmarks/memory_options.py   # writes benchmarks/results/memory-options-<device>.json
 
 A Qwen2-architecture policy built from a config (random weights, no download; about 45M parameters
 by default) runs ``--updates`` PPO updates with a scalar reward function under each setting:

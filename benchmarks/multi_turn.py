@@ -20,10 +20,10 @@ Rows (every one from the warm start, with SETTINGS; the plan is fixed in benchma
 * ``trl-grpo``   TRL's GRPOTrainer (the newest TRL, ``.venv-latest``) with ``environment_factory=SecretCodes``.
 
 Each row is a subprocess with one torch thread (``--jobs`` side by side, a seed's rows starting together; the
-results are rewritten after every row, so a run stopped early keeps the rows that ended). Per row: the held-out score (32 prompts, 16 names never trained on,
-greedy and sampled at T=0.7) after training, parseable calls, the reward and tool calls per update against
-seconds. Writes benchmarks/results/multi-turn-cpu.json (quick: multi-turn-cpu-quick.json) and a .md beside it;
-``--warm-start`` writes multi-turn-warm-start.json/.md.
+results are rewritten after every row, so a run stopped early keeps the rows that ended). Per row: the held-out score
+(32 prompts, 16 names never trained on, greedy and sampled at T=0.7) after training, parseable calls, the reward and
+tool calls per update against seconds. Writes benchmarks/results/multi-turn-cpu.json (quick: multi-turn-cpu-quick.json)
+and a .md beside it; ``--warm-start`` writes multi-turn-warm-start.json/.md.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ SETTINGS = dict(
 )
 NOT_CONFIG = ("lora_r", "lora_alpha", "dtype")
 # 10 steps of 8 (the plan's revision 2). 24 steps (2 epochs of the 96 rows) left RL nothing to learn: held-out 0.969
-# sampled, 1.000 greedy; 6 steps taught no parseable call (0 of 32): benchmarks/results/multi-turn-warm-start-*-steps.json
+# sampled, 1.000 greedy; 6 steps taught no parseable call (0 of 32):
+# benchmarks/results/multi-turn-warm-start-*-steps.json
 WARM_START = dict(conversations=48, steps=10, batch_size=8, learning_rate=2e-4, seed=0)
 QUICK = dict(seeds=[0], updates=1, heldout=4)
 FULL = dict(seeds=[0, 1, 2], updates=20, heldout=32)
@@ -454,7 +455,8 @@ def results_table(result: dict, stem: Path) -> str:
         source_line(stem.with_suffix(".json"), made_by),
         "",
         f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} "
-        f"{'test-split' if result.get('split') == 'test' else 'held-out'} prompts through the tool loop. Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
+        f"{'test-split' if result.get('split') == 'test' else 'held-out'} prompts through the tool loop. "
+        f"Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
         "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
         "the share that looked up the asked name.",
         "",

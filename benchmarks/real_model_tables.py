@@ -30,7 +30,8 @@ MADE_BY = {
     "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
     "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
     "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
-    "real-model-fair-gpu-h100.json": "`bash benchmarks/gpu_run.sh --real-model benchmarks/plans/real-model-fair-gpu.json "
+    "real-model-fair-gpu-h100.json": "`bash benchmarks/gpu_run.sh --real-model "
+    "benchmarks/plans/real-model-fair-gpu.json "
     "--out $OUT/real-model-fair-gpu-h100` at commit a4efc94 on a lent H100 (after "
     "`gpu_run.sh --install`, which carried the wheels and the first part of the "
     "SmolLM2 wheel), one invocation (the JSON's `commit` reads the device copy's git base, "

@@ -43,7 +43,8 @@ REWARDS = {
 ROWS = {
     "number-defaults": ("number", {}),
     "positivity-defaults": ("positivity", {}),
-    # The earlier recipe (lr 1e-5, a fixed KL weight) and that recipe at lr 2e-4: what the defaults are measured against.
+    # The earlier recipe (lr 1e-5, a fixed KL weight) and that recipe at lr 2e-4: what the defaults are measured
+    # against.
     "number-before": (
         "number",
         {"learning_rate": 1e-5, "kl_target": None, "num_ppo_epochs": 4, "value_head_init": "linear"},

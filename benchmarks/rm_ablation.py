@@ -5,8 +5,8 @@
 Trains two scalar reward models on the doubling preferences from one pretrained policy (the
 ``RewardModelConfig`` defaults, 4,800 steps; one with TRL's centring term at 0.01, our default, one
 without it), then runs PPO with both backends (``trl-ext ppo``, default budget of 19,200 episodes,
-seed 0, two runs at a time, one torch thread each) with each reward model at rollout temperature 1.0 and 1.2, evaluated on 1,000
-held-out prefix prompts at temperature 1 (greedy and sampled). Writes
+seed 0, two runs at a time, one torch thread each) with each reward model at rollout temperature 1.0 and 1.2, evaluated
+on 1,000 held-out prefix prompts at temperature 1 (greedy and sampled). Writes
 benchmarks/results/rm-ablation-<device>.json and .md.
 """
 

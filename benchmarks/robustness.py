@@ -246,7 +246,8 @@ def _source(name: str, commands: list[str], m: dict) -> str:
 
 def _table(summary: dict, runs: list[dict]) -> str:
     lines = [
-        "| row | runs | reached greedy exact 0.99 | median episodes to 0.99 | failures (final greedy exact, sets learnt) |",
+        "| row | runs | reached greedy exact 0.99 | median episodes to 0.99 "
+        "| failures (final greedy exact, sets learnt) |",
         "|---|---|---|---|---|",
     ]
     for row, s in summary.items():

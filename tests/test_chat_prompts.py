@@ -306,7 +306,9 @@ def test_rlhf_on_a_chat_model_samples_through_its_template(models, tokenizers, t
 
         step = PPOTrainer.train_step
         monkeypatch.setattr(
-            PPOTrainer, "train_step", lambda self, rows: received.extend(rows["input_ids"]) or step(self, rows)
+            PPOTrainer,
+            "train_step",
+            lambda self, rows, *more: received.extend(rows["input_ids"]) or step(self, rows, *more),
         )
     out = tmp_path / backend
     prompts = write_jsonl(
@@ -360,7 +362,9 @@ def test_rlhf_on_a_model_without_template_uses_the_text(models, tokenizers, tmp_
 
         step = PPOTrainer.train_step
         monkeypatch.setattr(
-            PPOTrainer, "train_step", lambda self, rows: received.extend(rows["input_ids"]) or step(self, rows)
+            PPOTrainer,
+            "train_step",
+            lambda self, rows, *more: received.extend(rows["input_ids"]) or step(self, rows, *more),
         )
     lines, calls, summary = _run_rlhf(
         models["plain"],

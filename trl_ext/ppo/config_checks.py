@@ -81,6 +81,17 @@ def check_config(config: PPOConfig) -> None:
             f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={config.top_p}, "
             f"top_k={config.top_k}, repetition_penalty={config.repetition_penalty}"
         )
+    if config.max_staleness not in (0, 1):
+        raise InputError(
+            f"max_staleness must be 0 (on-policy) or 1 (one step off-policy); got {config.max_staleness!r}"
+        )
+    if config.vllm_mode == "server" and config.sampler not in ("vllm", "auto"):
+        raise InputError(f"vllm_mode 'server' is the vllm sampler's; sampler is {config.sampler!r}: set sampler='vllm'")
+    if config.vllm_server_timeout <= 0 or not 0 < config.vllm_server_port < 65536:
+        raise InputError(
+            f"need vllm_server_timeout > 0 and a port in 1-65535; got {config.vllm_server_timeout}, "
+            f"{config.vllm_server_port}"
+        )
     if config.vllm_tensor_parallel_size < 1 or not 0 < config.vllm_gpu_memory_utilization <= 1:
         raise InputError(
             f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "

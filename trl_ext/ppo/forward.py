@@ -62,7 +62,8 @@ class ForwardPasses:
         return responses.shape[1] + 1
 
     def kept_positions(self, query_response: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-        """The model's ``logits_to_keep``: those positions' indices (``rollout.last_positions``: an int is 100x slower)."""
+        """The model's ``logits_to_keep``: those positions' indices (``rollout.last_positions``: an int is 100x
+        slower)."""
         return last_positions(query_response.shape[1], self.logits_to_keep(responses), query_response.device)
 
     def rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
@@ -97,7 +98,8 @@ class ForwardPasses:
 
     @torch.no_grad()
     def old_policy(self, inputs, responses) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs of the policy before the update ``(B, R)`` and the critic's values ``(B, R)`` (None without one)."""
+        """Log-probs of the policy before the update ``(B, R)`` and the critic's values ``(B, R)`` (None without
+        one)."""
         length, keep = inputs[0].shape[1] - responses.shape[1], self.kept_positions(inputs[0], responses)
         old_logprobs, values = [], []
         for part in self.parts(responses):

@@ -1,10 +1,10 @@
 """The policy loss of one minibatch: a registered per-token loss, an optional KL term, an aggregation.
 
 ``POLICY_LOSSES``: ``fn(logprobs, old_logprobs, advantages, mask, cliprange, **settings) -> (per_token_loss,
-stats)``, all ``(B, T)``; ``settings`` are the loss's own keywords, given by the config's ``policy_loss_kwargs``. ``LOSS_AGGREGATIONS`` (the config's ``loss_type``, TRL's names):
-``fn(per_token_loss, mask, max_length) -> scalar``, with ``normaliser``: what its mean divides by,
-'tokens' or 'rows' (the update's micro-batches weigh their losses by their share of it). Policy losses
-say the same of their stats with ``stats_over``. Register a function to add one.
+stats)``, all ``(B, T)``; ``settings`` are the loss's own keywords, given by the config's ``policy_loss_kwargs``.
+``LOSS_AGGREGATIONS`` (the config's ``loss_type``, TRL's names): ``fn(per_token_loss, mask, max_length) -> scalar``,
+with ``normaliser``: what its mean divides by, 'tokens' or 'rows' (the update's micro-batches weigh their losses by
+their share of it). Policy losses say the same of their stats with ``stats_over``. Register a function to add one.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ def _collate(rows: list[dict], repeats: int = 1) -> dict:
 
 
 def prompt_batches(dataset, config, accelerator, skip: int = 0) -> Iterator[dict]:
-    """Endless batches of ``config.batch_size`` rows (columns as lists) from ``dataset``, the first ``skip`` left out."""
+    """Endless batches of ``config.batch_size`` rows (columns as lists) from ``dataset``, the first ``skip`` left
+    out."""
     from torch.utils.data import DataLoader
 
     loader = accelerator.prepare(

@@ -16,7 +16,18 @@ from trl_ext.ppo.sharding import gathered_for_rollout
 
 @dataclass
 class TrainerSampling:
+    """``ahead_seed`` set: the sampling of a rollout that runs during an update (``max_staleness`` 1), which asks
+    the engine for completions from the weights it holds and draws from a generator of its own; the trained module
+    and the trainer's generator are left alone."""
+
     trainer: Any  # handed on to TRL's rollout_func(prompts, trainer) only
+    ahead_seed: int | None = None
+
+    def __post_init__(self):
+        self.ahead = self.ahead_seed is not None
+        self.generator = None
+        if self.ahead:
+            self.generator = torch.Generator(device=self.device).manual_seed(self.ahead_seed)
 
     @property
     def tokenizer(self):
@@ -45,16 +56,24 @@ class TrainerSampling:
         """The engine's completions, untrimmed. ``max_new_tokens``: a multi-turn rollout's later turns sample within
         what is left of response_length."""
         trainer = self.trainer
-        policy, was_training = trainer.policy, trainer.policy.training
-        policy.eval()
         options = SamplingOptions.of(self.config, self.tokenizer, temperature)
         if max_new_tokens is not None:
             options = dataclasses.replace(options, max_new_tokens=max_new_tokens)
+        if self.ahead:  # the engine's own weights, synced by prepare() on the main thread
+            return trainer.sampler.generate(query_ids, query_mask, options, generator=self.generator)
+        policy, was_training = trainer.policy, trainer.policy.training
+        policy.eval()
         try:
             with gathered_for_rollout(trainer.model), trainer.accelerator.autocast():
                 return trainer.sampler.sample(policy, query_ids, query_mask, options, generator=trainer.generator)
         finally:
             policy.train(was_training)
+
+    def prepare(self) -> None:
+        """The engine brought to the policy's weights now (started first if need be), on the main thread."""
+        trainer = self.trainer
+        with gathered_for_rollout(trainer.model), torch.no_grad():
+            trainer.sampler.prepare(trainer.policy, self.device, trainer.generator)
 
     def sample(self, query_ids, query_mask, max_new_tokens: int | None = None):
         sampled = self.completions(query_ids, query_mask, max_new_tokens=max_new_tokens)

@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trl_ext.data.batching import pad_batch
 from trl_ext.data.prompt_dataset import prepare_prompt_dataset
-from trl_ext.data.sequences import completion_token_ids, response_mask
-from trl_ext.errors import InputError, TrainingError
+from trl_ext.data.sequences import completion_token_ids
+from trl_ext.errors import InputError, RolloutEngineError, TrainingError
 from trl_ext.ppo import builder, checkpoint, core, precision
 from trl_ext.ppo.config import PPOConfig, num_updates
 from trl_ext.ppo.config_checks import trackers
@@ -34,12 +33,14 @@ from trl_ext.ppo.model import ActorCritic
 from trl_ext.ppo.prompt_batches import prompt_batches
 from trl_ext.ppo.rollout.interface import check_correction
 from trl_ext.ppo.rollout.samplers import build_sampler, resolve_sampler, trimmed
+from trl_ext.ppo.rollout_ahead import RolloutAhead, check_staleness
 from trl_ext.ppo.sampling import TrainerSampling
 from trl_ext.ppo.timing import PhaseClock
 from trl_ext.ppo.update_metrics import numeric_metrics, update_metrics
 from trl_ext.rewards.base import place_reward
 from trl_ext.rewards.scoring import RewardScorer, resolve_reward_funcs
 from trl_ext.rollouts import RolloutBatch, build_rollout
+from trl_ext.rollouts.given import given_rollouts
 
 
 class PPOError(TrainingError):
@@ -129,7 +130,8 @@ class PPOTrainer:
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.warmup_value_losses: list[float] = []  # the warm-up's value losses, for critic_warmup_patience
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
-        # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or config.rollout's name)
+        # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or config.rollout's
+        # name)
         self.rollout = build_rollout(
             rollout if rollout is not None else config.rollout, tools, environment_factory, rollout_func
         )
@@ -140,6 +142,11 @@ class PPOTrainer:
                 self.rewards.weights + [1.0] * len(self.rollout.reward_funcs),
             )
         self.sampling = TrainerSampling(self)
+        check_staleness(config.max_staleness, self.sampler, rollout_func)
+        self.ahead = None  # one step off-policy: the next batch's rollout, in flight during this update
+        if config.max_staleness:
+            ahead_seed = config.seed + 7919 + 100003 * acc.process_index  # a generator of its own: the thread's
+            self.ahead = RolloutAhead(self.rollout, TrainerSampling(self, ahead_seed))
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
             self._load_checkpoint(self.resumed_from)
@@ -199,34 +206,8 @@ class PPOTrainer:
 
     def step(self, queries: list[list[int]], responses: list[list[int]], scores) -> dict:
         """One PPO update on given rollouts and their scores (classic TRL ``step``); returns stats."""
-        if not (len(queries) == len(responses) == len(scores)):
-            raise InputError(
-                f"step needs as many queries, responses and scores (got {len(queries)}, "
-                f"{len(responses)}, {len(scores)})"
-            )
-        if len(queries) != self.config.batch_size:
-            raise InputError(f"step expects batch_size={self.config.batch_size} rollouts, got {len(queries)}")
-        query_ids, query_mask = self.sampling.pad(queries)
-        device = self.accelerator.device
-        response_ids, padding = pad_batch(responses, self.tokenizer.pad_token_id, side="right")
-        response_ids = response_ids.to(device)
-        # A response ends at its first eos or at its own length, whichever comes first.
-        mask = response_mask(response_ids, self.tokenizer.eos_token_id) * padding.to(device)
-        scores = torch.as_tensor([float(s) for s in scores], dtype=torch.float32, device=device)
-        if not torch.isfinite(scores).all():
-            raise InputError(f"non-finite score at index {int((~torch.isfinite(scores)).nonzero()[0])}")
-        given = [list(r) for r in responses]  # the step-wise API's one-turn rollouts, as the record holds any
-        batch = RolloutBatch(
-            query_ids,
-            query_mask,
-            response_ids,
-            loss_mask=mask,
-            attention_mask=mask,
-            prompts=[list(q) for q in queries],
-            completions=given,
-            completion_ids=given,
-        )
-        with precision.explained_dtype_errors(device):
+        batch, scores = given_rollouts(queries, responses, scores, self.sampling, self.config.batch_size)
+        with precision.explained_dtype_errors(self.accelerator.device):
             return self._update(*self._experience(batch, scores))
 
     # ------------------------------------------------------------------ the training loop
@@ -242,9 +223,28 @@ class PPOTrainer:
             self.accelerator.init_trackers(
                 "trl-ext-ppo", config={k: v for k, v in vars(cfg).items() if isinstance(v, (int, float, str, bool))}
             )
-        start = time.perf_counter()
-        for update, rows in zip(range(self.update_index, total), batches):
-            stats = self.train_step(rows)
+        try:
+            self._train_loop(batches, total, on_update, history)
+        except RolloutEngineError as err:  # the engine went away: keep what was trained, say how to go on
+            if cfg.output_dir is None:
+                raise
+            path = self.save_checkpoint()
+            raise RolloutEngineError(
+                f"{err}; the run so far is saved: resume with resume_from_checkpoint={path}"
+            ) from None
+        finally:
+            if self.ahead is not None:
+                self.ahead.close()  # a rollout started for an update that will not run (an early stop, an error)
+        for tracker in self.accelerator.trackers:  # not end_training(): it destroys the process group
+            tracker.finish()
+        return history
+
+    def _train_loop(self, batches, total: int, on_update, history: list[dict]) -> None:
+        cfg, start, rows = self.config, time.perf_counter(), next(batches)
+        for update in range(self.update_index, total):
+            upcoming = next(batches) if update + 1 < total else None  # max_staleness 1 rolls it out now
+            stats = self.train_step(rows, upcoming)
+            rows = upcoming
             stats["timing/elapsed"] = time.perf_counter() - start
             stats["eps"] = self.episode / stats["timing/elapsed"]
             history.append(stats)
@@ -254,9 +254,6 @@ class PPOTrainer:
                 self.save_checkpoint()
             if stop:
                 break
-        for tracker in self.accelerator.trackers:  # not end_training(): it destroys the process group
-            tracker.finish()
-        return history
 
     def _parts(self) -> dict:
         """What a checkpoint holds of this run, beside its counters."""
@@ -292,14 +289,20 @@ class PPOTrainer:
         if self.config.kl_target is not None:  # an adapted weight goes on; a fixed one is this run's --kl-coef
             self.kl_coef = saved_kl_coef
 
-    def train_step(self, rows: dict) -> dict:
-        """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns)."""
+    def train_step(self, rows: dict, upcoming: dict | None = None) -> dict:
+        """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns); with
+        ``max_staleness`` 1, the ``upcoming`` batch's rollout runs during the update."""
         with precision.explained_dtype_errors(self.accelerator.device):
-            return self._rollout_and_update(rows)
+            return self._rollout_and_update(rows, upcoming)
 
-    def _rollout_and_update(self, rows: dict) -> dict:
+    def _rollout_and_update(self, rows: dict, upcoming: dict | None = None) -> dict:
         clock = PhaseClock(self.accelerator.device)
-        batch = self.rollout.rollout(rows, self.sampling)  # 1. roll out (sample, and run any environment)
+        ahead, stale = self.ahead, self.ahead is not None and self.ahead.pending
+        # 1. roll out (sample, and run any environment): the batch started during the last update, or now
+        batch = ahead.take() if stale else self.rollout.rollout(rows, self.sampling)
+        if ahead is not None and upcoming is not None:
+            self.sampling.prepare()  # the engine takes the weights as they are now, then samples on its own
+            ahead.start(upcoming)
         clock.lap("generate")
         self.state.global_step = self.update_index  # 2. score, as TRL's GRPO calls reward functions
         scores, stats = self.rewards.score(
@@ -311,7 +314,7 @@ class PPOTrainer:
         clock.lap("experience")
         stats.update(self._update(*experience))  # 6.
         clock.lap("update")
-        stats.update(self._rollout_metrics(batch))
+        stats.update(self._rollout_metrics(batch), **{"sampling/staleness": int(stale)})
         stats.update(clock.timings)
         stats["samples"] = [(p, c) for p, c in zip(batch.prompts[:2], batch.completions[:2])]
         return stats

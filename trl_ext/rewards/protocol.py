@@ -12,9 +12,9 @@ float, or ``null`` where the reward does not apply, per completion, in order.
 Errors: a JSON body ``{"error": "one line"}`` with status 400 (malformed request), 404/405 (no
 such endpoint), 411 (no Content-Length), 413 (body over ``max_request_bytes`` or more rows than
 ``max_batch``), 422 (the reward refused its input: it raised a ``ValueError`` such as ``RewardError``,
-a ``TypeError``, ``KeyError`` or ``IndexError``), 500 (it raised anything else), 503 (too many requests waiting). Clients retry 5xx and
-lost connections, never 4xx: scoring is a pure function of the request, so a retried request
-gives the same answer.
+a ``TypeError``, ``KeyError`` or ``IndexError``), 500 (it raised anything else), 503 (too many requests waiting).
+Clients retry 5xx and lost connections, never 4xx: scoring is a pure function of the request, so a retried request gives
+the same answer.
 """
 
 from __future__ import annotations

@@ -83,39 +83,22 @@ def train_reward_model(
     center_rewards_coefficient: float | None = None,
 ) -> list[dict]:
     """Run ``RewardTrainer`` for ``steps`` steps; returns its log history (losses, accuracies)."""
-    from transformers import PrinterCallback, ProgressCallback
     from trl import RewardConfig, RewardTrainer
 
-    from trl_ext.models.activation_checkpointing import checkpointing_training_argument
-    from trl_ext.ppo.precision import launch_training_arguments
+    from trl_ext.stages.sft import stage_training_arguments, train_quietly
 
     if model.config.num_labels != 1:
         raise PreferenceError(f"a reward model has one output (num_labels=1); this one has {model.config.num_labels}")
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     args = RewardConfig(
-        output_dir=output_dir,
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        warmup_steps=warmup_steps,
-        lr_scheduler_type="cosine",
-        seed=seed,
-        **launch_training_arguments(),
-        report_to="none",
-        logging_steps=max(1, steps // 10),
-        save_strategy="no",
-        disable_tqdm=True,
-        **checkpointing_training_argument(False),
-        max_length=None,
+        **stage_training_arguments(output_dir, steps, batch_size, learning_rate, seed, warmup_steps=warmup_steps),
         center_rewards_coefficient=center_rewards_coefficient,
     )
     trainer = RewardTrainer(
         model=model, args=args, train_dataset=tokenize_preferences(train_dataset, tokenizer), processing_class=tokenizer
     )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.train()
+    train_quietly(trainer)
     return trainer.state.log_history
 
 

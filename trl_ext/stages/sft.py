@@ -45,6 +45,42 @@ def check_sft_rows(dataset) -> bool:
     return formats.pop()
 
 
+def stage_training_arguments(
+    output_dir: str, steps: int, batch_size: int, learning_rate: float, seed: int, *, warmup_steps: int = 0
+) -> dict:
+    """The keywords a stage's TRL trainer config takes (``SFTConfig`` here, ``RewardConfig`` in ``reward_model``):
+    ``steps`` steps on a cosine schedule, the launch's precision, a log entry every tenth of the steps, nothing
+    saved, reported or shown as a progress bar, no activation checkpointing, no length cap."""
+    from trl_ext.models.activation_checkpointing import checkpointing_training_argument
+    from trl_ext.ppo.precision import launch_training_arguments
+
+    return dict(
+        output_dir=output_dir,
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=warmup_steps,
+        seed=seed,
+        **launch_training_arguments(),
+        report_to="none",
+        logging_steps=max(1, steps // 10),
+        save_strategy="no",
+        disable_tqdm=True,
+        **checkpointing_training_argument(False),
+        max_length=None,
+    )
+
+
+def train_quietly(trainer) -> None:
+    """``trainer.train()`` without the callbacks that print the logs and draw a progress bar."""
+    from transformers import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.train()
+
+
 def supervised_finetune(
     model,
     tokenizer,
@@ -58,12 +94,9 @@ def supervised_finetune(
     peft_config=None,
 ):
     """Run ``SFTTrainer`` for ``steps`` steps; returns ``(model, log history)`` with any LoRA adapter merged."""
-    from transformers import PrinterCallback, ProgressCallback
     from trl import SFTConfig, SFTTrainer
 
-    from trl_ext.models.activation_checkpointing import checkpointing_training_argument
     from trl_ext.models.loading import lora_target_errors
-    from trl_ext.ppo.precision import launch_training_arguments
 
     if check_sft_rows(dataset) and not getattr(tokenizer, "chat_template", None):
         raise SFTDataError(
@@ -71,29 +104,13 @@ def supervised_finetune(
             "chat template: give text rows or a tokenizer with one"
         )
     args = SFTConfig(
-        output_dir=output_dir,
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        lr_scheduler_type="cosine",
-        warmup_steps=0,
-        seed=seed,
-        **launch_training_arguments(),
-        report_to="none",
-        logging_steps=max(1, steps // 10),
-        save_strategy="no",
-        disable_tqdm=True,
-        **checkpointing_training_argument(False),
-        max_length=None,
-        dataset_num_proc=None,
+        **stage_training_arguments(output_dir, steps, batch_size, learning_rate, seed), dataset_num_proc=None
     )
     with lora_target_errors(model, peft_config, "SFT base"):  # SFTTrainer builds the adapter itself
         trainer = SFTTrainer(
             model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
         )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.train()
+    train_quietly(trainer)
     tuned = trainer.model
     if hasattr(tuned, "merge_and_unload"):
         tuned = tuned.merge_and_unload()

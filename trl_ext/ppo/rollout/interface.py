@@ -47,6 +47,29 @@ class Completions:
     logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``ids``; None when it does not know them
 
 
+def request_seeds(rows: int, generator: torch.Generator | None) -> list[int | None]:
+    """One seed per request, drawn from the trainer's generator (seeded per rank), for engines that take a seed a
+    request (vLLM's): rollouts are reproducible and the completions of one prompt's group differ (one seed for all
+    would make them identical)."""
+    if generator is None:
+        return [None] * rows
+    return torch.randint(0, 2**31 - 1, (rows,), generator=generator, device=generator.device).tolist()
+
+
+def completions_of_rows(
+    tokens: list[list[int]], logprobs: list[list[float]], pad_token_id: int, device: torch.device
+) -> Completions:
+    """Per-row token ids and their log-probs (an engine's outputs) as one padded ``Completions``."""
+    width = max(1, max(len(t) for t in tokens))
+    ids = torch.full((len(tokens), width), pad_token_id, dtype=torch.long)
+    values = torch.zeros((len(tokens), width), dtype=torch.float32)
+    for i, (row, row_logprobs) in enumerate(zip(tokens, logprobs)):
+        if row:
+            ids[i, : len(row)] = torch.tensor(row)
+            values[i, : len(row)] = torch.tensor(row_logprobs[: len(row)], dtype=torch.float32)
+    return Completions(ids.to(device), values.to(device))
+
+
 def trimmed(completions: Completions, eos_token_id: int, pad_token_id: int):
     """``(responses, mask, sampling log-probs or None)``, each ``(B, W)``: columns past the longest response are
     padding in every row and dropped (the later passes cost less); pad and log-prob 0 after each eos."""
@@ -62,6 +85,7 @@ class Sampler:
     """The interface; ``sample`` is the one method every engine implements."""
 
     returns_logprobs = False  # whether ``sample`` fills ``Completions.logprobs``: the importance-sampling correction
+    holds_weights = False  # a copy of the policy's weights of its own (vLLM): it can sample while the policy trains
 
     def sample(
         self,
@@ -72,6 +96,14 @@ class Sampler:
         generator: torch.Generator | None = None,
     ) -> Completions:
         raise NotImplementedError
+
+    def prepare(self, model, device: torch.device, generator: torch.Generator | None = None) -> None:
+        """An engine with weights of its own (``holds_weights``) takes ``model``'s now, so that ``generate`` can
+        sample while the model trains (``max_staleness`` 1); the others have nothing to do."""
+
+    def generate(self, query_ids, query_mask, options: SamplingOptions, generator=None) -> Completions:
+        """Completions from the weights ``prepare`` gave the engine (engines that hold weights of their own)."""
+        raise NotImplementedError(f"{type(self).__name__} samples from the model itself: call sample()")
 
     def policy_changed(self) -> None:
         """The policy's weights moved (an optimizer step, a loaded checkpoint). Engines that call the policy

@@ -25,7 +25,7 @@ SAMPLERS = Registry("sampler", takes_config=False)
 
 
 def _loop_options(options: SamplingOptions) -> dict:
-    """The keywords the loop and ``model.generate`` share, from the run's sampling options."""
+    """The keywords the loop, ``model.generate`` and the static decoder share, from the run's sampling options."""
     return dict(
         max_new_tokens=options.max_new_tokens,
         eos_token_id=options.eos_token_id,
@@ -48,7 +48,8 @@ class LoopSampler(Sampler):
 
 @SAMPLERS.register("generate")
 class GenerateSampler(Sampler):
-    """``model.generate`` (``rollout.generate_responses``): has ``repetition_penalty``; draws from torch's global RNG."""
+    """``model.generate`` (``rollout.generate_responses``): has ``repetition_penalty``; draws from torch's global
+    RNG."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
         return Completions(
@@ -66,20 +67,7 @@ class StaticCacheSampler(Sampler):
         self.engine = StaticDecoder()  # holds its caches and compiled step across rollouts
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(
-            self.engine(
-                model,
-                query_ids,
-                query_mask,
-                max_new_tokens=options.max_new_tokens,
-                eos_token_id=options.eos_token_id,
-                pad_token_id=options.pad_token_id,
-                temperature=options.temperature,
-                top_k=options.top_k,
-                top_p=options.top_p,
-                generator=generator,
-            )
-        )
+        return Completions(self.engine(model, query_ids, query_mask, generator=generator, **_loop_options(options)))
 
 
 # Where vLLM was measured to win on CPU (docs/vllm.md): SmolLM2-135M rollouts 4.9-6.2x faster than the loop; on the
@@ -95,6 +83,8 @@ def resolve_sampler(config, device: torch.device, policy=None) -> str:
     not measured on one); otherwise the loop."""
     if config.sampler != "auto":
         return config.sampler
+    if config.vllm_mode == "server":  # a server was asked for: it is the engine
+        return "vllm"
     if device.type == "cuda":
         return "static"
     unfiltered = config.top_k == 0 and config.top_p == 1.0
@@ -116,7 +106,12 @@ def _vllm_wins_on_cpu(policy) -> bool:
 
 @SAMPLERS.register("vllm", takes_config=True)
 def vllm_sampler(config) -> Sampler:
-    """vLLM colocated in this process (``trl_ext.ppo.rollout.vllm_sampler``), imported only when asked for."""
+    """vLLM colocated in this process (``trl_ext.ppo.rollout.vllm_sampler``) or a vLLM server
+    (``trl_ext.ppo.rollout.vllm_server``, ``vllm_mode='server'``), imported only when asked for."""
+    if config is not None and config.vllm_mode == "server":
+        from trl_ext.ppo.rollout.vllm_server import VLLMServerSampler
+
+        return VLLMServerSampler(config)
     from trl_ext.ppo.rollout.vllm_sampler import VLLMSampler
 
     return VLLMSampler(config)

@@ -13,8 +13,9 @@ With top-k/top-p on, vLLM's are the filtered distribution's, the one it really s
 are unfiltered: the two differ by design there (by the log of the kept probability mass).
 
 Sleep mode (``vllm_enable_sleep_mode``): after each rollout ``llm.sleep(level=2)`` (weights and KV cache
-dropped; the next rollout syncs the weights in anyway), woken before the next. GPU only: vLLM's CPU backend has no sleep mode, so asking for it on CPU
-is an error here rather than a silent no-op (an option about GPU memory that does nothing would mislead).
+dropped; the next rollout syncs the weights in anyway), woken before the next. GPU only: vLLM's CPU backend has no sleep
+mode, so asking for it on CPU is an error here rather than a silent no-op (an option about GPU memory that does nothing
+would mislead).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import warnings
 import torch
 
 from trl_ext.errors import BackendUnavailableError, InputError
-from trl_ext.ppo.rollout.interface import Completions, Sampler, SamplingOptions
+from trl_ext.ppo.rollout.interface import Completions, Sampler, completions_of_rows, request_seeds
 from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
 INSTALL_HINT = (
@@ -130,6 +131,7 @@ class VLLMSampler(Sampler):
     """
 
     returns_logprobs = True
+    holds_weights = True
 
     def __init__(self, config, dtype: torch.dtype | None = None):
         require_vllm()  # at construction: the CLI fails before any training starts
@@ -165,21 +167,14 @@ class VLLMSampler(Sampler):
     def policy_changed(self) -> None:
         self._stale = True
 
-    def sample(
-        self,
-        model,
-        query_ids: torch.Tensor,
-        query_mask: torch.Tensor,
-        options: SamplingOptions,
-        generator: torch.Generator | None = None,
-    ) -> Completions:
-        if options.repetition_penalty != 1.0:
-            raise InputError(
-                "repetition_penalty needs sampler='generate' (the vLLM sampler follows the trainer's "
-                "other engines, which have none)"
-            )
+    def sample(self, model, query_ids, query_mask, options, generator=None):
+        self.prepare(model, query_ids.device, generator)
+        return self.generate(query_ids, query_mask, options, generator)
+
+    def prepare(self, model, device: torch.device, generator=None) -> None:
+        """Start the engine on first use; push the policy's weights when they moved since the last sync."""
         if self.llm is None:
-            self._start(model, query_ids.device, generator)
+            self._start(model, device, generator)
         if self._sleeping:  # the weights first: a sync writes into them before the KV cache takes memory back
             self.llm.wake_up(tags=["weights"])
         if self._stale or self._synced_model != id(model):
@@ -187,9 +182,17 @@ class VLLMSampler(Sampler):
         if self._sleeping:
             self.llm.wake_up(tags=["kv_cache"])
             self._sleeping = False
+
+    def generate(self, query_ids, query_mask, options, generator=None) -> Completions:
+        """Completions from the weights the engine holds (``prepare`` put them there)."""
+        if options.repetition_penalty != 1.0:
+            raise InputError(
+                "repetition_penalty needs sampler='generate' (the vLLM sampler follows the trainer's "
+                "other engines, which have none)"
+            )
         from vllm import SamplingParams
 
-        seeds = self._request_seeds(len(query_ids), generator)
+        seeds = request_seeds(len(query_ids), generator)
         greedy = options.temperature == 0
         params = [
             SamplingParams(
@@ -214,7 +217,10 @@ class VLLMSampler(Sampler):
         with torch.autocast(query_ids.device.type, enabled=False):
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         self._sleep()
-        return self._completions(outputs, options, query_ids.device)
+        rows = [out.outputs[0] for out in outputs]
+        tokens = [list(row.token_ids) for row in rows]
+        logprobs = [[step[t].logprob for step, t in zip(row.logprobs, ids)] for row, ids in zip(rows, tokens)]
+        return completions_of_rows(tokens, logprobs, options.pad_token_id, query_ids.device)
 
     # ------------------------------------------------------------------ the engine
 
@@ -317,24 +323,3 @@ class VLLMSampler(Sampler):
             # so copying them to host memory (level 1) after every rollout would be work thrown away
             self.llm.sleep(level=2)
             self._sleeping, self._stale = True, True
-
-    @staticmethod
-    def _request_seeds(rows: int, generator: torch.Generator | None) -> list[int | None]:
-        """One seed per request, drawn from the trainer's generator (seeded per rank): rollouts are reproducible
-        and the completions of one prompt's group differ (one seed for all would make them identical)."""
-        if generator is None:
-            return [None] * rows
-        return torch.randint(0, 2**31 - 1, (rows,), generator=generator, device=generator.device).tolist()
-
-    @staticmethod
-    def _completions(outputs, options: SamplingOptions, device: torch.device) -> Completions:
-        rows = [out.outputs[0] for out in outputs]
-        width = max(1, max(len(r.token_ids) for r in rows))
-        ids = torch.full((len(rows), width), options.pad_token_id, dtype=torch.long)
-        logprobs = torch.zeros((len(rows), width), dtype=torch.float32)
-        for i, row in enumerate(rows):
-            tokens = list(row.token_ids)
-            if tokens:
-                ids[i, : len(tokens)] = torch.tensor(tokens)
-                logprobs[i, : len(tokens)] = torch.tensor([step[t].logprob for step, t in zip(row.logprobs, tokens)])
-        return Completions(ids.to(device), logprobs.to(device))
