@@ -72,7 +72,7 @@ def test_final_ids_are_the_templates_rendering_of_the_whole_conversation(tok):
     newline = tok("\n", add_special_tokens=False)["input_ids"]
     assert t.prompt_ids + t.ids + newline == rendered  # the template closes the last turn with a newline
     # the model's tokens are exactly its two turns, each up to and including eos
-    model = [i for i, m in zip(t.ids, t.model_mask) if m]
+    model = [i for i, m in zip(t.ids, t.loss_mask) if m]
     expected = tok("".join(turn + "<|im_end|>" for turn in turns), add_special_tokens=False)["input_ids"]
     assert model == expected
     assert (counts.calls, counts.failures, t.model_turns, t.tool_rounds) == (1, 0, 2, 1)
@@ -136,7 +136,7 @@ def test_the_loop_is_bounded_by_iterations_and_by_the_budget(tok):
     [t], counts = run_turns(sample, tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])], budget=budget)
     assert counts.overlong == 1 and counts.calls == 2  # the result that would overflow is dropped, and said
     assert len(t.ids) == 2 * turn + suffix and t.model_turns == 2
-    assert t.messages[-1]["role"] == "assistant" and t.model_mask[-1] == 1
+    assert t.messages[-1]["role"] == "assistant" and t.loss_mask[-1] == 1
 
 
 def test_a_turn_cut_by_the_budget_ends_the_rollout(tok):
@@ -144,7 +144,7 @@ def test_a_turn_cut_by_the_budget_ends_the_rollout(tok):
     [t], _ = run_turns(
         _scripted_sample(tok, turns), tok, [_prompt_ids(tok, [multiply])], [Toolbox([multiply])], budget=20
     )
-    assert len(t.ids) == 20 and t.model_turns == 1 and sum(t.model_mask) == 20
+    assert len(t.ids) == 20 and t.model_turns == 1 and sum(t.loss_mask) == 20
 
 
 def test_a_tool_result_reward_lands_on_its_turns_last_token(tok):

@@ -3,7 +3,13 @@ starts it (``LocalServer``), in a process of its own, on a tiny Qwen2 (two heads
 them); weights synced through a folder after each update; one step off-policy through it; a server that is down,
 or serves another model, is one error; a server killed mid-run leaves the run resumable from what it trained."""
 
+import json
+import os
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +18,7 @@ from trl_ext.errors import RolloutEngineError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.rollout.local_server import LocalServer, free_port
 
+ROOT = Path(__file__).resolve().parents[1]
 needs_vllm = pytest.mark.needs_vllm
 TOLERANCE = 1e-5  # float32: the log-probs of the same weights in two kernels
 PROMPTS = ["the cat", "a dog ran", "one two", "x y z"]
@@ -127,6 +134,26 @@ def test_a_server_of_another_model_is_one_error(served, tmp_path):
     trainer = _trainer(other, server.url)
     with pytest.raises(RolloutEngineError, match="another model than the policy: num_hidden_layers 2 \\(the policy: 3"):
         trainer.train()
+
+
+@needs_vllm
+def test_two_training_processes_share_one_server(served):
+    """Two CPU ranks (torchrun) sample from one server: rank 0 syncs it after each update, both wait for the sync,
+    every update's gap stays at float noise on both ranks, and DDP keeps their weights equal."""
+    from launch import torchrun_port_args
+
+    model_dir, server = served
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *torchrun_port_args(),
+        str(ROOT / "tests/scripts/vllm_server_two_ranks.py"), str(model_dir), server.url,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    ranks = sorted((json.loads(line) for line in re.findall(r'\{"rank".*?\}', run.stdout)), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["syncs"]) for r in ranks] == [(0, 2, 2), (1, 2, 0)], ranks
+    assert all(len(r["gaps"]) == 2 and max(r["gaps"]) <= TOLERANCE for r in ranks), ranks
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-12)
 
 
 def test_a_server_that_is_down_is_one_error_within_the_timeout():

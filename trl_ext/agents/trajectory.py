@@ -9,13 +9,11 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Trajectory:
-    """One rollout: ``prompt_ids`` then ``ids``, of which ``model_mask`` marks the model's tokens."""
+    """One rollout: ``prompt_ids`` then ``ids``, of which ``loss_mask`` marks the model's tokens."""
 
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)  # the completion: model turns and tool results, in order
-    model_mask: list[int] = field(
-        default_factory=list
-    )  # the loss mask: 1 on tokens the policy sampled, 0 on tool results
+    loss_mask: list[int] = field(default_factory=list)  # 1 on tokens the policy sampled, 0 on tool results
     logprobs: list[float] | None = field(default_factory=list)  # the sampler's, 0.0 on tool results; None: unknown
     messages: list[dict] = field(default_factory=list)  # TRL's completion: assistant turns and tool messages
     turn_rewards: list[tuple[int, float]] = field(default_factory=list)  # (the turn's last token in ids, reward)
@@ -24,7 +22,7 @@ class Trajectory:
 
     def add_model_turn(self, ids: list[int], logprobs: list[float] | None) -> None:
         self.ids += ids
-        self.model_mask += [1] * len(ids)
+        self.loss_mask += [1] * len(ids)
         self.model_turns += 1
         if self.logprobs is not None:
             self.logprobs = None if logprobs is None else self.logprobs + list(logprobs)
@@ -44,14 +42,14 @@ class Trajectory:
         """What the environment says after the last model turn (tool results, an observation as a user turn): its
         tokens, context only, and its messages."""
         self.ids += suffix
-        self.model_mask += [0] * len(suffix)
+        self.loss_mask += [0] * len(suffix)
         if self.logprobs is not None:
             self.logprobs += [0.0] * len(suffix)
         self.messages += messages
 
     @property
     def model_tokens(self) -> int:
-        return sum(self.model_mask)
+        return sum(self.loss_mask)
 
     @property
     def environment_tokens(self) -> int:

@@ -363,20 +363,20 @@ def importance_sampling_weights(
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
-# Multi-turn rollouts: the model's own tokens among the environment's. ``model_mask`` is 1 on the tokens the
+# Multi-turn rollouts: the model's own tokens among the environment's. ``loss_mask`` is 1 on the tokens the
 # policy sampled and 0 on tool results and padding; these move the model's tokens to the front of each row, in
 # order, so that every rule written for right-padded responses (GAE, reward-to-go, where the score lands) runs
 # over the model's tokens alone and skips the environment's (verl's and slime's reported leak: KL, rewards and
 # GAE reaching masked tokens).
 
 
-def model_token_order(model_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def model_token_order(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(index, compact_mask)``, both ``(B, T)``: ``index[b, j]`` is the position of row b's j-th model token
     (then its other positions, in order); ``compact_mask`` is 1 on the first ``count_b`` columns of each row."""
-    keep = model_mask.bool()
+    keep = loss_mask.bool()
     index = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices
     counts = keep.sum(-1, keepdim=True)
-    compact_mask = (torch.arange(keep.shape[-1], device=keep.device) < counts).to(model_mask.dtype)
+    compact_mask = (torch.arange(keep.shape[-1], device=keep.device) < counts).to(loss_mask.dtype)
     return index, compact_mask
 
 

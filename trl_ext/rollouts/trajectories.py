@@ -39,7 +39,7 @@ def trajectories_record(
     """The batch's record; ``counts``: the tool calls' (None: no tools, no tools/* metrics)."""
     query_ids, query_mask = pad_batch([t.prompt_ids for t in trajectories], pad_token_id, side="left")
     responses, attention = pad_batch([t.ids for t in trajectories], pad_token_id, side="right")
-    loss_mask, _ = pad_batch([t.model_mask for t in trajectories], 0, side="right")
+    loss_mask, _ = pad_batch([t.loss_mask for t in trajectories], 0, side="right")
     turn_rewards = torch.zeros(responses.shape, dtype=torch.float32)
     for row, t in enumerate(trajectories):
         for position, reward in t.turn_rewards:

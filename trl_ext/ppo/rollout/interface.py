@@ -4,6 +4,7 @@ engine knows them, the log-probs it sampled those tokens with."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -45,6 +46,17 @@ class Completions:
 
     ids: torch.Tensor  # (B, R) sampled tokens, pad after the first eos
     logprobs: torch.Tensor | None = None  # (B, R) the engine's log-probs of ``ids``; None when it does not know them
+
+
+def rank_and_world() -> tuple[int, int, int]:
+    """``(rank, local rank, world size)`` of this training process (``(0, 0, 1)`` outside a process group)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return (
+            torch.distributed.get_rank(),
+            int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank())),
+            torch.distributed.get_world_size(),
+        )
+    return 0, 0, 1
 
 
 def request_seeds(rows: int, generator: torch.Generator | None) -> list[int | None]:

@@ -31,7 +31,7 @@ import warnings
 import torch
 
 from trl_ext.errors import BackendUnavailableError, InputError
-from trl_ext.ppo.rollout.interface import Completions, Sampler, completions_of_rows, request_seeds
+from trl_ext.ppo.rollout.interface import Completions, Sampler, completions_of_rows, rank_and_world, request_seeds
 from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
 INSTALL_HINT = (
@@ -111,16 +111,6 @@ def check_cpu_head_size(hf_config) -> None:
             f"wide, {heads} heads); vLLM's CPU attention runs head sizes "
             f"{', '.join(map(str, CPU_HEAD_SIZES))} only: use another sampler or a policy with such heads"
         )
-
-
-def _rank_and_world() -> tuple[int, int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return (
-            torch.distributed.get_rank(),
-            int(os.environ.get("LOCAL_RANK", torch.distributed.get_rank())),
-            torch.distributed.get_world_size(),
-        )
-    return 0, 0, 1
 
 
 class VLLMSampler(Sampler):
@@ -234,7 +224,7 @@ class VLLMSampler(Sampler):
         vllm = import_vllm(device)
         self._folder = tempfile.TemporaryDirectory(prefix="trl-ext-vllm-")
         hf_config.save_pretrained(self._folder.name)  # config.json only: the weights come from the policy
-        rank, local_rank, world = _rank_and_world()
+        rank, local_rank, world = rank_and_world()
         seed = generator.initial_seed() if generator is not None else self.config.seed + rank
         cfg = self.config
         self._engine_dtype = self.dtype or compute_dtype(model, cfg)

@@ -32,7 +32,14 @@ from pathlib import Path
 import torch
 
 from trl_ext.errors import InputError, RolloutEngineError
-from trl_ext.ppo.rollout.interface import Completions, Sampler, SamplingOptions, completions_of_rows, request_seeds
+from trl_ext.ppo.rollout.interface import (
+    Completions,
+    Sampler,
+    SamplingOptions,
+    completions_of_rows,
+    rank_and_world,
+    request_seeds,
+)
 from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
 WEIGHTS_FILE = "model.safetensors"
@@ -118,7 +125,12 @@ class VLLMServerSampler(Sampler):
         if self.model_name is None:
             self._connect(model)
         if self._stale or self._synced_model != id(model):
-            self.sync(model)
+            rank, _, world = rank_and_world()
+            if rank == 0:  # the ranks hold the same weights (DDP, or gathered for the rollout): one sync for all
+                self.sync(model)
+            if world > 1:
+                torch.distributed.barrier()  # no rank samples before the server holds the new weights
+            self._stale, self._synced_model = False, id(model)
 
     def generate(self, query_ids, query_mask, options: SamplingOptions, generator=None) -> Completions:
         if options.repetition_penalty != 1.0:
