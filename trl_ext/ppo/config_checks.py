@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
@@ -12,12 +11,9 @@ from trl_ext.ppo.rollout import samplers
 from trl_ext.settings.fields import require_positive
 from trl_ext.settings.registry import Registry
 
-if TYPE_CHECKING:
-    from trl_ext.ppo.config import PPOConfig
 
-
-def check_config(config: PPOConfig) -> None:
-    """Refuse a bad setting with one line; ``reward_weights`` comes back as floats."""
+def check_config(config) -> None:
+    """Refuse a bad setting of a ``PPOConfig`` with one line; ``reward_weights`` comes back as floats."""
     require_positive(
         config,
         "learning_rate",
