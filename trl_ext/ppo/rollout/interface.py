@@ -122,6 +122,28 @@ class Sampler:
         itself have nothing to do; one with its own copy of the weights syncs before its next rollout."""
 
 
+class EngineSampler(Sampler):
+    """An engine with a copy of the policy's weights of its own (vLLM, colocated or a server): ``prepare`` brings
+    them up to date when the policy moved (``policy_changed``), ``generate`` samples from them, ``sample`` is the
+    two. It returns its log-probs, and can sample while the policy trains (``max_staleness`` 1)."""
+
+    returns_logprobs = True
+    holds_weights = True
+    _stale = True  # the engine's weights are not the policy's: sync before the next rollout
+
+    def policy_changed(self) -> None:
+        self._stale = True
+
+    def sample(self, model, query_ids, query_mask, options, generator=None):
+        self.prepare(model, query_ids.device, generator)
+        return self.generate(query_ids, query_mask, options, generator)
+
+    @staticmethod
+    def check_options(options: SamplingOptions, engine: str) -> None:
+        if options.repetition_penalty != 1.0:
+            raise InputError(f"repetition_penalty needs sampler='generate' ({engine} has none, as the loop has none)")
+
+
 def check_correction(config, sampler: Sampler, name: str) -> None:
     """The importance-sampling correction needs the engine's log-probs: an engine named that returns none is
     refused; one that 'auto' picked (it picks by machine) is a warning, and the run goes on uncorrected."""

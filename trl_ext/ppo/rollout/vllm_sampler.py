@@ -31,7 +31,7 @@ import warnings
 import torch
 
 from trl_ext.errors import BackendUnavailableError, InputError
-from trl_ext.ppo.rollout.interface import Completions, Sampler, completions_of_rows, rank_and_world, request_seeds
+from trl_ext.ppo.rollout.interface import Completions, EngineSampler, completions_of_rows, rank_and_world, request_seeds
 from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
 INSTALL_HINT = (
@@ -113,15 +113,12 @@ def check_cpu_head_size(hf_config) -> None:
         )
 
 
-class VLLMSampler(Sampler):
+class VLLMSampler(EngineSampler):
     """One colocated ``vllm.LLM`` for this process, started lazily from the policy it is first handed.
 
     ``config``: the trainer's ``PPOConfig`` (its ``vllm_*`` options, ``seed``, ``dtype``); ``dtype`` overrides
     the engine's dtype.
     """
-
-    returns_logprobs = True
-    holds_weights = True
 
     def __init__(self, config, dtype: torch.dtype | None = None):
         require_vllm()  # at construction: the CLI fails before any training starts
@@ -154,13 +151,6 @@ class VLLMSampler(Sampler):
 
     # ------------------------------------------------------------------ the interface
 
-    def policy_changed(self) -> None:
-        self._stale = True
-
-    def sample(self, model, query_ids, query_mask, options, generator=None):
-        self.prepare(model, query_ids.device, generator)
-        return self.generate(query_ids, query_mask, options, generator)
-
     def prepare(self, model, device: torch.device, generator=None) -> None:
         """Start the engine on first use; push the policy's weights when they moved since the last sync."""
         if self.llm is None:
@@ -175,11 +165,7 @@ class VLLMSampler(Sampler):
 
     def generate(self, query_ids, query_mask, options, generator=None) -> Completions:
         """Completions from the weights the engine holds (``prepare`` put them there)."""
-        if options.repetition_penalty != 1.0:
-            raise InputError(
-                "repetition_penalty needs sampler='generate' (the vLLM sampler follows the trainer's "
-                "other engines, which have none)"
-            )
+        self.check_options(options, "the vLLM engine")
         from vllm import SamplingParams
 
         seeds = request_seeds(len(query_ids), generator)

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import torch
 
-from trl_ext.errors import InputError, RolloutEngineError
+from trl_ext.errors import RolloutEngineError
 from trl_ext.ppo.rollout.interface import (
     Completions,
-    Sampler,
+    EngineSampler,
     SamplingOptions,
     completions_of_rows,
     rank_and_world,
@@ -99,11 +99,8 @@ class ServerClient:
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
 
 
-class VLLMServerSampler(Sampler):
+class VLLMServerSampler(EngineSampler):
     """Rollouts from a running vLLM server; ``config``: the trainer's ``PPOConfig`` (``vllm_server_*``)."""
-
-    returns_logprobs = True
-    holds_weights = True
 
     def __init__(self, config):
         self.config = config
@@ -113,13 +110,6 @@ class VLLMServerSampler(Sampler):
         self.weights_dir = Path(config.vllm_server_weights_dir) if config.vllm_server_weights_dir else None
         self._stale, self._synced_model, self.version = True, None, 0
         self.stats = {"syncs": 0, "sync_seconds": 0.0, "last_sync_seconds": 0.0, "write_seconds": 0.0}
-
-    def policy_changed(self) -> None:
-        self._stale = True
-
-    def sample(self, model, query_ids, query_mask, options, generator=None):
-        self.prepare(model, query_ids.device, generator)
-        return self.generate(query_ids, query_mask, options, generator)
 
     def prepare(self, model, device: torch.device, generator=None) -> None:
         if self.model_name is None:
@@ -133,8 +123,7 @@ class VLLMServerSampler(Sampler):
             self._stale, self._synced_model = False, id(model)
 
     def generate(self, query_ids, query_mask, options: SamplingOptions, generator=None) -> Completions:
-        if options.repetition_penalty != 1.0:
-            raise InputError("repetition_penalty needs sampler='generate' (the vLLM server's rollouts have none)")
+        self.check_options(options, "the vLLM server")
         seeds = request_seeds(len(query_ids), generator)
         prompts = [row[mask.bool()].tolist() for row, mask in zip(query_ids.cpu(), query_mask.cpu())]
         with ThreadPoolExecutor(max_workers=min(32, len(prompts))) as pool:
