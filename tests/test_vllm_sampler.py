@@ -323,6 +323,37 @@ def test_after_an_update_the_next_rollout_comes_from_the_new_weights(engine, pol
 
 
 @needs_vllm
+def test_one_step_off_policy_on_the_colocated_engine(engine, policy, tok):
+    """max_staleness 1 with the engine in this process: the next batch is sampled on a background thread while
+    the trainer updates; the first batch is on-policy (float noise), the later ones carry the weights one update old
+    (a gap far above the noise), and the losses stay finite."""
+    from datasets import Dataset
+
+    from trl_ext.ppo.trainer import PPOTrainer
+
+    data = Dataset.from_dict({"input_ids": [tok(p)["input_ids"] for p in PROMPTS * 6]})
+    cfg = PPOConfig(
+        sampler="vllm",
+        max_staleness=1,
+        vllm_importance_sampling_correction=True,
+        learning_rate=1e-2,
+        batch_size=8,
+        total_episodes=24,
+        response_length=8,
+        temperature=TEMPERATURE,
+        num_ppo_epochs=1,
+        seed=0,
+    )
+    trainer = PPOTrainer(copy.deepcopy(policy), _length_reward, args=cfg, train_dataset=data, processing_class=tok)
+    trainer.sampler = engine  # this module's engine: one start for the whole file
+    history = trainer.train()
+    gaps = [h["sampling/sampling_logp_difference/max"] for h in history]
+    assert [h["sampling/staleness"] for h in history] == [0, 1, 1]
+    assert gaps[0] <= TOLERANCE and min(gaps[1:]) > 100 * TOLERANCE, gaps
+    assert all(math.isfinite(h["loss/policy_avg"]) for h in history)
+
+
+@needs_vllm
 def test_lora_engine_samples_from_the_merged_weights(engine, policy, tok):
     """(c) A LoRA policy: vLLM's log-probs are those of the adapted model (merged), not of its base; the trained
     module is untouched by the sync."""
