@@ -188,3 +188,15 @@ def test_a_server_killed_mid_run_stops_it_with_the_training_saved(tmp_path):
     assert resumed.update_index == 1
     trained = _params(trainer.policy)
     assert all(torch.equal(trained[n], p.detach()) for n, p in resumed.policy.named_parameters())
+
+
+def test_the_weight_sync_takes_nccl_only_where_both_sides_can():
+    """NCCL where the server runs vLLM's NCCL weight-transfer engine and the trainer has CUDA; the folder otherwise
+    (vLLM's CPU build has no weight-transfer engine: its server_info says null)."""
+    from trl_ext.ppo.rollout.vllm_server import weight_transfer
+
+    nccl = {"weight_transfer_config": {"backend": "nccl"}}
+    assert weight_transfer(nccl, cuda=True) == "nccl"
+    assert weight_transfer(nccl, cuda=False) == "folder"
+    assert weight_transfer({"weight_transfer_config": None}, cuda=True) == "folder"
+    assert weight_transfer({"weight_transfer_config": {"backend": "ipc"}}, cuda=True) == "folder"

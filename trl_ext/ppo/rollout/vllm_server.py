@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from trl_ext.errors import RolloutEngineError
+from trl_ext.errors import BackendUnavailableError, RolloutEngineError
 from trl_ext.ppo.rollout.interface import (
     Completions,
     EngineSampler,
@@ -52,6 +52,14 @@ def server_url(config) -> str:
     if config.vllm_server_base_url:
         return config.vllm_server_base_url.rstrip("/")
     return f"http://{config.vllm_server_host}:{config.vllm_server_port}"
+
+
+def weight_transfer(server_info: dict, cuda: bool) -> str:
+    """How the weights reach the server: ``"nccl"`` where it runs vLLM's NCCL weight-transfer engine
+    (``--weight-transfer-config '{"backend": "nccl"}'``) and the trainer has CUDA, else ``"folder"`` (works
+    everywhere, the CPU build's only path)."""
+    engine = server_info.get("weight_transfer_config") or {}
+    return "nccl" if cuda and isinstance(engine, dict) and engine.get("backend") == "nccl" else "folder"
 
 
 class ServerClient:
@@ -109,6 +117,8 @@ class VLLMServerSampler(EngineSampler):
         self._folder = None
         self.weights_dir = Path(config.vllm_server_weights_dir) if config.vllm_server_weights_dir else None
         self._stale, self._synced_model, self.version = True, None, 0
+        self.transfer = "folder"  # or "nccl": chosen at the first rollout (weight_transfer)
+        self._nccl = None  # TRL's VLLMClient, joined to the server's NCCL group
         self.stats = {"syncs": 0, "sync_seconds": 0.0, "last_sync_seconds": 0.0, "write_seconds": 0.0}
 
     def prepare(self, model, device: torch.device, generator=None) -> None:
@@ -141,7 +151,8 @@ class VLLMServerSampler(EngineSampler):
             raise RolloutEngineError(f"vLLM server at {self.client.url} serves no model")
         self.model_name, root = served[0]["id"], served[0].get("root")
         try:
-            model_config = self.client.get("/server_info?config_format=json")["vllm_config"]["model_config"]
+            info = self.client.get("/server_info?config_format=json")
+            model_config = info["vllm_config"]["model_config"]
         except RolloutEngineError as err:
             if "answered 404" not in str(err):
                 raise
@@ -149,6 +160,7 @@ class VLLMServerSampler(EngineSampler):
                 f"vLLM server at {self.client.url} has no development endpoints, which the weight sync needs: "
                 f"start it with VLLM_SERVER_DEV_MODE=1"
             ) from None
+        self.transfer = weight_transfer(info, torch.cuda.is_available())
         if model_config.get("logprobs_mode") != "processed_logprobs":
             raise RolloutEngineError(
                 f"vLLM server at {self.client.url} returns {model_config.get('logprobs_mode')}; the trainer compares "
@@ -158,29 +170,34 @@ class VLLMServerSampler(EngineSampler):
         if root and config_file.is_file():
             theirs = json.loads(config_file.read_text())
             ours = unwrap_peft(model).config.to_dict()
-            ours, theirs = (c.get("text_config", c) if "text_config" in c else c for c in (ours, theirs))
+            ours, theirs = (c.get("text_config") or c for c in (ours, theirs))
             differ = [k for k in SHAPE_KEYS if k in ours and k in theirs and ours[k] != theirs[k]]
             if differ:
                 shown = ", ".join(f"{k} {theirs[k]} (the policy: {ours[k]})" for k in differ)
                 raise RolloutEngineError(
                     f"vLLM server at {self.client.url} serves {root}, another model than the policy: {shown}"
                 )
-        if self.weights_dir is None:
+        if self.weights_dir is None and self.transfer == "folder":
             self._folder = tempfile.TemporaryDirectory(prefix="trl-ext-vllm-server-")
             self.weights_dir = Path(self._folder.name)
 
     def sync(self, model) -> None:
-        """Write the policy's weights, have the server reload them, and check it took this version."""
+        """Send the policy's weights (``transfer``: through the folder, or NCCL), have the server take them, and check
+        it holds this version."""
         start = time.perf_counter()
-        self._write_weights(model)
+        if self.transfer == "folder":
+            self._write_weights(model)
         written = time.perf_counter()
         self.version += 1
         client = self.client
         client.post("/pause?mode=wait")
         try:
-            client.post(
-                "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(self.weights_dir)}}
-            )
+            if self.transfer == "nccl":
+                self._send_over_nccl(model)
+            else:
+                client.post(
+                    "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(self.weights_dir)}}
+                )
             client.post("/reset_prefix_cache")  # cached prompt KV was computed with the old weights
             client.post("/update_weight_version", {"new_version": str(self.version)})
         finally:
@@ -199,6 +216,26 @@ class VLLMServerSampler(EngineSampler):
             last_sync_seconds=seconds,
             write_seconds=self.stats["write_seconds"] + written - start,
         )
+
+    def _send_over_nccl(self, model) -> None:
+        """TRL 1.16's ``VLLMClient`` over the server's NCCL weight-transfer engine (CUDA on both sides; not run here:
+        no GPU with vLLM was at hand), the weights as ``policy_weights`` gives them."""
+        if self._nccl is None:
+            try:
+                from trl.generation.vllm_client import VLLMClient
+            except ImportError as err:
+                raise BackendUnavailableError(f"the NCCL weight sync needs TRL's VLLMClient ({err})") from None
+            if not hasattr(VLLMClient, "update_named_params"):
+                raise BackendUnavailableError(
+                    "the NCCL weight sync needs TRL >= 1.16's VLLMClient (update_named_params)"
+                )
+            self._nccl = VLLMClient(base_url=self.client.url, connection_timeout=self.client.timeout)
+            self._nccl.init_communicator(device=torch.cuda.current_device())
+        dtype = compute_dtype(model, self.config)
+        weights = [(name, tensor.to("cuda")) for name, tensor in policy_weights(model, dtype)]
+        metadata = [(name, str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in weights]
+        with self._nccl.weight_update():
+            self._nccl.update_named_params(metadata, iter(weights))
 
     def _write_weights(self, model) -> None:
         """One safetensors file, replaced atomically: the tied output head written as a tensor of its own (the
