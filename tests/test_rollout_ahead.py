@@ -123,3 +123,14 @@ def test_one_step_off_needs_an_engine_with_weights_of_its_own(pieces):
         PPOTrainer(policy, reward, args=cfg, train_dataset=data, processing_class=tok)
     with pytest.raises(InputError, match="max_staleness must be 0"):
         doubling_ppo_config(max_staleness=2)
+
+
+def test_one_step_off_refuses_environments():
+    """The next batch would reset the environments this batch's rewards still read: refused in one line (tools,
+    which hold no state between batches, are not)."""
+    from trl_ext.ppo.rollout_ahead import check_staleness
+
+    with pytest.raises(InputError, match="max_staleness 1 does not take an environment_factory"):
+        check_staleness(1, CopyEngine(), None, environment_factory=object)
+    check_staleness(1, CopyEngine(), None)  # an engine with weights of its own, no environments: fine
+    check_staleness(0, Sampler(), None, environment_factory=object)  # on-policy: anything goes

