@@ -405,48 +405,26 @@ def test_two_training_processes_each_with_an_engine():
 # parameters) with 2 heads of 32, pretrained 1,500 steps of 64 at 3e-3 (greedy value accuracy 1.0, sampled 0.985,
 # 108 s on a loaded 2-core machine; 1,000 steps left 0.915 greedy). Cheaper and rejected: 32 wide with one head of
 # 32 (59 s to 1.0 / 0.925), whose PPO run reached greedy exact 0.765 in 60 updates, against 1.000. The run has
-# 100 updates: 60 reached 1.000 before the fused first-epoch pass changed its float trajectory, then 0.655.
-DOUBLING_SHAPE = {"n_embd": 64, "n_head": 2}
-PRETRAIN_STEPS = 1500
+# 100 updates: 60 reached 1.000 before the fused first-epoch pass changed its float trajectory, then 0.655. The shape
+# and the step count live in benchmarks/vllm_server.py (DOUBLING_SHAPE, PRETRAIN_STEPS), which prepares it.
 
 
 @pytest.fixture(scope="module")
 def doubling_on_vllm(tmp_path_factory):
+    """The doubling policy with heads of 32 pretrained 1,500 steps, and the task's classifier: the vLLM server
+    benchmark's own preparation (one recipe for both)."""
     from transformers import GPT2LMHeadModel
 
-    from trl_ext.commands.stages import PretrainConfig, RewardConfig, run_train_reward
+    from benchmarks.vllm_server import PRETRAIN_STEPS, prepare_doubling
     from trl_ext.tasks.doubling.artifacts import load_classifier
-    from trl_ext.tasks.doubling.models import build_policy
     from trl_ext.tasks.doubling.rewards import doubling_classifier_reward
-    from trl_ext.tasks.doubling.supervised import supervised_loop
-    from trl_ext.tasks.doubling.task import pretrain_dataset
     from trl_ext.tasks.doubling.tokenizer import build_tokenizer
 
     root = tmp_path_factory.mktemp("doubling-vllm")
-    tokenizer = build_tokenizer()
-    cfg = PretrainConfig(out=str(root / "policy"), steps=PRETRAIN_STEPS)
-    reference = build_policy(tokenizer, seed=cfg.seed)  # the task's policy: its config, other shape
-    torch.manual_seed(cfg.seed)
-    config = copy.deepcopy(reference.config)
-    for key, value in DOUBLING_SHAPE.items():
-        setattr(config, key, value)
-    policy = GPT2LMHeadModel(config)
-    policy.generation_config = reference.generation_config
-    supervised_loop(
-        policy,
-        pretrain_dataset(tokenizer, cfg.steps * cfg.batch_size, cfg.seed),
-        tokenizer.pad_token_id,
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        warmup_steps=cfg.warmup_steps,
-        use_labels=False,
-        seed=cfg.seed,
-        desc="pretrain",
-        show_progress=False,
-    )
-    run_train_reward(RewardConfig(out=str(root / "reward"), eval_n=200), show_progress=False)
+    prepare_doubling(root, PRETRAIN_STEPS, None)
     classifier, classifier_tokenizer = load_classifier(root / "reward")
-    return policy, tokenizer, doubling_classifier_reward(classifier, classifier_tokenizer)
+    policy = GPT2LMHeadModel.from_pretrained(root / "policy")
+    return policy, build_tokenizer(), doubling_classifier_reward(classifier, classifier_tokenizer)
 
 
 @needs_vllm
