@@ -301,12 +301,13 @@ def comparisons(rows: list[dict], plan: dict) -> list[dict]:
 # ---------------------------------------------------------------------------------------- results
 
 
-def write_results(json_path: Path, data: dict, render) -> dict:
+def write_results(json_path: Path, data: dict, render, indent: int | None = 2) -> dict:
     """``json_path`` holding ``data`` and beside it the ``.md`` table ``render(data)`` makes of the JSON as written
-    (so that a table rewritten later from the file is the same); the data read back."""
+    (so that a table rewritten later from the file is the same); the data read back. ``indent`` None: one line (a
+    file of every update of many runs stays small)."""
     json_path = Path(json_path)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    json_path.write_text(json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
     written = json.loads(json_path.read_text())
     json_path.with_suffix(".md").write_text(render(written).rstrip("\n") + "\n")
     return written

@@ -626,7 +626,7 @@ def _write(stem: Path, data: dict) -> None:
 
     render = speed_table if data["part"] == "speed" else learning_table
     json_path = stem.with_suffix(".json")
-    write_results(json_path, data, lambda written: render(written, json_path.name))
+    write_results(json_path, data, lambda written: render(written, json_path.name), indent=None)
 
 
 def run_speed(invocation: str, command: str, smoke: bool, out_dir: Path, work: Path) -> dict:
