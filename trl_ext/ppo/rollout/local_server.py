@@ -4,6 +4,7 @@ server beside the trainer on cores of its own (``cores``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -79,11 +80,9 @@ class LocalServer:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None or self.process.returncode is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)  # the engine process shares the group
-            except ProcessLookupError:
-                pass
+        # the whole group, even when the API server already exited: its engine process may outlive it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(30)
         self._log.close()
 
