@@ -3,29 +3,32 @@
     python benchmarks/gpu.py --trl-ppo /opt/trl112 --trl-latest /opt/trl116   # writes benchmarks/results/rlhf-gpu.json
     python benchmarks/gpu.py --tiny --trl-ppo .venv --trl-latest .venv-latest   # any machine: checks the script
 
-Same models, reward, prompts, batch and response length for every row: a Qwen2.5-0.5B-shaped policy
-and a DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs with random weights
-(no download), bf16; top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response
-tokens) 16/64, 64/128 and 256/128. Rows: ``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``,
-``trl-ext/generate-static`` (``generate`` with transformers' static cache, which compiles the forward itself),
-``trl-ext/vllm`` (the scratch trainer with each sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep``
-the same with ``vllm_enable_sleep_mode``), ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo``
-(the newest TRL's ``GRPOTrainer``, 8 completions per prompt); ``--lora`` adds each with LoRA (r 16,
-all linear layers) and a row name ending in ``+mbN`` runs N rows a forward pass. Each row runs in a fresh process, so
-peak memory and compiled graphs are its own, with the Python of a virtual environment or a ``pip install --target``
-folder put first on ``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment
-with CUDA vLLM: ``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default:
-this Python). A vLLM row also gives its engine start, weight syncs (count, seconds) and the GPU memory in use at its end
-(vLLM's pools are not all torch's: ``peak_gpu_mb`` alone would undercount them); where vLLM is not installed it fails,
-saying what it needs, and is not written. None of the vLLM rows has been run on a GPU yet. A row reports, over
-``--updates`` timed updates after ``--warmup`` untimed ones (compiling happens there, reported apart): episodes/s,
-generated tokens/s (sampled token ids up to and including the first eos), ms per decode step (generation time over the
-decoding steps, the prefill included), the share of the update spent generating, peak GPU memory, trainable parameters
-(LoRA applied or not), graphs compiled while timed, and for trl-ext rows the trainer's ``timing/*`` phases per update
-and their sum's share of the wall clock (the trainer synchronises the GPU before each reading: about 1). A row that
-fails (out of memory) is listed under ``failed`` with its last error line; a row that was not run is not written. The
-results file and its table (``.md`` beside it) are rewritten after every row, so a run cut short keeps what it measured.
-Without a GPU (and without ``--tiny``) nothing is measured and nothing is written.
+Same models, reward, prompts, batch and response length for every row: a Qwen2.5-0.5B-shaped policy and a
+DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs with random weights (no download), bf16;
+top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response tokens) 16/64, 64/128 and 256/128. Rows:
+``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``, ``trl-ext/generate-static`` (``generate`` with
+transformers' static cache, which compiles the forward itself), ``trl-ext/vllm`` (the scratch trainer with each
+sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep`` the same with ``vllm_enable_sleep_mode``),
+``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo`` (the newest TRL's ``GRPOTrainer``, 8 completions per prompt);
+``--lora`` adds each with LoRA (r 16, all linear layers). A row name takes options after ``+``: ``lora``, ``gc``
+(activation checkpointing), ``critic`` (the critic as a second LoRA adapter) and ``mbN`` (N rows a forward pass).
+``--model 7b`` makes the policy Qwen2.5-7B-shaped (built on the GPU) and the reward model Qwen2.5-0.5B-shaped;
+``--deadline S`` starts no row after S seconds. Each row runs in a fresh process, so peak memory and compiled graphs
+are its own, with the Python of a virtual environment or a ``pip install --target`` folder put first on
+``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment with CUDA vLLM:
+``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default: this Python). A
+vLLM row also gives its engine start, weight syncs (count, seconds) and the GPU memory in use at its end (vLLM's pools
+are not all torch's: ``peak_gpu_mb`` alone would undercount them); where vLLM is not installed it fails, saying what
+it needs, and is not written. None of the vLLM rows has been run on a GPU yet. A row reports, over ``--updates`` timed
+updates after ``--warmup`` untimed ones (compiling happens there, reported apart): episodes/s, tokens/s (each
+episode's prompt and response tokens through the whole update), generated tokens/s (sampled token ids up to and
+including the first eos), ms per decode step (generation time over the decoding steps, the prefill included), the
+share of the update spent generating, peak GPU memory, trainable parameters (LoRA applied or not), graphs compiled
+while timed, and for trl-ext rows the trainer's ``timing/*`` phases per update and their sum's share of the wall clock
+(the trainer synchronises the GPU before each reading: about 1). A row that fails (out of memory) is listed under
+``failed`` with its last error line; a row that was not run is not written. The results file and its table (``.md``
+beside it) are rewritten after every row, so a run cut short keeps what it measured. Without a GPU (and without
+``--tiny``) nothing is measured and nothing is written.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.harness import ROOT, rewrite_table, write_results  # noqa: E402
+from benchmarks.harness import ROOT, git_commit, rewrite_table, write_results  # noqa: E402
 
 ROWS = (
     "trl-ext/loop",
@@ -56,9 +59,28 @@ ROWS = (
     "trl-grpo",
 )
 DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
-# A row name may end in "+lora" (LoRA r 16 on all linear layers) and "+mbN" (trl-ext rows: N rows per forward pass
-# of the experience phase and per forward/backward of the update, in place of the automatic size).
-SUFFIX = re.compile(r"(?P<name>[^+]+)(?P<lora>\+lora)?(?:\+mb(?P<micro>[1-9]\d*))?$")
+# A row name may end in options, each after a "+": "lora" (LoRA r 16 on all linear layers), "gc" (activation
+# checkpointing), "critic" (the critic as a second LoRA adapter, ``critic_adapter``; needs "lora") and "mbN"
+# (trl-ext rows: N rows per forward pass of the experience phase and per forward/backward of the update, in place
+# of the automatic size).
+OPTION = re.compile(r"lora|gc|critic|mb[1-9]\d*")
+MODELS = ("0.5b", "7b")
+
+
+def row_parts(row: str) -> tuple[str, set[str], int]:
+    """``row``'s trainer, its options and its rows a pass (0: automatic); ValueError naming what is wrong."""
+    name, *options = row.split("+")
+    if name not in ROWS:
+        raise ValueError(f"unknown row {row!r}: choose from {', '.join(ROWS)}")
+    bad = [o for o in options if not OPTION.fullmatch(o)]
+    if bad:
+        raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, mbN)")
+    if "critic" in options and "lora" not in options:
+        raise ValueError(f"row {row!r}: 'critic' is the critic as a second LoRA adapter, so it needs 'lora'")
+    micro = next((int(o[2:]) for o in options if o.startswith("mb")), 0)
+    return name, {o for o in options if not o.startswith("mb")}, micro
+
+
 SHAPES = ("16x64", "64x128", "256x128")
 RESULT = "RESULT "
 
@@ -76,59 +98,119 @@ def char_tokenizer():
     return tokenizer
 
 
-def build_models(tiny: bool, dtype):
+# Policy shapes: Qwen2.5-0.5B and Qwen2.5-7B (its head untied); --tiny keeps each one's kind at a few thousand
+# parameters (heads of 32: the smallest vLLM's CPU attention runs).
+POLICY_SHAPES = {
+    "0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "7b": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+    ),
+}
+TINY_POLICY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    vocab_size=1024,
+)
+
+
+def build_models(tiny: bool, model: str, dtype):
+    """The policy of shape ``model`` and its reward model, random weights in ``dtype``, built on the GPU where there
+    is one (a 7B policy is made there in seconds). The 0.5B policy's reward model is DeBERTa-v3-base-shaped, the 7B
+    one's Qwen2.5-0.5B-shaped (a classifier head of one label)."""
     import torch
-    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        DebertaV2Config,
+        DebertaV2ForSequenceClassification,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen2ForSequenceClassification,
+    )
 
     torch.manual_seed(0)
-    if tiny:  # heads of 32: the smallest vLLM's CPU attention runs (16 fails)
-        policy_cfg = dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            vocab_size=1024,
-        )
-        reward_cfg = dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=1024
-        )
-    else:  # Qwen2.5-0.5B and DeBERTa-v3-base shapes
-        policy_cfg = dict(
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=14,
-            num_key_value_heads=2,
-            vocab_size=151936,
-        )
-        reward_cfg = dict(
-            hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, vocab_size=128100
-        )
-    policy = Qwen2ForCausalLM(
-        Qwen2Config(
-            **policy_cfg,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            eos_token_id=1,
-            pad_token_id=0,
-            bos_token_id=None,
-        )
-    ).to(dtype)
-    reward = DebertaV2ForSequenceClassification(
-        DebertaV2Config(**reward_cfg, num_labels=1, type_vocab_size=0, max_position_embeddings=512, pad_token_id=0)
-    ).to(dtype)
-    return policy, reward
+    specials = dict(eos_token_id=1, pad_token_id=0, bos_token_id=None, max_position_embeddings=2048)
+    policy_cfg = {**POLICY_SHAPES[model], **(TINY_POLICY if tiny else {})}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            policy = Qwen2ForCausalLM(Qwen2Config(**policy_cfg, **specials))
+            if model == "7b":
+                reward_cfg = {**POLICY_SHAPES["0.5b"], **(TINY_POLICY if tiny else {})}
+                reward = Qwen2ForSequenceClassification(Qwen2Config(**reward_cfg, **specials, num_labels=1))
+            else:
+                reward_cfg = dict(
+                    hidden_size=768,
+                    intermediate_size=3072,
+                    num_hidden_layers=12,
+                    num_attention_heads=12,
+                    vocab_size=128100,
+                )
+                if tiny:
+                    reward_cfg = dict(
+                        hidden_size=32,
+                        intermediate_size=64,
+                        num_hidden_layers=1,
+                        num_attention_heads=2,
+                        vocab_size=1024,
+                    )
+                reward = DebertaV2ForSequenceClassification(
+                    DebertaV2Config(
+                        **reward_cfg, num_labels=1, type_vocab_size=0, max_position_embeddings=512, pad_token_id=0
+                    )
+                )
+    finally:
+        torch.set_default_dtype(default_dtype)
+    return policy.to(dtype), reward.to(dtype)
+
+
+# Counters of the CUDA caching allocator: retries (a malloc that failed, the cache freed and tried again: each
+# synchronises the device) and the device allocations and frees under it (cudaMalloc/cudaFree, slow when large).
+ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_ooms")
+
+
+def gpu_clocks() -> dict | None:
+    """The card's SM and memory clocks (MHz), power draw (W) and temperature now, as nvidia-smi reads them."""
+    fields = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
+    try:
+        line = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()[0]
+        return dict(zip(fields, (float(v) for v in line.split(","))))
+    except (OSError, IndexError, ValueError, subprocess.TimeoutExpired):
+        return None
 
 
 class Clock:
     """Update boundaries and generation time, each read after a device synchronisation."""
 
-    def __init__(self, gpu: bool, eos_token_id: int):
-        self.gpu, self.eos_token_id = gpu, eos_token_id
+    def __init__(self, gpu: bool, eos_token_id: int, warmup: int):
+        self.gpu, self.eos_token_id, self.warmup = gpu, eos_token_id, warmup
+        self.clocks_at_start: dict | None = None  # nvidia-smi's reading as the timed updates begin
         self.stamps: list[tuple] = []  # (time, generate seconds, decode steps, generated tokens, graphs) so far
         self.generate_seconds, self.steps, self.tokens = 0.0, 0, 0
         self.phases: list[dict] = []  # the scratch trainer's timing/* stats of each update
+        self.allocator: list[dict] = []  # the CUDA caching allocator's counters at each boundary
 
     def now(self) -> float:
         if self.gpu:
@@ -144,7 +226,14 @@ class Clock:
             self.phases.append({k: v for k, v in stats.items() if k.startswith("timing/") and k != "timing/elapsed"})
 
         graphs = counters["stats"]["unique_graphs"]  # every graph torch.compile has made in this process
+        if self.gpu and len(self.stamps) == self.warmup:  # read before the stamp: its time is not the timed updates'
+            self.clocks_at_start = gpu_clocks()
         self.stamps.append((self.now(), self.generate_seconds, self.steps, self.tokens, graphs))
+        if self.gpu:
+            import torch
+
+            stats = torch.cuda.memory_stats()
+            self.allocator.append({k: stats.get(k, 0) for k in ALLOCATOR_COUNTERS})
 
     def count(self, responses) -> None:
         """``responses``: ``(B, R)`` sampled ids; counts the ids up to and including each row's first eos."""
@@ -175,9 +264,9 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
 
     gpu = torch.cuda.is_available()
     dtype = torch.bfloat16 if gpu else torch.float32
-    parts = SUFFIX.fullmatch(row)
-    name, lora, micro = parts["name"], bool(parts["lora"]), int(parts["micro"] or 0)
-    policy, reward_model = build_models(args.tiny, dtype)
+    name, options, micro = row_parts(row)
+    lora = "lora" in options
+    policy, reward_model = build_models(args.tiny, args.model, dtype)
     tokenizer = char_tokenizer()
     reward = ClassifierReward(reward_model, tokenizer, pair=True, name="deberta_rm")
     updates = args.warmup + args.updates
@@ -212,6 +301,8 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         sampler=sampler,
         local_rollout_forward_batch_size=micro,
         micro_batch_size=micro,
+        gradient_checkpointing="gc" in options,
+        critic_adapter="critic" in options,
         **vllm_options,
     )
     peft_config = None
@@ -219,7 +310,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
-    clock = Clock(gpu, tokenizer.eos_token_id)
+    clock = Clock(gpu, tokenizer.eos_token_id, args.warmup)
     if gpu:
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
@@ -283,7 +374,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
                     save_strategy="no",
                     report_to="none",
                     disable_tqdm=True,
-                    gradient_checkpointing=False,
+                    gradient_checkpointing="gc" in options,
                     disable_dropout=True,
                     **sampling,
                 )
@@ -300,6 +391,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         clock.update_done()
         run()
+    clocks_at_end = gpu_clocks() if gpu else None
     if len(clock.stamps) != updates + 1:
         raise SystemExit(f"{row}: {len(clock.stamps) - 1} update boundaries seen, expected {updates}")
     start, end = clock.stamps[args.warmup], clock.stamps[-1]
@@ -311,13 +403,24 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         if timed_phases
         else None
     )
+    # Tokens through one whole update, as the field counts them: each episode's prompt (its mean length) and its
+    # sampled response tokens (up to and including the first eos).
+    prompt_tokens = args.updates * batch_size * sum(map(len, prompts)) / len(prompts)
+    timed_stamps = clock.stamps[args.warmup :]
+    allocator = (
+        {k: clock.allocator[-1][k] - clock.allocator[args.warmup][k] for k in ALLOCATOR_COUNTERS}
+        if clock.allocator
+        else None
+    )
     return {
         "row": row,
+        "model": args.model,
         "batch_size": batch_size,
         "rows_per_pass": micro or "auto",
         "response_length": response_length,
         "updates": args.updates,
         "episodes_per_second": round(args.updates * batch_size / seconds, 2),
+        "tokens_per_second": round((prompt_tokens + tokens) / seconds, 1),
         "generated_tokens_per_second": round(tokens / seconds, 1),
         "ms_per_decode_step": round(1000 * generate_seconds / steps, 2),
         "generate_share": round(generate_seconds / seconds, 3),
@@ -327,11 +430,18 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         "graphs_compiled": end[4],
         "graphs_compiled_while_timed": end[4] - start[4],
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
+        "peak_gpu_reserved_mb": round(torch.cuda.max_memory_reserved() / 2**20, 1) if gpu else None,
         "trainable_parameters": trainable,
         "versions": versions(),
         # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
         "timing_phases_per_update": phases,
         "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None,
+        "seconds_each_update": [
+            round(b[0] - a[0], 3) for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)
+        ],
+        "timing_phases_each_update": [{k: round(v, 3) for k, v in p.items()} for p in timed_phases],
+        "allocator_while_timed": allocator,
+        "gpu_clocks": {"timed_start": clock.clocks_at_start, "end": clocks_at_end},
         **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu),
     }
 
@@ -407,6 +517,8 @@ def run_row(row: str, shape: str, args) -> tuple[dict | None, str | None]:
         str(args.warmup),
         "--vllm-gpu-memory-utilization",
         str(args.vllm_gpu_memory_utilization),
+        "--model",
+        args.model,
     ] + (["--tiny"] if args.tiny else [])
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.row_timeout, cwd=ROOT)
@@ -427,9 +539,9 @@ def command() -> str:
 def table(data: dict) -> str:
     """The results file as the markdown table docs/results.md shows (``NAME.md`` beside ``NAME.json``)."""
     lines = [
-        "| row | prompts x tokens | rows a pass | episodes/s | ms a decode step | generating | s an update "
-        "(generate / experience / update) | peak GPU MB | graphs compiled while timed | first update s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| row | policy | prompts x tokens | rows a pass | episodes/s | tokens/s | ms a decode step | generating | "
+        "s an update (generate / experience / update) | peak GPU MB | graphs compiled while timed | first update s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         phases = r.get("timing_phases_per_update") or {}
@@ -437,12 +549,20 @@ def table(data: dict) -> str:
             f"{phases[f'timing/{k}']:.2f}" for k in ("generate", "experience", "update") if f"timing/{k}" in phases
         )
         lines.append(
-            f"| `{r['row']}` | {r['batch_size']}x{r['response_length']} | {r.get('rows_per_pass', 'auto')} | "
-            f"{r['episodes_per_second']:.1f} | {r['ms_per_decode_step']:.1f} | {r['generate_share']:.0%} | "
+            f"| `{r['row']}` | {r.get('model', '0.5b')} | {r['batch_size']}x{r['response_length']} | "
+            f"{r.get('rows_per_pass', 'auto')} | {r['episodes_per_second']:.1f} | "
+            f"{format(r['tokens_per_second'], ',.0f') if 'tokens_per_second' in r else '-'} | "
+            f"{r['ms_per_decode_step']:.1f} | {r['generate_share']:.0%} | "
             f"{r['seconds_per_update']:.2f}{f' ({split})' if split else ''} | {r['peak_gpu_mb']:,.0f} | "
             f"{r['graphs_compiled_while_timed']} | {r['first_update_seconds']:.1f} |"
         )
-    lines += [f"| `{f['row']}` | {f['shape']} | failed: {f['error']} |||||||" for f in data.get("failed", [])]
+    model = data.get("settings", {}).get("model", "0.5b")
+    lines += [
+        f"| `{f['row']}` | {model} | {f['shape']} | failed: {f['error']} |||||||||" for f in data.get("failed", [])
+    ]
+    lines += [
+        f"| `{f['row']}` | {model} | {f['shape']} | not run: {f['why']} |||||||||" for f in data.get("not_run", [])
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -466,6 +586,13 @@ def summary(results: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny models on any device: check the script only")
+    parser.add_argument("--model", choices=MODELS, default="0.5b", help="the policy's shape (Qwen2.5)")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="seconds after which no further row starts (0: none); rows left are listed under not_run",
+    )
     parser.add_argument("--shapes", default=",".join(SHAPES), help="prompts per update x response tokens")
     parser.add_argument("--rows", default=",".join(DEFAULT_ROWS), help=f"some of {', '.join(ROWS)}")
     parser.add_argument(
@@ -510,9 +637,11 @@ def main(argv=None) -> int:
         rows = [f"trl-ext/{s}" for s in samplers]
         args.out = args.out or str(ROOT / "benchmarks" / "results" / f"rlhf-gpu-{'-'.join(samplers)}.json")
     args.out = args.out or str(ROOT / "benchmarks" / "results" / "rlhf-gpu.json")
-    unknown = [r for r in rows if not SUFFIX.fullmatch(r) or SUFFIX.fullmatch(r)["name"] not in ROWS]
-    if unknown:
-        parser.error(f"unknown row(s) {', '.join(unknown)}: choose from {', '.join(ROWS)}")
+    for row in rows:
+        try:
+            row_parts(row)
+        except ValueError as err:
+            parser.error(str(err))
     import torch
 
     if not torch.cuda.is_available() and not args.tiny:
@@ -522,24 +651,32 @@ def main(argv=None) -> int:
     from trl_ext.runs.machine import machine
 
     settings = {k: v for k, v in vars(args).items() if k not in ("one", "out")}
-    results, failed = [], []
+    results, failed, not_run = [], [], []
+    began = time.monotonic()
     for shape in shapes:
         for row in rows:
-            result, why = run_row(row, shape, args)
-            print(f"{row} {shape}: {result or 'FAILED ' + why}", flush=True)
-            if result:
-                results.append(result)
+            if args.deadline and time.monotonic() - began > args.deadline:
+                not_run.append({"row": row, "shape": shape, "why": f"--deadline {args.deadline:g} s had passed"})
+                print(f"{row} {shape}: not run (--deadline)", flush=True)
             else:
-                failed.append({"row": row, "shape": shape, "error": why})
+                result, why = run_row(row, shape, args)
+                print(f"{row} {shape}: {result or 'FAILED ' + why}", flush=True)
+                if result:
+                    results.append(result)
+                else:
+                    failed.append({"row": row, "shape": shape, "error": why})
             if not args.tiny:  # after every row: a run cut short keeps what it measured
                 data = {
                     "benchmark": "rlhf-gpu",
                     "machine": machine(),
                     "device": torch.cuda.get_device_name(),
                     "commands": [command()],
+                    # the device machine gets a copy of the tree without git: the caller names the commit
+                    "commit": os.environ.get("TRL_EXT_COMMIT") or git_commit(),
                     "settings": settings,
                     "rows": results,
                     "failed": failed,
+                    "not_run": not_run,
                 }
                 write_results(Path(args.out), data, table)
     print(summary(results))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -153,5 +155,22 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
         env=env,
     )
     table = (tmp_path / "r.md").read_text()
-    assert "| `trl-ext/static+mb8` | 64x128 | 8 | 31.4 | 4.3 | 27% | 2.04 (0.55 / 0.47 / 1.00) | 13,845 | 0 |" in table
-    assert "| `trl-ppo` | 64x128 | failed: CUDA out of memory |" in table
+    assert (
+        "| `trl-ext/static+mb8` | 0.5b | 64x128 | 8 | 31.4 | - | 4.3 | 27% | 2.04 (0.55 / 0.47 / 1.00) | 13,845 |"
+        in table
+    )
+    assert "| `trl-ppo` | 0.5b | 64x128 | failed: CUDA out of memory |" in table
+
+
+def test_the_gpu_benchmark_reads_a_rows_options_and_names_a_bad_one():
+    from benchmarks.gpu import row_parts
+
+    assert row_parts("trl-ext/static+lora+critic+gc+mb8") == ("trl-ext/static", {"lora", "critic", "gc"}, 8)
+    assert row_parts("trl-grpo") == ("trl-grpo", set(), 0)
+    for bad, words in [
+        ("trl-ext/fast", "unknown row"),
+        ("trl-ext/static+qlora", "qlora"),
+        ("trl-ext/static+critic", "needs 'lora'"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            row_parts(bad)

@@ -167,7 +167,7 @@ class PPOTrainer:
         return self.accelerator.prepare(model, self._optimizer(model))
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return builder.build_optimizer(model, self.config.learning_rate)
+        return builder.build_optimizer(model, self.config.learning_rate, self.accelerator.device)
 
     def _backward(self, loss: torch.Tensor) -> None:
         """Gradients of one micro-batch's share of the loss, added to those of the minibatch's others."""
