@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import string
 import subprocess
 import sys
@@ -539,11 +540,16 @@ def command() -> str:
 def table(data: dict) -> str:
     """The results file as the markdown table docs/results.md shows (``NAME.md`` beside ``NAME.json``)."""
     lines = [
-        "| row | policy | prompts x tokens | rows a pass | episodes/s | tokens/s | ms a decode step | generating | "
-        "s an update (generate / experience / update) | peak GPU MB | graphs compiled while timed | first update s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| row | policy | prompts x tokens | rows a pass | episodes/s | at the median update | tokens/s | "
+        "ms a decode step | generating | s an update (generate / experience / update) | slowest update s | "
+        "peak GPU MB | graphs compiled while timed | first update s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
+        each = r.get("seconds_each_update")  # every timed update's seconds (files before it have the mean alone)
+        median_rate = f"{r['batch_size'] / statistics.median(each):.1f}" if each else "-"
+        slowest = f"{max(each):.2f}" if each else "-"
+        tokens = format(r["tokens_per_second"], ",.0f") if "tokens_per_second" in r else "-"
         phases = r.get("timing_phases_per_update") or {}
         split = " / ".join(
             f"{phases[f'timing/{k}']:.2f}" for k in ("generate", "experience", "update") if f"timing/{k}" in phases
@@ -551,17 +557,18 @@ def table(data: dict) -> str:
         lines.append(
             f"| `{r['row']}` | {r.get('model', '0.5b')} | {r['batch_size']}x{r['response_length']} | "
             f"{r.get('rows_per_pass', 'auto')} | {r['episodes_per_second']:.1f} | "
-            f"{format(r['tokens_per_second'], ',.0f') if 'tokens_per_second' in r else '-'} | "
+            f"{median_rate} | {tokens} | "
             f"{r['ms_per_decode_step']:.1f} | {r['generate_share']:.0%} | "
-            f"{r['seconds_per_update']:.2f}{f' ({split})' if split else ''} | {r['peak_gpu_mb']:,.0f} | "
+            f"{r['seconds_per_update']:.2f}{f' ({split})' if split else ''} | {slowest} | "
+            f"{r['peak_gpu_mb']:,.0f} | "
             f"{r['graphs_compiled_while_timed']} | {r['first_update_seconds']:.1f} |"
         )
     model = data.get("settings", {}).get("model", "0.5b")
     lines += [
-        f"| `{f['row']}` | {model} | {f['shape']} | failed: {f['error']} |||||||||" for f in data.get("failed", [])
+        f"| `{f['row']}` | {model} | {f['shape']} | failed: {f['error']} |||||||||||" for f in data.get("failed", [])
     ]
     lines += [
-        f"| `{f['row']}` | {model} | {f['shape']} | not run: {f['why']} |||||||||" for f in data.get("not_run", [])
+        f"| `{f['row']}` | {model} | {f['shape']} | not run: {f['why']} |||||||||||" for f in data.get("not_run", [])
     ]
     return "\n".join(lines) + "\n"
 
