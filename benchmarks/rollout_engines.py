@@ -145,20 +145,7 @@ class MergedLoop(Sampler):
 
         if self.stale or self.synced != id(model):
             self.sync(model)
-        return Completions(
-            sample_responses(
-                self.copy,
-                query_ids,
-                query_mask,
-                max_new_tokens=options.max_new_tokens,
-                eos_token_id=options.eos_token_id,
-                pad_token_id=options.pad_token_id,
-                temperature=options.temperature,
-                top_k=options.top_k,
-                top_p=options.top_p,
-                generator=generator,
-            )
-        )
+        return Completions(sample_responses(self.copy, query_ids, query_mask, options, generator))
 
 
 def wait_for_turn() -> float:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.rollout.interface import SamplingOptions
 from trl_ext.ppo.rollout.loop import last_positions, sample_responses
 from trl_ext.ppo.rollout.static_sampler import StaticDecoder
 from trl_ext.ppo.trainer import PPOTrainer
@@ -70,16 +71,10 @@ def test_every_pass_of_an_update_and_every_prefill_hands_indices(tokenizer, epoc
 
     seen.clear()
     ids = torch.tensor([queries[0], queries[1]])
-    options = dict(
-        max_new_tokens=3,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        temperature=1.0,
-        generator=torch.Generator().manual_seed(0),
-    )
-    sample_responses(trainer.policy, ids, torch.ones_like(ids), **options)
+    options = SamplingOptions(3, tokenizer.eos_token_id, tokenizer.pad_token_id, temperature=1.0)
+    sample_responses(trainer.policy, ids, torch.ones_like(ids), options, torch.Generator().manual_seed(0))
     assert len(seen) == 3 and set(seen) == {torch.Tensor}  # the prefill and every decode step
 
     seen.clear()
-    StaticDecoder()(trainer.policy, ids, torch.ones_like(ids), **options)
+    StaticDecoder()(trainer.policy, ids, torch.ones_like(ids), options, torch.Generator().manual_seed(0))
     assert seen[0] is torch.Tensor  # the prefill; a decode step's input is one position, already contiguous

@@ -39,16 +39,7 @@ class CopyEngine(Sampler):
 
     @torch.no_grad()
     def generate(self, query_ids, query_mask, options, generator=None):
-        ids = sample_responses(
-            self.copy,
-            query_ids,
-            query_mask,
-            max_new_tokens=options.max_new_tokens,
-            eos_token_id=options.eos_token_id,
-            pad_token_id=options.pad_token_id,
-            temperature=options.temperature,
-            generator=generator,
-        )
+        ids = sample_responses(self.copy, query_ids, query_mask, options, generator)
         full = torch.cat([query_ids, ids], 1)
         mask = torch.cat([query_mask, torch.ones_like(ids)], 1)
         logits = self.copy(input_ids=full, attention_mask=mask).logits[:, query_ids.shape[1] - 1 : -1]

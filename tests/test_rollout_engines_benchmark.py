@@ -52,16 +52,7 @@ def test_the_merged_loop_samples_the_merged_weights_and_syncs_after_each_step(be
 
     def both(seed):
         ours = engine.sample(policy, ids, mask, options, torch.Generator().manual_seed(seed)).ids
-        through_lora = sample_responses(
-            policy,
-            ids,
-            mask,
-            max_new_tokens=6,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            temperature=0.7,
-            generator=torch.Generator().manual_seed(seed),
-        )
+        through_lora = sample_responses(policy, ids, mask, options, torch.Generator().manual_seed(seed))
         return ours, through_lora
 
     ours, through_lora = both(0)

@@ -9,6 +9,7 @@ from datasets import Dataset
 from launch import run_two_ranks
 
 from trl_ext.ppo import PPOConfig, PPOTrainer
+from trl_ext.ppo.rollout.interface import SamplingOptions
 from trl_ext.ppo.rollout.loop import filter_logits, sample_responses
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
@@ -138,15 +139,7 @@ def test_top_k_one_samples_the_greedy_answer(tokenizer, sampler):
     )
     queries = _prompts(tokenizer)["input_ids"]
     ids, mask = trainer.sampling.pad(queries)
-    greedy = sample_responses(
-        policy,
-        ids,
-        mask,
-        max_new_tokens=8,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        temperature=0,
-    )
+    greedy = sample_responses(policy, ids, mask, SamplingOptions(8, tokenizer.eos_token_id, tokenizer.pad_token_id, 0))
     sampled = trainer.sampling.completions(ids, mask).ids
     assert torch.equal(sampled[:, : greedy.shape[1]], greedy)
 

@@ -1,8 +1,11 @@
 """The static-cache sampler draws token for token what the KV-cache loop draws (CPU, eager)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
+from trl_ext.ppo.rollout.interface import SamplingOptions
 from trl_ext.ppo.rollout.loop import sample_responses
 from trl_ext.ppo.rollout.static_sampler import StaticDecoder, bucket, pick_tokens
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
@@ -52,26 +55,17 @@ def _queries(rows=5, seed=1):
 
 def _eos_for(model, ids, mask, **options):
     """An eos that ends some rows early: the commonest token of an eos-free rollout."""
-    free = sample_responses(
-        model,
-        ids,
-        mask,
-        max_new_tokens=12,
-        eos_token_id=-1,
-        pad_token_id=0,
-        generator=torch.Generator().manual_seed(7),
-        **options,
-    )
+    free = sample_responses(model, ids, mask, SamplingOptions(12, -1, 0, **options), torch.Generator().manual_seed(7))
     return int(free[:, 1:].flatten().mode().values)
 
 
 def _both(model, ids, mask, sampler=None, **options):
     """The loop's and the static sampler's rollouts from the same seed, and whether both leave the
     generator in the same state (so the draws after a rollout agree too)."""
-    options = {"max_new_tokens": 12, "pad_token_id": 0, **options}
+    options = SamplingOptions(**{"max_new_tokens": 12, "pad_token_id": 0, **options})
     g_loop, g_static = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    loop = sample_responses(model, ids, mask, generator=g_loop, **options)
-    static = (sampler or StaticDecoder())(model, ids, mask, generator=g_static, **options)
+    loop = sample_responses(model, ids, mask, options, g_loop)
+    static = (sampler or StaticDecoder())(model, ids, mask, options, g_static)
     return loop, static, torch.equal(g_loop.get_state(), g_static.get_state())
 
 
@@ -165,8 +159,8 @@ def test_the_turns_of_a_tool_loop_reuse_a_few_caches():
 def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():
     model = _gpt2()
     ids, mask = _queries(rows=3)
-    options = {"max_new_tokens": 30, "pad_token_id": 0, "temperature": 1.0}
-    free = sample_responses(model, ids, mask, eos_token_id=-1, generator=torch.Generator().manual_seed(7), **options)
+    options = SamplingOptions(max_new_tokens=30, eos_token_id=-1, pad_token_id=0, temperature=1.0)
+    free = sample_responses(model, ids, mask, options, torch.Generator().manual_seed(7))
     # An eos that every row emits, the last row at a step that is not a multiple of 8.
     width = {
         t: max(int((row == t).nonzero()[0]) + 1 for row in free)
@@ -174,10 +168,9 @@ def test_check_every_n_tokens_keeps_the_tokens_and_pads_the_tail():
         if all((row == t).any() for row in free)
     }
     eos = next(t for t in sorted(width, key=width.get) if width[t] % 8)
-    loop = sample_responses(model, ids, mask, eos_token_id=eos, generator=torch.Generator().manual_seed(7), **options)
-    static = StaticDecoder(check_every=8)(
-        model, ids, mask, eos_token_id=eos, generator=torch.Generator().manual_seed(7), **options
-    )
+    options = replace(options, eos_token_id=eos)
+    loop = sample_responses(model, ids, mask, options, torch.Generator().manual_seed(7))
+    static = StaticDecoder(check_every=8)(model, ids, mask, options, torch.Generator().manual_seed(7))
     assert loop.shape[1] == width[eos] < 30  # every row ended early; the static sampler sees it at a check
     assert static.shape[1] == min(30, -(-loop.shape[1] // 8) * 8)
     assert torch.equal(static[:, : loop.shape[1]], loop)

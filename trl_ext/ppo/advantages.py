@@ -9,7 +9,7 @@ whitened over the batch unless ``config.whiten_advantages`` says otherwise).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -126,34 +126,17 @@ def compute_advantages(
     def compact(x):
         return None if x is None else core.compact_tokens(x, index, value_mask)
 
-    outcome = _contiguous_advantages(
-        scores,
-        compact(logprobs),
-        compact(ref_logprobs),
-        compact(values),
-        mask,
-        value_mask,
-        ended,
-        group_ids,
-        config,
-        kl_coef,
-        compact(token_rewards),
-        critic_lam,
-    )
+    per_token = dict(logprobs=logprobs, ref_logprobs=ref_logprobs, values=values, token_rewards=token_rewards)
+    compacted = {name: compact(x) for name, x in per_token.items()}
+    rules = dict(mask=mask, value_mask=value_mask, ended=ended, group_ids=group_ids, config=config, kl_coef=kl_coef)
+    outcome = _contiguous_advantages(scores, **compacted, **rules, critic_lam=critic_lam)
 
     def expand(x):
         return None if x is None else core.expand_tokens(x, index, value_mask)
 
-    return Advantages(
-        advantages=expand(outcome.advantages),
-        returns=expand(outcome.returns),
-        values=expand(outcome.values),
-        scores=outcome.scores,
-        kl=expand(outcome.kl),
-        rewards=expand(outcome.rewards),
-        non_score_rewards=expand(outcome.non_score_rewards),
-        value_mask=expand(outcome.value_mask),
-    )
+    # every (B, T) result back to its tokens' positions; the scores are per row
+    back = {f.name: expand(getattr(outcome, f.name)) for f in fields(outcome) if f.name != "scores"}
+    return Advantages(scores=outcome.scores, **back)
 
 
 def _contiguous_advantages(

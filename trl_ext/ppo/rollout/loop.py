@@ -8,6 +8,7 @@ import torch
 from packaging.version import Version
 
 from trl_ext.data.sequences import positions_from_mask, response_mask
+from trl_ext.ppo.rollout.interface import SamplingOptions
 
 # transformers 5.24 renamed the KV-cache argument and output field `past_key_values` to `cache` (the old name
 # warns, and goes in 5.40): the name the installed transformers takes.
@@ -40,32 +41,22 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 
 
 @torch.no_grad()
-def sample_responses(
-    model,
-    query_ids: torch.Tensor,
-    query_mask: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    eos_token_id: int,
-    pad_token_id: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Sample up to ``max_new_tokens`` per left-padded query; ``(B, R)`` ids, pad after the first eos.
+def sample_responses(model, query_ids, query_mask, options: SamplingOptions, generator=None) -> torch.Tensor:
+    """Sample up to ``options.max_new_tokens`` per left-padded query (``(B, P)`` ids and mask, the engines'
+    contract: ``interface.Sampler.sample``); ``(B, R)`` ids, pad after the first eos.
 
     A plain loop over the model with its KV cache: for small models ``generate``'s per-step
-    machinery costs more than the forward pass. ``temperature == 0`` is greedy; ``top_k``/``top_p``
-    filter the distribution before sampling.
+    machinery costs more than the forward pass. Temperature 0 is greedy; top-k/top-p filter the
+    distribution before sampling.
     """
+    temperature, eos_token_id, pad_token_id = options.temperature, options.eos_token_id, options.pad_token_id
     batch = query_ids.shape[0]
     mask = query_mask.long()
     positions = positions_from_mask(mask)
     inputs, past = query_ids, None
     done = torch.zeros(batch, dtype=torch.bool, device=query_ids.device)
     out = []
-    for _ in range(max_new_tokens):
+    for _ in range(options.max_new_tokens):
         # the last position only: the prefill's logits of every prompt position would be (B, P, V) for nothing
         result = model(
             input_ids=inputs,
@@ -80,7 +71,7 @@ def sample_responses(
         if temperature == 0:
             token = logits.argmax(-1)
         else:
-            probs = torch.softmax(filter_logits(logits / temperature, top_k, top_p), dim=-1)
+            probs = torch.softmax(filter_logits(logits / temperature, options.top_k, options.top_p), dim=-1)
             token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         token = torch.where(done, torch.full_like(token, pad_token_id), token)
         out.append(token)
@@ -95,34 +86,24 @@ def sample_responses(
 
 @torch.no_grad()
 def generate_responses(
-    model,
-    query_ids: torch.Tensor,
-    query_mask: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    eos_token_id: int,
-    pad_token_id: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
+    model, query_ids: torch.Tensor, query_mask: torch.Tensor, options: SamplingOptions
 ) -> torch.Tensor:
     """The same contract as ``sample_responses`` through ``model.generate`` (for large models and
     the options the hand-written loop lacks, such as ``repetition_penalty``); draws from the global RNG."""
     sampling = (
         {"do_sample": False}
-        if temperature == 0
-        else {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+        if options.temperature == 0
+        else {"do_sample": True, "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p}
     )
     out = model.generate(
         input_ids=query_ids,
         attention_mask=query_mask,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        repetition_penalty=repetition_penalty,
+        max_new_tokens=options.max_new_tokens,
+        eos_token_id=options.eos_token_id,
+        pad_token_id=options.pad_token_id,
+        repetition_penalty=options.repetition_penalty,
         **sampling,
     )
     responses = out[:, query_ids.shape[1] :]
-    mask = response_mask(responses, eos_token_id)
-    return responses.masked_fill(mask == 0, pad_token_id)
+    mask = response_mask(responses, options.eos_token_id)
+    return responses.masked_fill(mask == 0, options.pad_token_id)

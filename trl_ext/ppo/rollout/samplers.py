@@ -24,26 +24,12 @@ __all__ = ["SAMPLERS", "Completions", "Sampler", "SamplingOptions", "build_sampl
 SAMPLERS = Registry("sampler", takes_config=False)
 
 
-def _loop_options(options: SamplingOptions) -> dict:
-    """The keywords the loop, ``model.generate`` and the static decoder share, from the run's sampling options."""
-    return dict(
-        max_new_tokens=options.max_new_tokens,
-        eos_token_id=options.eos_token_id,
-        pad_token_id=options.pad_token_id,
-        temperature=options.temperature,
-        top_k=options.top_k,
-        top_p=options.top_p,
-    )
-
-
 @SAMPLERS.register("loop")
 class LoopSampler(Sampler):
     """The KV-cache loop (``rollout.sample_responses``): fastest for small models on CPU."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(
-            sample_responses(model, query_ids, query_mask, generator=generator, **_loop_options(options))
-        )
+        return Completions(sample_responses(model, query_ids, query_mask, options, generator))
 
 
 @SAMPLERS.register("generate")
@@ -52,11 +38,7 @@ class GenerateSampler(Sampler):
     RNG."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(
-            generate_responses(
-                model, query_ids, query_mask, repetition_penalty=options.repetition_penalty, **_loop_options(options)
-            )
-        )
+        return Completions(generate_responses(model, query_ids, query_mask, options))
 
 
 @SAMPLERS.register("static")
@@ -67,7 +49,7 @@ class StaticCacheSampler(Sampler):
         self.engine = StaticDecoder()  # holds its caches and compiled step across rollouts
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
-        return Completions(self.engine(model, query_ids, query_mask, generator=generator, **_loop_options(options)))
+        return Completions(self.engine(model, query_ids, query_mask, options, generator))
 
 
 # Where vLLM was measured to win on CPU (docs/vllm.md): SmolLM2-135M rollouts 4.9-6.2x faster than the loop; on the

@@ -18,6 +18,7 @@ import warnings
 import torch
 
 from trl_ext.data.sequences import positions_from_mask
+from trl_ext.ppo.rollout.interface import SamplingOptions
 from trl_ext.ppo.rollout.loop import CACHE_ARG, last_positions
 
 
@@ -172,22 +173,10 @@ class StaticDecoder:
         return cache
 
     @torch.no_grad()
-    def __call__(
-        self,
-        model,
-        query_ids: torch.Tensor,
-        query_mask: torch.Tensor,
-        *,
-        max_new_tokens: int,
-        eos_token_id: int,
-        pad_token_id: int,
-        temperature: float = 1.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        """``(B, R)`` sampled ids, pad after the first eos; ``R <= max_new_tokens`` (fewer when every
+    def __call__(self, model, query_ids, query_mask, options: SamplingOptions, generator=None) -> torch.Tensor:
+        """``(B, R)`` sampled ids, pad after the first eos; ``R <= options.max_new_tokens`` (fewer when every
         row has ended by a check). Draws from ``generator`` as ``sample_responses`` does."""
+        max_new_tokens, temperature, pad_token_id = options.max_new_tokens, options.temperature, options.pad_token_id
         # A PEFT model's base model carries the adapter layers: calling it skips PEFT's Python wrapper.
         decoder = model.get_base_model() if hasattr(model, "get_base_model") else model
         rows, prompt = query_ids.shape
@@ -223,12 +212,12 @@ class StaticDecoder:
             noise = torch.ones_like(logits)
         done = torch.arange(batch, device=device) >= rows
         responses = torch.full((batch, max_new_tokens), pad_token_id, dtype=query_ids.dtype, device=device)
-        options = dict(
-            temperature=temperature, top_k=top_k, top_p=top_p, eos_token_id=eos_token_id, pad_token_id=pad_token_id
-        )
+        step_options = {
+            k: getattr(options, k) for k in ("temperature", "top_k", "top_p", "eos_token_id", "pad_token_id")
+        }
         if noise is not None:
             noise[:rows].exponential_(generator=generator)
-        tokens, done = _next(logits, done, noise, **options)
+        tokens, done = _next(logits, done, noise, **step_options)
         responses[:, 0] = tokens
         step = self._step_function(on_cuda)
         check_every = self.check_every or (8 if on_cuda else 1)
@@ -244,7 +233,7 @@ class StaticDecoder:
                 torch.compiler.cudagraph_mark_step_begin()
             inputs = (decoder, cache, tokens, done, mask, position_ids, cache_position, noise)
             try:
-                new_tokens, new_done = step(*inputs, **options)
+                new_tokens, new_done = step(*inputs, **step_options)
             except torch.OutOfMemoryError:
                 raise
             except Exception as error:  # a step that will not compile still decodes, eagerly and slower
@@ -256,7 +245,7 @@ class StaticDecoder:
                     stacklevel=2,
                 )
                 self.compile, step = False, decode_step
-                new_tokens, new_done = step(*inputs, **options)  # the cache write it repeats is the same
+                new_tokens, new_done = step(*inputs, **step_options)  # the cache write it repeats is the same
             tokens, done = new_tokens.clone(), new_done.clone()
             responses[:, steps] = tokens
             position_ids.add_(1)

@@ -210,6 +210,7 @@ def hf_sampler(model, tokenizer, *, temperature: float, seed: int):
 
     from trl_ext.data.batching import pad_batch
     from trl_ext.data.sequences import completion_token_ids, response_mask
+    from trl_ext.ppo.rollout.interface import SamplingOptions
     from trl_ext.ppo.rollout.loop import generate_responses
 
     generator_seed = [seed]
@@ -218,15 +219,8 @@ def hf_sampler(model, tokenizer, *, temperature: float, seed: int):
         ids, attention = pad_batch(queries, tokenizer.pad_token_id, side="left")
         torch.manual_seed(generator_seed[0])
         generator_seed[0] += 1
-        responses = generate_responses(
-            model,
-            ids.to(model.device),
-            attention.to(model.device),
-            max_new_tokens=max_new_tokens,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            temperature=temperature,
-        )
+        options = SamplingOptions(max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id, temperature)
+        responses = generate_responses(model, ids.to(model.device), attention.to(model.device), options)
         return completion_token_ids(responses, response_mask(responses, tokenizer.eos_token_id)), None
 
     return sample
