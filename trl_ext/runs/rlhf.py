@@ -16,6 +16,7 @@ from trl_ext.data.prompt_files import PromptFile, describe, read_prompt_file, us
 from trl_ext.errors import InputError
 from trl_ext.runs.rlhf_options import LoRAOptions, PromptOptions, RLHFModels, RLHFOptions, RLHFStages
 from trl_ext.runs.run import train_options
+from trl_ext.runs.task_eval import TaskEval
 from trl_ext.settings.fields import options_dict
 from trl_ext.stages.reward_model import reward_model_stage
 from trl_ext.stages.sft import sft_stage
@@ -159,6 +160,7 @@ def run_stages(opts: RLHFOptions, out: Path, say) -> None:
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
     """The stages, then PPO (``trl_ext.runs.run.run_training``); returns the summary (also ``summary.json``)."""
     from trl_ext.data.prompt_files import prepare_prompts
+    from trl_ext.models.fetch import model_folder
     from trl_ext.models.loading import truncation_notice
     from trl_ext.runs.run import RunSpec, run_training
     from trl_ext.runs.runners import RunInputs
@@ -182,18 +184,24 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             "the RLHF recipe shares the LoRA backbone between policy and value head; "
             "separate_critic is not supported here"
         )
+    # summary.json records the options as given (catalogue:NAME, not this machine's cache folder)
+    record = options_dict(opts)
+    opts = replace(opts, models=replace(models, policy=model_folder(models.policy, "policy")))
+    models = opts.models
     out = Path(opts.output.out)
     spec = RunSpec(
         backend,
         backend,
         train_options(opts),
-        options_dict(opts),
+        record,
         opts.sources,
         overwrite=opts.output.overwrite,
         owned=STAGE_FOLDERS,
     )
+    task_eval: TaskEval | None = None  # --task-eval-size's, on the main process only
 
     def load(run) -> RunInputs:
+        nonlocal task_eval
         if models.reward_url:  # an unreachable server: one line before any stage trains
             from trl_ext.rewards.loading import connect_reward
 
@@ -227,6 +235,13 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         notice = truncation_notice(prepared.truncation, opts.data.max_prompt_length)  # said once, before training
         if notice and run.is_main:
             print_fn(notice)
+        if opts.data.task_eval_size and run.is_main:  # the policy as loaded: the trainer has not added LoRA yet
+            task_eval = TaskEval.of_task(
+                opts.data.task, opts.data.task_eval_size, opts.train.seed, opts.train.response_length
+            )
+            policy.to(run.state.device)  # where it trains and is scored after: both phases on one device
+            task_eval.score("before", policy, tokenizer)
+            print_fn(task_eval.line("before"))
         # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
         return RunInputs(
             spec.config,
@@ -240,14 +255,27 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
     def summarize(inputs, runner, recorder) -> dict:
         history = recorder.history
-        return {
+        fields = {
             "first_score": history.first.get("objective/scores"),
             "last_score": history.last.get("objective/scores"),
         }
+        if task_eval is not None:
+            task_eval.score("after", runner.policy, inputs.tokenizer)  # its adapter on
+            print_fn(task_eval.line("after"))
+            task_eval.write(out)
+        if opts.data.task_eval_size:  # None on the other processes
+            scores = task_eval.scores if task_eval is not None else {}
+            fields.update(test_before=scores.get("before"), test_after=scores.get("after"))
+        return fields
 
     summary = run_training(spec, load, summarize, print_fn)
+    tested = (
+        f"; test score {summary['test_before']} -> {summary['test_after']} (task_eval.json)"
+        if opts.data.task_eval_size
+        else ""
+    )
     summary["summary"] = (
         f"rlhf[{backend}]: {summary['updates']} updates, reward score "
-        f"{summary['first_score']} -> {summary['last_score']}; LoRA adapter in {out}"
+        f"{summary['first_score']} -> {summary['last_score']}{tested}; LoRA adapter in {out}"
     )
     return summary

@@ -20,7 +20,11 @@ from trl_ext.settings.layers import preset_layer
 class RLHFModels(ModelOptions):
     """The policy and what scores it."""
 
-    policy: str = field(help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout)")
+    policy: str = field(
+        help="causal LM directory (e.g. a Qwen2.5-0.5B-Instruct checkout), or 'catalogue:NAME' for a model of "
+        "trl-ext's catalogue (e.g. catalogue:Qwen2.5-Coder-0.5B-Instruct), fetched and converted once into "
+        "$TRL_EXT_CACHE/NAME (default ~/.cache/trl-ext/NAME)"
+    )
     reward: str | None = field(None, help="scalar reward model directory (e.g. a DeBERTa-v3 reward model)")
     reward_max_length: int = field(512, help="reward model input length")
     pair: bool = field(
@@ -87,6 +91,11 @@ class PromptOptions:
     task_size: int = field(
         1000, help="prompts --task generates: its train stream of --seed, cycled if the run takes more"
     )
+    task_eval_size: int = field(
+        0,
+        help="score the policy greedily on the first N prompts of --task's test stream of --seed, "
+        "before and after training (task_eval.json; 0: not at all)",
+    )
     max_prompt_length: int = field(256, help="prompts are truncated (on the left) to this many tokens")
     chat_template: str = field(
         "auto",
@@ -103,6 +112,10 @@ class PromptOptions:
                 if self.prompts
                 else "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)"
             )
+        if self.task_eval_size < 0:
+            raise InputError(f"task_eval_size must be positive (0: no evaluation), got {self.task_eval_size}")
+        if self.task_eval_size and self.task is None:
+            raise InputError("--task-eval-size scores --task's test stream: give --task too")
         if self.task is not None and not self.task.startswith(SPEC_PREFIX):
             raise InputError(f"--task {self.task!r}: expected '{SPEC_PREFIX}TASK' or '{SPEC_PREFIX}TASK:WEIGHT,...'")
         if self.chat_template not in CHAT_TEMPLATE_MODES:

@@ -1,0 +1,135 @@
+"""``trl-ext rlhf`` as one command from a catalogue model to a scored run: ``--policy catalogue:NAME`` resolved
+through ``fetch_model``, and ``--task-eval-size``'s greedy scores on the task's test stream before and after
+training. Offline: a tiny chat model stands in for the catalogue's."""
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny_models import tiny_qwen2
+
+from trl_ext.commands.cli import main
+from trl_ext.models import fetch
+from trl_ext.runs.task_eval import TaskEval
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "reasoning-gym:chain_sum"
+TINY_RUN = ["--total-episodes", "4", "--batch-size", "2", "--response-length", "4", "--lora-r", "4"]
+
+
+@pytest.fixture(scope="module")
+def chat_policy(tmp_path_factory):
+    return tiny_qwen2(tmp_path_factory.mktemp("task_command") / "qwen2_chat", chat_template=True)
+
+
+def rlhf(policy, out: Path, *extra: str) -> int:
+    return main(
+        ["rlhf", "--policy", str(policy), "--task", TASK, "--task-size", "8", "--out", str(out), *TINY_RUN, *extra]
+    )
+
+
+@pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])
+def test_task_eval_scores_the_test_stream_before_and_after_training(
+    chat_policy, tmp_path, capsys, monkeypatch, backend
+):
+    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+
+    # Which policy each phase scores: the loaded one without LoRA, then the trained one with its adapter.
+    has_lora, score = {}, TaskEval.score
+
+    def spying(self, phase, model, tokenizer):
+        has_lora[phase] = any("lora" in name for name, _ in model.named_modules())
+        return score(self, phase, model, tokenizer)
+
+    monkeypatch.setattr(TaskEval, "score", spying)
+    out = tmp_path / "o"
+    code = rlhf(chat_policy, out, "--backend", backend, "--task-eval-size", "4", "--seed", "3")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-3000:]
+    assert has_lora == {"before": False, "after": True}
+
+    evaluation = json.loads((out / "task_eval.json").read_text())
+    assert {k: evaluation[k] for k in ("task", "split", "seed", "prompts", "max_new_tokens")} == {
+        "task": TASK,
+        "split": "test",
+        "seed": 3,
+        "prompts": 4,
+        "max_new_tokens": 4,
+    }
+    assert all(isinstance(evaluation[p], float) and 0.0 <= evaluation[p] <= 1.0 for p in ("before", "after"))
+    test_rows = reasoning_gym_dataset(TASK, 4, seed=3, split="test")
+    first_question = test_rows["prompt"][0][-1]["content"]
+    assert {(e["phase"], e["question"]) for e in evaluation["examples"]} >= {
+        ("before", first_question),
+        ("after", first_question),
+    }
+    assert all(0.0 <= e["score"] <= 1.0 and isinstance(e["answer"], str) for e in evaluation["examples"])
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["test_before"], summary["test_after"]) == (evaluation["before"], evaluation["after"])
+    assert "[task-eval] before training: greedy score" in captured.out
+    assert f"test score {evaluation['before']} -> {evaluation['after']} (task_eval.json)" in captured.out
+
+
+def test_a_catalogue_policy_is_made_by_fetch_model(chat_policy, tmp_path, capsys, monkeypatch):
+    fetched = []
+    monkeypatch.setattr(fetch, "fetch_model", lambda name: fetched.append(name) or Path(chat_policy))
+    out = tmp_path / "o"
+    code = rlhf("catalogue:Qwen2.5-Coder-0.5B-Instruct", out)
+    assert code == 0, capsys.readouterr().err[-3000:]
+    assert fetched == ["Qwen2.5-Coder-0.5B-Instruct"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 2 and "test_before" not in summary
+    # the run is recorded as asked for, not by this machine's cache folder
+    assert summary["config"]["models"]["policy"] == "catalogue:Qwen2.5-Coder-0.5B-Instruct"
+
+
+@pytest.mark.parametrize(
+    "policy, extra, message",
+    [
+        (
+            "catalogue:Qwen2.5-0.5B",
+            [],
+            "policy 'catalogue:Qwen2.5-0.5B': no model 'Qwen2.5-0.5B' in the catalogue (it holds "
+            "SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct)",
+        ),
+        (None, ["--task-eval-size", "-1"], "task_eval_size must be positive (0: no evaluation), got -1"),
+    ],
+)
+def test_bad_task_command_inputs_are_one_line_and_write_nothing(
+    chat_policy, tmp_path, capsys, monkeypatch, policy, extra, message
+):
+    monkeypatch.setattr(fetch, "fetch_model", lambda name: pytest.fail(f"fetched {name}"))
+    out = tmp_path / "o"
+    assert rlhf(policy or chat_policy, out, *extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and not out.exists(), err
+
+
+def test_task_eval_size_without_a_task_is_one_line_and_writes_nothing(chat_policy, tmp_path, capsys):
+    out = tmp_path / "o"
+    prompts = str(ROOT / "recipes/rlhf/prompts_plain.txt")
+    argv = ["rlhf", "--policy", str(chat_policy), "--prompts", prompts, "--reward-fn", "m:f", "--out", str(out)]
+    assert main([*argv, "--task-eval-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--task-eval-size scores --task's test stream: give --task too" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_task_eval_scores_answers_with_the_tasks_verifier(monkeypatch):
+    """Right answers score 1 and wrong ones 0, as the verifier scores them in training; greedy, without dropout."""
+    import torch
+
+    from trl_ext.data.reasoning_gym import loads_exact
+    from trl_ext.models import chat_completions
+
+    evaluation = TaskEval.of_task(TASK, 4, seed=0, max_new_tokens=8)
+    right = [str(loads_exact(entry)["answer"]) for entry in evaluation.rows["entry"]]
+    model = torch.nn.Linear(1, 1)  # in training mode, as after an update
+
+    def generate(model_, tokenizer, conversations, *, temperature, max_new_tokens):
+        assert (model_.training, temperature, max_new_tokens) == (False, 0.0, 8)
+        return [f"<answer>{a}</answer>" if i < 2 else "<answer>no</answer>" for i, a in enumerate(right)]
+
+    monkeypatch.setattr(chat_completions, "generate", generate)
+    assert evaluation.score("before", model, None) == 0.5 and model.training

@@ -1,0 +1,78 @@
+"""``trl-ext rlhf --task-eval-size N``: the policy's greedy score on the first N prompts of ``--task``'s test stream,
+before training (the policy as loaded, no adapter yet) and after (the trained policy, its adapter on), written to
+``task_eval.json``.
+
+The answers are scored as training scores them: the task's verifier (``ReasoningGymReward``) called as the trainer
+calls a reward, each completion handed as one assistant message. The test stream of the run's seed shares no
+generator seed with the train stream the run learns from (``trl_ext.data.reasoning_gym``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = 2  # answers kept in task_eval.json per evaluation: enough to see what the model writes
+PHASES = ("before", "after")
+
+
+@dataclass
+class TaskEval:
+    """One run's held-out evaluation: its prompts, how answers are generated, and the scores so far."""
+
+    task: str
+    seed: int
+    max_new_tokens: int
+    rows: Any  # datasets.Dataset: the test stream's first rows, with the columns the verifier reads
+    scores: dict[str, float] = field(default_factory=dict)  # phase -> mean score
+    examples: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def of_task(cls, task: str, size: int, seed: int, max_new_tokens: int) -> TaskEval:
+        from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+
+        return cls(task, seed, max_new_tokens, reasoning_gym_dataset(task, size, seed=seed, split="test"))
+
+    def score(self, phase: str, model, tokenizer) -> float:
+        """The mean greedy score of ``model`` on the prompts, kept as ``phase`` ('before' or 'after')."""
+        from trl_ext.models.chat_completions import generate
+        from trl_ext.rewards.base import call_reward
+        from trl_ext.rewards.reasoning_gym import COLUMNS, ReasoningGymReward
+        from trl_ext.rewards.scoring import as_completions
+
+        prompts = self.rows["prompt"]
+        # Greedy answers are the same every time only without dropout (LoRA's, once training has begun).
+        was_training = model.training
+        model.eval()
+        try:
+            answers = generate(model, tokenizer, prompts, temperature=0.0, max_new_tokens=self.max_new_tokens)
+        finally:
+            model.train(was_training)
+        columns = {name: self.rows[name] for name in COLUMNS}
+        values = call_reward(ReasoningGymReward(), prompts, as_completions(prompts, answers), **columns)
+        self.scores[phase] = round(sum(values) / len(values), 4)
+        self.examples += [
+            {"phase": phase, "question": prompt[-1]["content"], "answer": answer, "score": value}
+            for prompt, answer, value in list(zip(prompts, answers, values))[:EXAMPLES]
+        ]
+        return self.scores[phase]
+
+    def line(self, phase: str) -> str:
+        return (
+            f"[task-eval] {phase} training: greedy score {self.scores[phase]} on the first {len(self.rows)} "
+            f"prompts of {self.task}'s test stream"
+        )
+
+    def write(self, out: Path) -> None:
+        record = {
+            "task": self.task,
+            "split": "test",
+            "seed": self.seed,
+            "prompts": len(self.rows),
+            "max_new_tokens": self.max_new_tokens,
+            **{phase: self.scores.get(phase) for phase in PHASES},
+            "examples": self.examples,
+        }
+        (out / "task_eval.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
