@@ -47,6 +47,23 @@ ROWS = {
     "trl-grpo": ["--backend", "grpo-tuned"],
     "trl-rloo": ["--backend", "rloo-tuned"],
 }
+# Issue 51's critic techniques, each alone on the ppo row (benchmarks/critic_ablation_plan.md, fixed before they ran)
+CRITIC_TECHNIQUES = {
+    "ppo-value-pretraining": [
+        "--critic-warmup-steps",
+        "10",
+        "--critic-warmup-patience",
+        "2",
+        "--critic-warmup-lam",
+        "1.0",
+    ],
+    "ppo-decoupled-gae": ["--critic-lam", "1.0"],
+    "ppo-length-lambda": ["--lam-length-alpha", "0.05"],
+    "ppo-clip-higher": ["--cliprange-high", "0.28"],
+    "ppo-positive-lm": ["--positive-lm-coef", "0.1", "--positive-lm-threshold", "0.5"],
+    "ppo-gen4": ["--num-generations", "4"],
+}
+ROWS.update({name: ROWS["ppo"] + flags for name, flags in CRITIC_TECHNIQUES.items()})
 TRL_ROWS = {"trl", "trl-grpo", "trl-rloo", "trl-grpo-matched", "trl-rloo-matched"}  # need TRL 1.12 (.venv)
 CHARSETS = ("digits", "lower", "upper")
 
