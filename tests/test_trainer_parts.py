@@ -147,3 +147,17 @@ def test_builder_copies_a_reference_only_where_a_kl_term_reads_it(tokenizer):
     assert reference is not None and not any(p.requires_grad for p in reference.parameters())
     assert model.value_head is None  # critic-free: no value head
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)  # master weights
+
+
+def test_the_optimizer_is_fused_on_a_gpu_and_foreach_elsewhere():
+    """transformers' default on a GPU (so TRL's): fused AdamW, whose step makes no full-size temporaries; on CPU
+    foreach, as every CPU result was measured. The device is only read at the first step, so a CUDA one can be
+    named here."""
+    from trl_ext.ppo.builder import build_optimizer
+
+    model = torch.nn.Linear(3, 2)
+    on_gpu = build_optimizer(model, 1e-3, torch.device("cuda")).defaults
+    on_cpu = build_optimizer(model, 1e-3, torch.device("cpu")).defaults
+    assert (on_gpu["fused"], on_gpu["foreach"]) == (True, False)
+    assert (on_cpu["fused"], on_cpu["foreach"]) == (False, True)
+    assert on_cpu["eps"] == 1e-8 and on_cpu["weight_decay"] == 0.0
