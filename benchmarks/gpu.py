@@ -76,6 +76,11 @@ def row_parts(row: str) -> tuple[str, set[str], int]:
     bad = [o for o in options if not OPTION.fullmatch(o)]
     if bad:
         raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, mbN)")
+    trl_only = [o for o in options if o in ("gc", "critic") or o.startswith("mb")]
+    if trl_only and not name.startswith("trl-ext/"):
+        raise ValueError(
+            f"row {row!r}: {', '.join(trl_only)} are trl-ext's settings; TRL's trainers here take lora only"
+        )
     if "critic" in options and "lora" not in options:
         raise ValueError(f"row {row!r}: 'critic' is the critic as a second LoRA adapter, so it needs 'lora'")
     micro = next((int(o[2:]) for o in options if o.startswith("mb")), 0)
@@ -542,7 +547,7 @@ def table(data: dict) -> str:
     lines = [
         "| row | policy | prompts x tokens | rows a pass | episodes/s | at the median update | tokens/s | "
         "ms a decode step | generating | s an update (generate / experience / update) | slowest update s | "
-        "peak GPU MB | graphs compiled while timed | first update s |",
+        "peak GPU MiB | graphs compiled while timed | first update s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
@@ -627,6 +632,8 @@ def main(argv=None) -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a row, in the child process
     parser.add_argument("--table", help="only write the markdown table of this results file beside it")
     args = parser.parse_args(argv)
+    if args.deadline < 0:
+        parser.error(f"--deadline takes seconds, 0 or more (0: none); got {args.deadline:g}")
     if args.table:
         rewrite_table(Path(args.table), table)
         return 0

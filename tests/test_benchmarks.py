@@ -173,6 +173,7 @@ def test_the_gpu_benchmark_reads_a_rows_options_and_names_a_bad_one():
         ("trl-ext/fast", "unknown row"),
         ("trl-ext/static+qlora", "qlora"),
         ("trl-ext/static+critic", "needs 'lora'"),
+        ("trl-grpo+gc", "trl-ext's settings"),
     ]:
         with pytest.raises(ValueError, match=words):
             row_parts(bad)

@@ -93,7 +93,7 @@ def test_a_catalogue_policy_is_made_by_fetch_model(chat_policy, tmp_path, capsys
             "policy 'catalogue:Qwen2.5-0.5B': no model 'Qwen2.5-0.5B' in the catalogue (it holds "
             "SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct)",
         ),
-        (None, ["--task-eval-size", "-1"], "task_eval_size must be positive (0: no evaluation), got -1"),
+        (None, ["--task-eval-size", "-1"], "--task-eval-size must be 0 or more (0: no evaluation), got -1"),
     ],
 )
 def test_bad_task_command_inputs_are_one_line_and_write_nothing(
@@ -113,6 +113,29 @@ def test_task_eval_size_without_a_task_is_one_line_and_writes_nothing(chat_polic
     assert main([*argv, "--task-eval-size", "4"]) == 2
     err = capsys.readouterr().err
     assert "--task-eval-size scores --task's test stream: give --task too" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_task_eval_size_under_several_processes_is_one_line_and_writes_nothing(
+    chat_policy, tmp_path, capsys, monkeypatch
+):
+    """The evaluation runs on the main process alone: under a launch of several the others would wait in prepare (or
+    hang on sharded weights), so it is refused before the output folder is made."""
+    from types import SimpleNamespace
+
+    from trl_ext.runs import run as run_module
+
+    one_process = run_module.Run.__init__
+
+    def as_rank_0_of_2(self, spec):
+        one_process(self, spec)
+        self.state = SimpleNamespace(num_processes=2, is_main_process=True)
+
+    monkeypatch.setattr(run_module.Run, "__init__", as_rank_0_of_2)
+    out = tmp_path / "o"
+    assert rlhf(chat_policy, out, "--task-eval-size", "2") == 2
+    err = capsys.readouterr().err
+    assert "--task-eval-size scores on the main process only: use it with one process" in err, err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 

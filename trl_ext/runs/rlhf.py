@@ -202,6 +202,8 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
     def load(run) -> RunInputs:
         nonlocal task_eval
+        if opts.data.task_eval_size and run.state.num_processes > 1:  # the others would wait in prepare, or hang
+            raise InputError("--task-eval-size scores on the main process only: use it with one process")
         if models.reward_url:  # an unreachable server: one line before any stage trains
             from trl_ext.rewards.loading import connect_reward
 

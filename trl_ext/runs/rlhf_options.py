@@ -113,7 +113,7 @@ class PromptOptions:
                 else "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)"
             )
         if self.task_eval_size < 0:
-            raise InputError(f"task_eval_size must be positive (0: no evaluation), got {self.task_eval_size}")
+            raise InputError(f"--task-eval-size must be 0 or more (0: no evaluation), got {self.task_eval_size}")
         if self.task_eval_size and self.task is None:
             raise InputError("--task-eval-size scores --task's test stream: give --task too")
         if self.task is not None and not self.task.startswith(SPEC_PREFIX):
