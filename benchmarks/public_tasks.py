@@ -4,13 +4,15 @@ The plan, committed before anything ran: benchmarks/public_tasks_plan.md (its se
 
     OMP_NUM_THREADS=1 python benchmarks/public_tasks.py --base-panel            # section 1: both models, 8 tasks
     OMP_NUM_THREADS=1 python benchmarks/public_tasks.py --select                # section 2: settings by measurement
+    OMP_NUM_THREADS=1 python benchmarks/public_tasks.py --select --answer-format last-number --tokens 64   # 2b
     OMP_NUM_THREADS=1 python benchmarks/public_tasks.py --cost                  # section 4: 0.5B beside SmolLM2
     OMP_NUM_THREADS=1 python benchmarks/public_tasks.py --train --tasks A,B     # section 3: ppo, grpo, trl-grpo
     OMP_NUM_THREADS=1 python benchmarks/public_tasks.py --train --quick --tasks basic_arithmetic   # smoke run
 
 ``--models`` takes catalogue names (``trl_ext.models.catalogue``, fetched by ``fetch_model``) or checkpoint folders.
-Scores are ``ReasoningGymReward``'s: reasoning-gym's ``extract_answer`` (the last ``<answer>...</answer>``) and the
-task's ``score_answer``. Training rows are subprocesses (one torch thread each, one at a time by default), each in
+Scores are ``ReasoningGymReward``'s: the answer as the rows' answer format reads it (reasoning-gym's
+``extract_answer``, the last ``<answer>...</answer>``, or the last number: ``--answer-format``) and the task's
+``score_answer``. Training rows are subprocesses (one torch thread each, one at a time by default), each in
 its trainer's virtual environment (``.venv``; TRL's GRPOTrainer in ``.venv-latest``, the newest TRL; the folder
 ``TRL_EXT_VENVS`` names, else this checkout); every row records the invocation's id. Writes
 ``benchmarks/results/public-tasks-<mode>-cpu[-quick].json`` with ``base_panel`` and ``rows``, the command and the
@@ -22,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +31,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.harness import ROOT, VENVS, command_line, file_record, new_invocation_id, row_environment, write_results  # noqa: E402
+from benchmarks.harness import ROOT, VENVS, command_line, file_record, new_invocation_id, run_jobs, write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PLAN = ROOT / "benchmarks" / "public_tasks_plan.md"
@@ -65,6 +66,8 @@ EASY = {
     "number_sorting": {"min_numbers": 3, "max_numbers": 3, "max_decimals": 0},
     "letter_counting": {"min_words": 3, "max_words": 3},
 }
+# Section 2b (the amendment): the tasks whose answers are numbers, for the "last-number" answer format
+NUMERIC = ("basic_arithmetic", "chain_sum", "leg_counting", "gsm_symbolic", "letter_counting", "coin_flip")
 # Section 3: name -> (virtual environment, trl-ext runner, advantage estimator, generations a prompt)
 ROWS = {
     "ppo": (".venv", "scratch", "gae", 1),
@@ -120,11 +123,14 @@ def load(model: str):
 # ---------------------------------------------------------------------------------------- scoring
 
 
-def is_tagged(text: str) -> bool:
-    """A complete ``<answer>...</answer>`` pair: what reasoning-gym's ``extract_answer`` reads an answer from."""
+def is_tagged(text: str, answer_format: str = "tags") -> bool:
+    """An answer the format can read: a complete ``<answer>...</answer>`` pair (what reasoning-gym's
+    ``extract_answer`` reads), or for ``"last-number"`` a number anywhere in the reply."""
     from reasoning_gym.utils import extract_answer
 
-    return extract_answer(text) is not None
+    from trl_ext.data.reasoning_gym import last_number
+
+    return (extract_answer(text) if answer_format == "tags" else last_number(text)) is not None
 
 
 def score(
@@ -153,12 +159,13 @@ def score(
         task=list(dataset["task"]),
         task_config=list(dataset["task_config"]),
         entry=list(dataset["entry"]),
+        answer_format=list(dataset["answer_format"]),
     )
-    n = len(scores)
+    n, answer_format = len(scores), dataset["answer_format"][0]
     return {
         "score": round(sum(scores) / n, 4),
         "answers": n,
-        "tagged": sum(is_tagged(t) for t in texts),
+        "tagged": sum(is_tagged(t, answer_format) for t in texts),
         "right": sum(s == 1.0 for s in scores),
         "temperature": temperature,
         "max_new_tokens": max_new_tokens,
@@ -213,14 +220,16 @@ def qualifying(panel: dict, model: str = MODELS[0]) -> list[str]:
     return sorted(found, key=lambda t: (abs(tasks[t]["sampled"]["score"] - 0.3), list(tasks).index(t)))
 
 
-def select(model_name: str, tasks: list[str], prompts: int, tokens: int) -> list[dict]:
-    """Section 2, step 2: each candidate (task x system prompt x difficulty), sampled on a train stream."""
-    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+def select(model_name: str, tasks: list[str], prompts: int, tokens: int, answer_format: str = "tags") -> list[dict]:
+    """Section 2, step 2: each candidate (task x system prompt x difficulty), sampled on a train stream; with
+    ``answer_format="last-number"`` (section 2b) the format's own system prompt replaces reasoning-gym's three."""
+    from trl_ext.data.reasoning_gym import DEFAULT_SYSTEM_PROMPT, reasoning_gym_dataset
 
     model, tokenizer = load(model_name)
     found = []
+    system_prompts = SELECT_PROMPTS if answer_format == "tags" else (DEFAULT_SYSTEM_PROMPT,)
     for task in tasks:
-        for system_prompt in SELECT_PROMPTS:
+        for system_prompt in system_prompts:
             for difficulty, config in (("default", {}), *((("easy", EASY[task]),) if task in EASY else ())):
                 data = reasoning_gym_dataset(
                     task,
@@ -229,12 +238,15 @@ def select(model_name: str, tasks: list[str], prompts: int, tokens: int) -> list
                     split="train",
                     system_prompt=system_prompt,
                     task_configs={task: config} if config else None,
+                    answer_format=answer_format,
                 )
                 result = score(model, tokenizer, data, temperature=TEMPERATURE, max_new_tokens=tokens)
                 found.append(
                     {
                         "model": model_label(model_name),
                         "task": task,
+                        "answer_format": answer_format,
+                        "max_new_tokens": tokens,
                         "system_prompt": system_prompt,
                         "difficulty": difficulty,
                         "task_config": config,
@@ -242,7 +254,7 @@ def select(model_name: str, tasks: list[str], prompts: int, tokens: int) -> list
                     }
                 )
                 print(
-                    f"[select] {task} {system_prompt} {difficulty}: {result['score']:.3f} "
+                    f"[select] {task} {answer_format} {system_prompt} {difficulty}: {result['score']:.3f} "
                     f"({result['tagged']}/{prompts} tagged)",
                     flush=True,
                 )
@@ -269,22 +281,29 @@ def chosen(candidates: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------- training rows
 
 
-def prompt_dataset(tokenizer, task: str, n: int, seed: int, system_prompt: str, task_config: dict):
-    """``n`` rows of the task's train stream, with ``input_ids`` (what trl-ext's trainer reads) beside the reward's
-    columns."""
-    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
-
-    data = reasoning_gym_dataset(
-        task,
-        size=n,
-        seed=seed,
-        split="train",
-        system_prompt=system_prompt,
-        task_configs={task: task_config} if task_config else None,
-    )
+def prompt_dataset(tokenizer, spec: dict, n: int, seed: int):
+    """``n`` rows of the row's task's train stream, with ``input_ids`` (what trl-ext's trainer reads) beside the
+    reward's columns."""
+    data = task_dataset(spec, n, seed, "train")
     ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True) for p in data["prompt"]]
     ids = [i["input_ids"] if hasattr(i, "keys") else i for i in ids]
     return data.add_column("input_ids", ids)
+
+
+def task_dataset(spec: dict, n: int, seed: int, split: str):
+    """``n`` rows of the row's task at its system prompt, config and answer format."""
+    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+
+    task = spec["task"]
+    return reasoning_gym_dataset(
+        task,
+        size=n,
+        seed=seed,
+        split=split,
+        system_prompt=spec["system_prompt"],
+        task_configs={task: spec["task_config"]} if spec["task_config"] else None,
+        answer_format=spec.get("answer_format", "tags"),
+    )
 
 
 def run_row(spec: dict, out: Path) -> None:
@@ -292,7 +311,6 @@ def run_row(spec: dict, out: Path) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
     from trl_ext.ppo.config import PPOConfig
     from trl_ext.rewards.reasoning_gym import ReasoningGymReward
     from trl_ext.runs.runners import RUNNERS, RunInputs
@@ -301,14 +319,7 @@ def run_row(spec: dict, out: Path) -> None:
     _, runner_name, estimator, generations = ROWS[spec["trainer"]]
     settings, task, seed = spec["settings"], spec["task"], spec["seed"]
     model, tokenizer = load(spec["model"])
-    held = reasoning_gym_dataset(
-        task,
-        size=spec["eval_prompts"],
-        seed=0,
-        split="test",
-        system_prompt=spec["system_prompt"],
-        task_configs={task: spec["task_config"]} if spec["task_config"] else None,
-    )
+    held = task_dataset(spec, spec["eval_prompts"], 0, "test")
     t0 = time.perf_counter()
     before = both_modes(model, tokenizer, held, settings["response_length"], seed=seed) if spec["evaluate"] else None
     eval_before = time.perf_counter() - t0
@@ -330,7 +341,7 @@ def run_row(spec: dict, out: Path) -> None:
         policy,
         tokenizer,
         ReasoningGymReward(),
-        prompts=lambda n: prompt_dataset(tokenizer, task, n, stream, spec["system_prompt"], spec["task_config"]),
+        prompts=lambda n: prompt_dataset(tokenizer, spec, n, stream),
         peft_config=peft_config,
     )
     runner = RUNNERS[runner_name](inputs)
@@ -342,6 +353,7 @@ def run_row(spec: dict, out: Path) -> None:
                 "update": int(update),
                 "seconds": round(time.perf_counter() - start, 2),
                 "reward": round(float(stats["objective/scores"]), 4),
+                **{k: round(float(v), 3) for k, v in stats.items() if k.startswith("timing/")},
             }
         )
         print(
@@ -369,6 +381,7 @@ def run_row(spec: dict, out: Path) -> None:
         "runner": runner_name,
         "system_prompt": spec["system_prompt"],
         "task_config": spec["task_config"],
+        "answer_format": spec.get("answer_format", "tags"),
         "updates": len(curve),
         "episodes": len(curve) * settings["batch_size"],
         "split": "test",
@@ -392,47 +405,40 @@ def run_row(spec: dict, out: Path) -> None:
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
-def launch_row(spec: dict, out: Path, log: Path) -> int:
-    """One row as a subprocess in its trainer's venv, its output into ``log``; its exit code. (Tests replace it.)"""
-    python = VENVS / ROWS[spec["trainer"]][0] / "bin" / "python"
+def row_command(spec: dict, out: Path) -> list[str]:
+    """The argv of one row's subprocess, in its trainer's venv; its spec written beside ``out``."""
     spec_file = out.with_suffix(".spec.json")
     spec_file.write_text(json.dumps(spec))
-    with open(log, "w") as handle:
-        return subprocess.run(
-            [str(python), str(Path(__file__).resolve()), "--row", str(spec_file), "--row-out", str(out)],
-            env=row_environment(),
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        ).returncode
+    python = VENVS / ROWS[spec["trainer"]][0] / "bin" / "python"
+    return [str(python), str(Path(__file__).resolve()), "--row", str(spec_file), "--row-out", str(out)]
 
 
-def run_rows(specs: list[dict], on_done) -> tuple[list[dict], list[dict]]:
+def run_rows(specs: list[dict], jobs: int, on_done) -> tuple[list[dict], list[dict]]:
+    """Each spec as a row subprocess, ``jobs`` at a time (the harness's ``run_jobs``): the rows and the failures."""
     logs = Path(tempfile.mkdtemp(prefix="public-tasks-rows-"))
-    print(f"{len(specs)} rows, one at a time; row files and logs in {logs}", flush=True)
-    rows, failed = [], []
-    for i, spec in enumerate(specs):
-        out, log = logs / f"{i}-{spec['trainer']}-{spec['task']}-{spec['seed']}.json", logs / f"{i}.log"
-        t0 = time.perf_counter()
-        rc = launch_row(spec, out, log)
-        print(
-            f"{spec['trainer']} {spec['task']} seed {spec['seed']} ({model_label(spec['model'])}): exit {rc} after "
-            f"{time.perf_counter() - t0:.0f} s (log {log})",
-            flush=True,
-        )
-        if rc == 0 and out.exists():
-            rows.append(json.loads(out.read_text()))
-        else:
-            tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
-            failed.append(
-                {
-                    **{k: spec[k] for k in ("model", "task", "trainer", "seed")},
-                    "returncode": rc,
-                    "error": (tail or [""])[0][-300:],
-                }
-            )
-        on_done(rows, failed)
-    return rows, failed
+    print(f"{len(specs)} rows, {jobs} at a time; row files and logs in {logs}", flush=True)
+    by_job = {(f"{s['trainer']}-{s['task']}-{model_label(s['model'])}", s["seed"]): s for s in specs}
+
+    def split(results):
+        rows = [row for row, _ in results if row]
+        failed = [
+            {
+                **{k: by_job[job][k] for k in ("model", "task", "trainer", "seed")},
+                **{k: f[k] for k in ("returncode", "error")},
+            }
+            for job, (_, f) in zip(by_job, results)
+            if f
+        ]
+        return rows, failed
+
+    results = run_jobs(
+        list(by_job),
+        jobs,
+        lambda name, seed, out: row_command(by_job[(name, seed)], out),
+        logs,
+        on_done=lambda done: on_done(*split(done)),
+    )
+    return split(results)
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -463,10 +469,20 @@ def main(argv=None) -> int:
         action="append",
         default=[],
         metavar="TASK=JSON",
-        help="--train: a task's system prompt and config from --select, e.g. "
-        'chain_sum=\'{"system_prompt": "simple", "task_config": {"max_terms": 2}}\'',
+        help="--train: a task's system prompt, config and answer format from --select, e.g. "
+        'chain_sum=\'{"system_prompt": "simple", "task_config": {"max_terms": 2}, "answer_format": "tags"}\'',
+    )
+    parser.add_argument(
+        "--answer-format",
+        default="tags",
+        choices=("tags", "last-number"),
+        help="--select: the answer format (last-number: section 2b, the tasks whose answers are numbers)",
+    )
+    parser.add_argument(
+        "--tokens", type=int, help=f"--select/--train: new tokens a reply (default {PANEL_TOKENS}; --quick: 16)"
     )
     parser.add_argument("--rows", help="--train: comma-separated, of " + ", ".join(ROWS))
+    parser.add_argument("--jobs", type=int, default=1, help="--train/--cost: rows at a time (one torch thread each)")
     parser.add_argument("--seeds", help=f"--train: comma-separated (default {SEEDS})")
     parser.add_argument("--updates", type=int, help=f"--train: updates of {SETTINGS['batch_size']} (default {UPDATES})")
     parser.add_argument("--eval-prompts", type=int, help=f"--train: test prompts (default {EVAL_PROMPTS})")
@@ -483,7 +499,8 @@ def main(argv=None) -> int:
     from trl_ext.runs.machine import cpu_name, device_tag, machine
 
     info = dict(machine(), cpu=cpu_name())
-    tasks = args.tasks.split(",") if args.tasks else list(PANEL)
+    default_tasks = NUMERIC if args.answer_format == "last-number" else PANEL
+    tasks = args.tasks.split(",") if args.tasks else list(default_tasks)
     name = "base" if args.base_panel else "select" if args.select else "train" if args.train else "cost"
     stem = Path(args.out) if args.out else RESULTS / f"public-tasks-{name}-{device_tag(info)}{'-quick' * args.quick}"
     invocation = new_invocation_id()
@@ -500,7 +517,7 @@ def main(argv=None) -> int:
         "rows": [],
         "failed": [],
     }
-    tokens = QUICK["tokens"] if args.quick else PANEL_TOKENS
+    tokens = args.tokens or (QUICK["tokens"] if args.quick else PANEL_TOKENS)
     start = time.perf_counter()
     if args.base_panel:
         models = args.models.split(",") if args.models else list(MODELS)
@@ -508,7 +525,8 @@ def main(argv=None) -> int:
         data["qualifying"] = qualifying(data["base_panel"], model_label(models[0]))
     elif args.select:
         model = args.models.split(",")[0] if args.models else MODELS[0]
-        data["candidates"] = select(model, tasks, QUICK["panel_prompts"] if args.quick else 16, tokens)
+        prompts = QUICK["panel_prompts"] if args.quick else 16
+        data["candidates"] = select(model, tasks, prompts, tokens, args.answer_format)
         data["chosen"] = chosen(data["candidates"])
     else:
         if args.train:
@@ -539,6 +557,7 @@ def main(argv=None) -> int:
                     eval_prompts=args.eval_prompts or (QUICK["eval_prompts"] if args.quick else EVAL_PROMPTS),
                     system_prompt=overrides.get(task, {}).get("system_prompt", "default"),
                     task_config=overrides.get(task, {}).get("task_config", {}),
+                    answer_format=overrides.get(task, {}).get("answer_format", "tags"),
                     settings=settings,
                     invocation=invocation,
                 )
@@ -574,7 +593,7 @@ def main(argv=None) -> int:
             data.update(rows=rows, failed=failed, wall_seconds=round(time.perf_counter() - start, 1))
             write_results_and_table(stem, data)
 
-        run_rows(specs, on_done)
+        run_rows(specs, args.jobs, on_done)
     data["wall_seconds"] = round(time.perf_counter() - start, 1)
     write_results_and_table(stem, data)
     print(f"written {stem}.json/.md ({data['wall_seconds']} s)")

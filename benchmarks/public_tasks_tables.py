@@ -39,12 +39,16 @@ def panel_table(panel: dict) -> str:
 
 
 def candidates_table(candidates: list[dict]) -> str:
-    lines = ["| task | system prompt | difficulty | sampled | tagged |", "|---|---|---|---:|---:|"]
+    """One line per candidate; ``answer read`` counts the replies the format found an answer in (tags, or a number)."""
+    lines = [
+        "| task | answer format | system prompt | difficulty | tokens | sampled | answer read |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
     for c in candidates:
         s = c["sampled"]
         lines.append(
-            f"| `{c['task']}` | {c['system_prompt']} | {c['difficulty']} | {fmt(s['score'])} | "
-            f"{s['tagged']}/{s['answers']} |"
+            f"| `{c['task']}` | {c.get('answer_format', 'tags')} | {c['system_prompt']} | {c['difficulty']} | "
+            f"{s['max_new_tokens']} | {fmt(s['score'])} | {s['tagged']}/{s['answers']} |"
         )
     return "\n".join(lines)
 
@@ -78,11 +82,13 @@ def results_table(data: dict, json_name: str) -> str:
         )
     if data.get("candidates"):
         parts.append(candidates_table(data["candidates"]))
+        section = "2b" if data["candidates"][0].get("answer_format") == "last-number" else "2"
         parts.append(
-            "Chosen (the plan's section 2): "
+            f"Chosen (the plan's section {section}): "
             + (
                 ", ".join(
-                    f"`{c['task']}` ({c['system_prompt']}, {c['difficulty']}, {fmt(c['sampled']['score'])}"
+                    f"`{c['task']}` ({c.get('answer_format', 'tags')}, {c['system_prompt']}, {c['difficulty']}, "
+                    f"{fmt(c['sampled']['score'])}"
                     f"{'' if c.get('qualifies') else ', outside [0.05, 0.6]'})"
                     for c in data.get("chosen", [])
                 )

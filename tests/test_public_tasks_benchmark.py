@@ -4,11 +4,25 @@
 import importlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from tiny_models import tiny_qwen2
 
+import benchmarks.harness
+
 pytest.importorskip("reasoning_gym")
+
+
+def in_process(bench):
+    """The harness's row launcher, running the row as its subprocess would, without a second interpreter."""
+
+    def launch(cmd, log):
+        spec_file, out = cmd[cmd.index("--row") + 1], cmd[cmd.index("--row-out") + 1]
+        bench.run_row(json.loads(open(spec_file).read()), Path(out))
+        return 0
+
+    return launch
 
 
 @pytest.fixture()
@@ -46,11 +60,7 @@ def test_base_panel_records_each_models_score_per_task(bench, tmp_path):
 def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
     model = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
 
-    def in_process(spec, out, log):  # the row as the subprocess would run it, without a second interpreter
-        bench.run_row(json.loads(json.dumps(spec)), out)
-        return 0
-
-    monkeypatch.setattr(bench, "launch_row", in_process)
+    monkeypatch.setattr(benchmarks.harness, "launch_row", in_process(bench))
     monkeypatch.setitem(bench.SETTINGS, "batch_size", 4)
     stem = tmp_path / "train"
     assert (
@@ -108,7 +118,7 @@ def test_the_qualifying_rule_and_the_choice_of_candidates(bench):
 def test_the_cost_rows_run_each_model_at_the_same_shapes(bench, tmp_path, monkeypatch):
     small = tiny_qwen2(tmp_path / "small", chat_template="qwen2.5")
     large = tiny_qwen2(tmp_path / "large", chat_template="qwen2.5")
-    monkeypatch.setattr(bench, "launch_row", lambda spec, out, log: bench.run_row(spec, out) or 0)
+    monkeypatch.setattr(benchmarks.harness, "launch_row", in_process(bench))
     stem = tmp_path / "cost"
     assert bench.main(["--cost", "--quick", "--models", f"{small},{large}", "--out", str(stem)]) == 0
     data = json.loads(stem.with_suffix(".json").read_text())
@@ -116,3 +126,20 @@ def test_the_cost_rows_run_each_model_at_the_same_shapes(bench, tmp_path, monkey
     assert len({json.dumps(r["settings"], sort_keys=True) for r in data["rows"]}) == 1
     assert all(r["before"] is None and r["seconds_per_update"] > 0 for r in data["rows"])
     assert "large " in stem.with_suffix(".md").read_text().split("Against small: ")[1]
+
+
+def test_the_amendments_selection_reads_the_last_number(bench, tmp_path):
+    model = tiny_qwen2(tmp_path / "chat", chat_template="qwen2.5")
+    stem = tmp_path / "select"
+    argv = ["--select", "--quick", "--answer-format", "last-number", "--models", str(model), "--out", str(stem)]
+    assert bench.main([*argv, "--tasks", "chain_sum,coin_flip"]) == 0
+    data = json.loads(stem.with_suffix(".json").read_text())
+    found = [(c["task"], c["difficulty"], c["answer_format"]) for c in data["candidates"]]
+    assert found == [
+        ("chain_sum", "default", "last-number"),
+        ("chain_sum", "easy", "last-number"),
+        ("coin_flip", "default", "last-number"),
+    ]
+    assert all(c["sampled"]["answers"] == 2 and c["max_new_tokens"] == 4 for c in data["candidates"])
+    table = stem.with_suffix(".md").read_text()
+    assert "| `chain_sum` | last-number | default | easy | 4 |" in table and "the plan's section 2b" in table

@@ -212,6 +212,9 @@ def test_train_and_test_streams_never_share_a_generator_seed(spec):
         ("chain_sum", {"system_prompt": "nope"}, "system_prompt must be one of reasoning-gym's"),
         ("chain_sum", {"size": 0}, "size must be a positive integer"),
         ("chain_sum", {"seed": -1}, "seed must be a non-negative integer"),
+        ("chain_sum", {"answer_format": "json"}, "answer_format must be one of tags, last-number; got 'json'"),
+        ("spell_backward", {"answer_format": "last-number"}, "not a number: answer_format 'last-number' cannot"),
+        ("chain_sum", {"answer_format": "last-number", "system_prompt": "simple"}, "brings its own system prompt"),
     ],
 )
 def test_each_bad_input_gives_one_error_naming_it(spec, kwargs, message):
@@ -242,6 +245,67 @@ def test_rows_the_reward_cannot_read_are_named():
         with pytest.raises(RewardError) as caught:
             ReasoningGymReward()(["q"], ["<answer>1</answer>"], **cols)
         assert message in str(caught.value) and str(caught.value).startswith("reward 'reasoning_gym'"), message
+
+
+# ------------------------------------------------------------------ the last-number answer format
+
+NUMERIC_TASKS = ["basic_arithmetic", "chain_sum", "leg_counting", "gsm_symbolic", "letter_counting", "coin_flip"]
+
+
+def test_last_number_reads_the_replys_last_number():
+    from trl_ext.data.reasoning_gym import last_number
+
+    assert last_number("6 + 5 = 11.") == "11"
+    assert last_number("1 - 8 gives -7") == "-7"
+    assert last_number("It costs 1,234 dollars, not 12") == "12"
+    assert last_number("about 1,234") == "1234"
+    assert last_number("p = 0.25\n") == "0.25" and last_number("p is 3.05e-05") == "3.05e-05"
+    assert last_number("no number here") is None and last_number("") is None
+
+
+@pytest.mark.parametrize("task", NUMERIC_TASKS)
+def test_last_number_format_is_scored_by_the_tasks_own_verifier(task):
+    from trl_ext.data.reasoning_gym import LAST_NUMBER_PROMPT, last_number
+
+    rows = reasoning_gym_dataset(task, size=20, seed=3, answer_format="last-number")
+    generator = reasoning_gym.create_dataset(task, size=20, seed=3)
+    assert rows["answer_format"] == ["last-number"] * 20
+    assert all(p[0] == {"role": "system", "content": LAST_NUMBER_PROMPT} for p in rows["prompt"])
+    prompts, completions, cols, expected, right = (
+        [],
+        [],
+        {name: [] for name in (*columns(rows), "answer_format")},
+        [],
+        [],
+    )
+    for i in range(20):
+        entry, answer = generator[i], generator[i]["answer"]
+        wrong = str(float(answer) + 3)
+        for text, is_right in (
+            (f"Adding them up, the answer is {answer}.", True),
+            (f"First 3, then {answer}", True),
+            (f"{answer}? No: {wrong}", False),
+            ("I cannot tell.", False),
+        ):
+            prompts.append(rows[i]["prompt"])
+            completions.append([{"role": "assistant", "content": text}])
+            for name in cols:
+                cols[name].append(rows[i][name])
+            expected.append(generator.score_answer(last_number(text), entry))
+            right.append(is_right)
+    rewards = ReasoningGymReward()(prompts, completions, **cols)
+    assert rewards == expected
+    assert all(r == 1.0 for r, ok in zip(rewards, right) if ok) and all(
+        r < 1.0 for r, ok in zip(rewards, right) if not ok
+    )
+
+
+def test_a_row_with_an_unknown_answer_format_is_named():
+    from trl_ext.rewards import RewardError
+
+    rows = reasoning_gym_dataset("chain_sum", size=1)
+    with pytest.raises(RewardError, match="a row's answer_format is 'xml'; expected one of tags, last-number"):
+        ReasoningGymReward()(["q"], ["1"], **columns(rows), answer_format=["xml"])
 
 
 # ------------------------------------------------------------------ in the trainers

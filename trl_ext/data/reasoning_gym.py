@@ -5,11 +5,16 @@ A spec names one task (``"chain_sum"``) or a weighted mix (``"chain_sum,basic_ar
 ``"chain_sum:2,basic_arithmetic:1"``), optionally after the ``reasoning-gym:`` prefix the command line uses. A mix is
 reasoning-gym's own ``CompositeDataset``: each row draws its task by weight.
 
-Each row holds ``prompt`` (reasoning-gym's system prompt, which asks for ``<answer>...</answer>``, then the
-question), ``task`` (the task that generated it), ``task_config`` (the keyword arguments that rebuild that task's
-generator, whose ``score_answer`` may read its config) and ``entry`` (the entry itself); the last two are JSON
-strings written by ``dumps_exact``, since entries hold tuples and dicts with int keys that plain JSON would
-change.
+Each row holds ``prompt`` (a system prompt that asks for the answer format, then the question), ``task`` (the task
+that generated it), ``task_config`` (the keyword arguments that rebuild that task's generator, whose ``score_answer``
+may read its config), ``entry`` (the entry itself) and ``answer_format`` (how the reward reads the answer); the
+``task_config`` and ``entry`` are JSON strings written by ``dumps_exact``, since entries hold tuples and dicts with int
+keys that plain JSON would change.
+
+Answer formats. ``"tags"`` (the default) is reasoning-gym's own: its system prompt asks for
+``<answer>...</answer>`` and its ``extract_answer`` reads the last pair. ``"last-number"`` is for tasks whose answers
+are numbers and models too small to write the tags (SmolLM2-135M-Instruct writes none, docs/public-tasks.md): the
+system prompt asks for the answer as the reply's last number, and the reward reads that number.
 
 Train and test streams. reasoning-gym seeds item ``i`` of a generator of seed ``s`` with ``s + i`` (a mix's
 generators get ``s + 1``, ``s + 2``, ...). Train streams use seeds below ``TEST_SEED_OFFSET`` (2**31) and test
@@ -23,6 +28,7 @@ import difflib
 import importlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,6 +40,9 @@ INSTALL_HINT = "pip install 'trl-ext[reasoning-gym]'"
 TEST_SEED_OFFSET = 2**31
 SPLITS = ("train", "test")
 DEFAULT_SYSTEM_PROMPT = "default"  # a key of reasoning_gym.utils.SYSTEM_PROMPTS
+ANSWER_FORMATS = ("tags", "last-number")
+LAST_NUMBER_PROMPT = "Solve the problem. End your reply with the final answer: a number, and nothing after it."
+NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")  # 11, -7, 1,234, 0.25, 3.05e-05
 BUILDER_ARGS = ("seed", "size")  # set by the builder, never by a task's config: they pick the stream
 _TAG = "__exact__"  # marks a value plain JSON cannot hold: {"__exact__": kind, "items": [...]}
 
@@ -174,6 +183,33 @@ def system_prompt_text(system_prompt: str | None) -> str | None:
     return SYSTEM_PROMPTS[system_prompt]
 
 
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` (thousands commas dropped), or None: the ``"last-number"`` format's answer."""
+    found = NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
+def _system_message(system_prompt: str | None, answer_format: str) -> str | None:
+    if answer_format not in ANSWER_FORMATS:
+        raise InputError(f"answer_format must be one of {', '.join(ANSWER_FORMATS)}; got {answer_format!r}")
+    if answer_format == "tags":
+        return system_prompt_text(system_prompt)
+    if system_prompt not in (None, DEFAULT_SYSTEM_PROMPT):  # every reasoning-gym prompt asks for the tags instead
+        raise InputError(
+            f"answer_format {answer_format!r} brings its own system prompt; system_prompt {system_prompt!r} asks "
+            "for <answer> tags: leave it at its default"
+        )
+    return LAST_NUMBER_PROMPT
+
+
+def _check_numeric(entry: dict, task: str) -> None:
+    if last_number(str(entry["answer"])) != str(entry["answer"]).replace(",", ""):
+        raise InputError(
+            f"reasoning-gym task {task!r} answers {str(entry['answer'])[:40]!r}, not a number: answer_format "
+            "'last-number' cannot read it; use 'tags'"
+        )
+
+
 def reasoning_gym_dataset(
     spec: str,
     size: int,
@@ -181,29 +217,34 @@ def reasoning_gym_dataset(
     split: str = "train",
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     task_configs: Mapping[str, Mapping] | None = None,
+    answer_format: str = "tags",
 ):
     """``size`` rows of a reasoning-gym task or mix as a ``datasets.Dataset``: ``prompt`` (conversational),
-    ``task``, ``task_config`` and ``entry`` (what ``trl_ext.rewards.reasoning_gym`` scores with).
+    ``task``, ``task_config``, ``entry`` and ``answer_format`` (what ``trl_ext.rewards.reasoning_gym`` scores with).
 
     ``seed`` and ``split`` pick the stream (the module docstring: train and test never share a generator seed);
-    ``task_configs``: per task, its generator's settings (e.g. ``{"chain_sum": {"max_terms": 3}}``).
+    ``task_configs``: per task, its generator's settings (e.g. ``{"chain_sum": {"max_terms": 3}}``);
+    ``answer_format``: ``"tags"`` or ``"last-number"`` (the module docstring).
     """
     from datasets import Dataset
 
     parts = parse_spec(spec, task_configs)
     _check_stream(seed, size, len(parts))
-    system = system_prompt_text(system_prompt)
+    system = _system_message(system_prompt, answer_format)
     generator, sources = _generator(parts, stream_seed(seed, split), size)
     configs = {p.name: dumps_exact(generator_kwargs(p, sources[p.name]), p.name) for p in parts}
-    rows = {"prompt": [], "task": [], "task_config": [], "entry": []}
+    rows: dict[str, list] = {"prompt": [], "task": [], "task_config": [], "entry": []}
     for index in range(size):
         entry = generator[index]
         task = entry["metadata"]["source_dataset"]
+        if answer_format == "last-number":
+            _check_numeric(entry, task)
         question = [{"role": "user", "content": entry["question"]}]
         rows["prompt"].append(question if system is None else [{"role": "system", "content": system}, *question])
         rows["task"].append(task)
         rows["task_config"].append(configs[task])
         rows["entry"].append(dumps_exact(entry, task))
+    rows["answer_format"] = [answer_format] * size
     return Dataset.from_dict(rows)
 
 

@@ -1,18 +1,26 @@
 """reasoning-gym's verifiers as a reward function, for the datasets of ``trl_ext.data.reasoning_gym``.
 
-The answer is read as reasoning-gym's own prompts ask for it and its ``extract_answer`` reads it: the last
-``<answer>...</answer>`` of the completion (none: ``None``, which every verifier scores 0). The score is the task's
-``score_answer(answer, entry)``, 1.0 for a right answer and the task's own partial credit otherwise (``gsm_symbolic``
-gives 0.01 for a wrong number). One object serves TRL's GRPO/RLOO ``reward_funcs``, trl-ext's ``PPOTrainer`` and,
-through ``trl_ext.trl_compat.reward_model``, TRL 1.12's PPOTrainer: it reads the dataset's ``task``,
-``task_config`` and ``entry`` columns, as they pass every other column on.
+The answer is read as the row's ``answer_format`` asks for it: ``"tags"`` (reasoning-gym's own prompts, and a dataset
+without the column) as its ``extract_answer`` reads it, the last ``<answer>...</answer>`` of the completion;
+``"last-number"`` the completion's last number (none: ``None``, which every verifier scores 0). The score is the
+task's ``score_answer(answer, entry)``, 1.0 for a right answer and the task's own partial credit otherwise
+(``gsm_symbolic`` gives 0.01 for a wrong number). One object serves TRL's GRPO/RLOO ``reward_funcs``, trl-ext's
+``PPOTrainer`` and, through ``trl_ext.trl_compat.reward_model``, TRL 1.12's PPOTrainer: it reads the dataset's
+``task``, ``task_config``, ``entry`` and ``answer_format`` columns, as they pass every other column on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trl_ext.data.reasoning_gym import DEFAULT_SYSTEM_PROMPT, import_reasoning_gym, loads_exact, reasoning_gym_dataset
+from trl_ext.data.reasoning_gym import (
+    ANSWER_FORMATS,
+    DEFAULT_SYSTEM_PROMPT,
+    import_reasoning_gym,
+    last_number,
+    loads_exact,
+    reasoning_gym_dataset,
+)
 from trl_ext.rewards.base import RewardError, RewardFunction, require_column
 from trl_ext.rewards.messages import message_text
 
@@ -33,17 +41,28 @@ class ReasoningGymReward(RewardFunction):
 
     def score(self, prompts: list, completions: list, **columns) -> list[float]:
         tasks, configs, entries = (require_column(self.__name__, columns, c) for c in COLUMNS)
-        return [self._score(*row) for row in zip(completions, tasks, configs, entries)]
+        formats = columns.get("answer_format") or ["tags"] * len(completions)
+        return [self._score(*row) for row in zip(completions, tasks, configs, entries, formats)]
 
-    def _score(self, completion, task: str, task_config: str, entry: str) -> float:
-        from reasoning_gym.utils import extract_answer
-
+    def _score(self, completion, task: str, task_config: str, entry: str, answer_format: str) -> float:
         scorer, entry = self._scorer(task, task_config), self._decoded(entry, "entry", task)
-        answer = extract_answer(message_text(completion))
+        answer = self._answer(message_text(completion), answer_format)
         try:
             return float(scorer.score_answer(answer, entry))
         except Exception:  # some verifiers raise on malformed answers (prime_factorization on 'abc'): a wrong answer
             return 0.0
+
+    def _answer(self, text: str, answer_format: str) -> str | None:
+        from reasoning_gym.utils import extract_answer
+
+        if answer_format == "tags":
+            return extract_answer(text)
+        if answer_format == "last-number":
+            return last_number(text)
+        raise RewardError(
+            f"reward {self.__name__!r}: a row's answer_format is {answer_format!r}; expected one of "
+            f"{', '.join(ANSWER_FORMATS)}"
+        )
 
     def _scorer(self, task: str, task_config: str):
         key = (task, task_config)
@@ -76,11 +95,18 @@ def reasoning_gym_task(
     seed: int = 0,
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
     task_configs: Mapping[str, Mapping] | None = None,
+    answer_format: str = "tags",
 ):
     """``(train_dataset, reward_func)`` for a reasoning-gym task or mix (``"chain_sum,basic_arithmetic"``, the
     ``reasoning-gym:`` prefix optional): what ``GRPOTrainer`` or trl-ext's ``PPOTrainer`` takes. The held-out
     stream of the same seed: ``reasoning_gym_dataset(spec, size, seed, split="test")``."""
     dataset = reasoning_gym_dataset(
-        spec, size, seed=seed, split="train", system_prompt=system_prompt, task_configs=task_configs
+        spec,
+        size,
+        seed=seed,
+        split="train",
+        system_prompt=system_prompt,
+        task_configs=task_configs,
+        answer_format=answer_format,
     )
     return dataset, ReasoningGymReward()
