@@ -38,10 +38,11 @@ def new_invocation_id() -> str:
 
 def command_line(script: str, argv: list[str] | None) -> str:
     """The benchmark's command as a user types it (one torch thread: the benchmarks' setting); ``argv`` None means
-    this process's own arguments."""
+    this process's own arguments; each argument quoted as a shell needs it (a JSON value keeps its quotes)."""
+    import shlex
     import sys
 
-    return f"OMP_NUM_THREADS=1 python {script} " + " ".join(sys.argv[1:] if argv is None else argv)
+    return f"OMP_NUM_THREADS=1 python {script} " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
 def git_commit() -> str | None:

@@ -53,6 +53,38 @@ def candidates_table(candidates: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def summary_table(rows: list[dict]) -> str:
+    """One line per task and trainer: the means over seeds of the sampled test score before and after, how many seeds
+    gained at least 0.2 (issue 52's target) and how many ended above TRL's GRPO at the same seed, seconds per update."""
+    lines = [
+        "| task | trainer | seeds | before | after | gain | seeds +0.2 | seeds above trl-grpo | greedy after "
+        "| s/update |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    trl = {(r["task"], r["seed"]): r["after"] for r in rows if r["trainer"] == "trl-grpo"}
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for trainer in dict.fromkeys(r["trainer"] for r in rows):
+            group = [r for r in rows if r["task"] == task and r["trainer"] == trainer and r.get("after") is not None]
+            if not group:
+                continue
+            n = len(group)
+            gains = [round(r["after"] - r["before"], 4) for r in group]  # 0.5 - 0.3 is 0.2, not 0.1999...
+            paired = [r for r in group if (task, r["seed"]) in trl]
+            above = (
+                "-"
+                if trainer == "trl-grpo"
+                else f"{sum(r['after'] > trl[(task, r['seed'])] for r in paired)} of {len(paired)}"
+            )
+            lines.append(
+                f"| `{task}` | {trainer} | {','.join(str(r['seed']) for r in group)} | "
+                f"{fmt(sum(r['before'] for r in group) / n)} | {fmt(sum(r['after'] for r in group) / n)} | "
+                f"{fmt(sum(gains) / n)} | {sum(g >= 0.2 for g in gains)} of {n} | {above} | "
+                f"{fmt(sum(r['after_greedy'] for r in group) / n)} | "
+                f"{fmt(sum(r['seconds_per_update'] for r in group) / n, 1)} |"
+            )
+    return "\n".join(lines)
+
+
 def rows_table(rows: list[dict]) -> str:
     """One line per row (seed by seed): before and after on the test stream, seconds per update, peak RSS."""
     lines = [
@@ -95,6 +127,15 @@ def results_table(data: dict, json_name: str) -> str:
                 or "none"
             )
             + "."
+        )
+    if data.get("rows") and data.get("mode") == "train":
+        parts.append(summary_table(data["rows"]))
+        s = data["rows"][0]["settings"]
+        parts.append(
+            f"Means over seeds; before and after: the sampled (T={s['temperature']}) score on the first "
+            f"{data['rows'][0]['eval_prompts']} prompts of the task's test stream, replies up to "
+            f"{s['response_length']} tokens; {data['rows'][0]['updates']} updates of {s['batch_size']} rollouts; "
+            "every row, seed by seed, below."
         )
     if data.get("rows"):
         parts.append(rows_table(data["rows"]))

@@ -143,3 +143,28 @@ def test_the_amendments_selection_reads_the_last_number(bench, tmp_path):
     assert all(c["sampled"]["answers"] == 2 and c["max_new_tokens"] == 4 for c in data["candidates"])
     table = stem.with_suffix(".md").read_text()
     assert "| `chain_sum` | last-number | default | easy | 4 |" in table and "the plan's section 2b" in table
+
+
+def test_the_summary_pairs_each_trainer_with_trls_grpo_seed_by_seed():
+    from benchmarks.public_tasks_tables import summary_table
+
+    def row(trainer, seed, before, after):
+        return dict(
+            task="t",
+            trainer=trainer,
+            seed=seed,
+            before=before,
+            after=after,
+            after_greedy=after,
+            seconds_per_update=10.0,
+        )
+
+    rows = [
+        row("ppo", 1, 0.1, 0.5),
+        row("trl-grpo", 1, 0.1, 0.4),
+        row("ppo", 2, 0.2, 0.3),
+        row("trl-grpo", 2, 0.2, 0.6),
+    ]
+    lines = summary_table(rows).splitlines()
+    assert lines[2] == "| `t` | ppo | 1,2 | 0.150 | 0.400 | 0.250 | 1 of 2 | 1 of 2 | 0.400 | 10.0 |"
+    assert lines[3] == "| `t` | trl-grpo | 1,2 | 0.150 | 0.500 | 0.350 | 2 of 2 | - | 0.500 | 10.0 |"
