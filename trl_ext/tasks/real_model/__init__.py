@@ -5,7 +5,8 @@ and a task with a verifiable reward for it: a number in words written as digits,
 split of other numbers to judge them on) and the rule reward ``JustTheNumber``.
 ``checkpoint``: ``fetch_smollm2``, the checkpoint made once into a cache folder. ``evaluate``: held-out scores.
 ``tool_task``: a multi-turn task where the tool matters (a secret code only the environment holds), its warm start's
-SFT rows and its held-out scoring through the tool loop (docs/multi-turn.md).
+SFT rows and its held-out scoring through the tool loop (docs/multi-turn.md). ``splits``: the fixed draws both tasks'
+splits are made of.
 """
 
 from trl_ext.tasks.real_model.task import (

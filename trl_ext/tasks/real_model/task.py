@@ -47,6 +47,7 @@ from collections.abc import Iterator
 
 from trl_ext.rewards.base import RewardError, RewardFunction
 from trl_ext.rewards.messages import message_text
+from trl_ext.tasks.real_model.splits import by_name, held_out, rest
 
 INSTRUCTION = "Answer with just the number."
 QUESTION = "What is {words} written in digits?"
@@ -100,14 +101,11 @@ def _row(n: int, example: int) -> dict:
 
 
 def heldout_numbers() -> list[int]:
-    numbers = list(NUMBERS)
-    random.Random(SPLIT_SEED).shuffle(numbers)
-    return sorted(numbers[:HELDOUT_NUMBERS])
+    return held_out(NUMBERS, HELDOUT_NUMBERS, SPLIT_SEED)
 
 
 def train_numbers() -> list[int]:
-    held = set(heldout_numbers())
-    return [n for n in NUMBERS if n not in held]
+    return rest(NUMBERS, heldout_numbers())
 
 
 def _test_numbers() -> list[int]:
@@ -132,9 +130,7 @@ SPLITS = {"heldout": heldout_numbers, "test": _test_numbers}  # evaluation split
 def eval_numbers(split: str) -> list[int]:
     """The numbers of an evaluation split: ``heldout`` (50 of 1-99, the selection set) or ``test`` (60 of
     100-999)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    return SPLITS[split]()
+    return by_name(SPLITS, split)
 
 
 def eval_rows(split: str) -> list[dict]:

@@ -36,6 +36,7 @@ import re
 from collections.abc import Iterator
 
 from trl_ext.agents.tools import ToolResult
+from trl_ext.tasks.real_model.splits import by_name, held_out, rest
 
 NAMES = (
     "Maria Ahmed John Sofia Liam Emma Noah Olivia Lucas Mia Ethan Ava Mateo Zoe Omar Leila Ivan Nina Hugo "
@@ -115,14 +116,11 @@ def _code(rng: random.Random) -> str:
 
 
 def heldout_names() -> list[str]:
-    names = list(NAMES)
-    random.Random(SPLIT_SEED).shuffle(names)
-    return sorted(names[:HELDOUT_NAMES])
+    return held_out(NAMES, HELDOUT_NAMES, SPLIT_SEED)
 
 
 def train_names() -> list[str]:
-    held = set(heldout_names())
-    return [n for n in NAMES if n not in held]
+    return rest(NAMES, heldout_names())
 
 
 def heldout_rows() -> list[dict]:
@@ -141,9 +139,7 @@ SPLITS = {"heldout": heldout_rows, "test": _test_rows}
 
 def eval_rows(split: str) -> list[dict]:
     """An evaluation split's 32 prompts: ``heldout`` (the selection set, ``heldout_rows()``) or ``test``."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    return SPLITS[split]()
+    return by_name(SPLITS, split)
 
 
 def train_stream(seed: int) -> Iterator[dict]:
