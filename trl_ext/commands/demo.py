@@ -44,7 +44,7 @@ def compare_command(opts: CompareOptions) -> CommandResult:
     return CommandResult(results["summary"], results)
 
 
-@dataclass(kw_only=True)  # after DemoOptions' sources, which has a default
+@dataclass
 class CompareOptions(DemoOptions):
     """``demo``'s options and the number of seeds."""
 

@@ -4,7 +4,6 @@ defaults."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from dataclasses import field as dataclass_field
 
 from trl_ext.agents.options import AgentOptions
 from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES
@@ -13,7 +12,7 @@ from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.runs.run import ModelOptions, OutputOptions
 from trl_ext.settings.fields import field, require_positive
-from trl_ext.settings.layers import preset_layer
+from trl_ext.settings.layers import CommandOptions, preset_layer
 
 
 @dataclass
@@ -174,7 +173,7 @@ def rlhf_preset(values: dict):
 
 
 @dataclass
-class RLHFOptions:
+class RLHFOptions(CommandOptions):
     """Everything ``rlhf`` takes, a part per concern (each part's fields are flags of the command)."""
 
     train: PPOConfig
@@ -185,6 +184,3 @@ class RLHFOptions:
     agents: AgentOptions
     output: OutputOptions
     run: RLHFBackend
-    sources: dict = dataclass_field(
-        default_factory=dict
-    )  # option -> where its value came from (trl_ext.settings.layers)

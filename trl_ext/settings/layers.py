@@ -9,7 +9,7 @@ one's, so what the user gave (the file, the flags) is never replaced by a preset
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT, COMMAND, PRESET, YAML, FLAG = "default", "command default", "preset", "yaml", "flag"
 ORDER = (DEFAULT, COMMAND, PRESET, YAML, FLAG)
@@ -48,3 +48,11 @@ def under_user(preset: Layer, values: dict, sources: dict) -> tuple[dict, dict]:
         name: value for name, value in preset.values.items() if rank(sources.get(name, DEFAULT)) < rank(preset.source)
     }
     return {**values, **taken}, {**sources, **{name: preset.source for name in taken}}
+
+
+@dataclass
+class CommandOptions:
+    """What a command takes: its subclass adds a part per concern (each part's fields are flags of the command);
+    ``sources`` holds where each option's value came from (keyword-only, so the parts after it need no default)."""
+
+    sources: dict = field(default_factory=dict, kw_only=True)  # option -> its layer's source

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from dataclasses import field as dataclass_field
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from trl_ext.ppo.config import PPOConfig
 from trl_ext.runs.recorder import read_history
 from trl_ext.runs.run import OutputOptions, prepare_out_dir
 from trl_ext.settings.fields import field, options_dict, require_positive
+from trl_ext.settings.layers import CommandOptions
 from trl_ext.stages.reuse import reuse_or_run
 from trl_ext.tasks.doubling.ppo_run import PPORunOptions, WatchOptions, ppo_options, run_ppo, run_record
 from trl_ext.tasks.doubling.presets import BACKEND_NAMES, BACKENDS, row_config
@@ -359,13 +359,10 @@ def run_pipeline(
 
 
 @dataclass
-class DemoOptions:
+class DemoOptions(CommandOptions):
     """Everything ``demo`` takes, a part per concern (each part's fields are flags of the command)."""
 
     train: PPOConfig
     output: OutputOptions
     watch: WatchOptions
     pipeline: PipelineOptions
-    sources: dict = dataclass_field(
-        default_factory=dict
-    )  # option -> where its value came from (trl_ext.settings.layers)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from dataclasses import field as dataclass_field
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.runs.run import ModelOptions, OutputOptions, train_options
 from trl_ext.settings.fields import field, options_dict
+from trl_ext.settings.layers import CommandOptions
 from trl_ext.tasks.doubling.presets import BACKEND_NAMES, BACKENDS
 
 
@@ -67,7 +67,7 @@ class BackendOption:
 
 
 @dataclass
-class PPORunOptions:
+class PPORunOptions(CommandOptions):
     """Everything one ``ppo`` run takes, a part per concern (each part's fields are flags of the command)."""
 
     train: PPOConfig
@@ -75,9 +75,6 @@ class PPORunOptions:
     output: OutputOptions
     watch: WatchOptions
     run: BackendOption
-    sources: dict = dataclass_field(
-        default_factory=dict
-    )  # option -> where its value came from (trl_ext.settings.layers)
 
 
 def ppo_options(
