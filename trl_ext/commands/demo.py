@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trl_ext.commands.parsing import Command, CommandResult, parts_of
+from trl_ext.commands.parsing import Command, CommandResult
 from trl_ext.commands.ppo import DOUBLING_DEFAULTS
 from trl_ext.commands.quiet import quiet
 from trl_ext.settings.fields import field, require_positive
@@ -53,17 +53,15 @@ class CompareOptions(DemoOptions):
 
 # The demo's PPO budget: 150 updates of 64 at lr 1e-3 (compare runs 300 at 3e-4); why: docs/decisions.md,
 # "How the defaults were chosen".
-DEMO = Command(
+DEMO = Command.for_options(
+    DemoOptions,
     help="the whole pipeline end to end, both backends",
-    parts=parts_of(DemoOptions),
-    options=DemoOptions,
     run=demo_command,
     defaults={**DOUBLING_DEFAULTS, "out": "demo_out", "total_episodes": 9600, "learning_rate": 1e-3},
 )
-COMPARE = Command(
+COMPARE = Command.for_options(
+    CompareOptions,
     help="both backends side by side over seeds",
-    parts=parts_of(CompareOptions),
-    options=CompareOptions,
     run=compare_command,
     defaults={**DOUBLING_DEFAULTS, "out": "compare_out"},
 )

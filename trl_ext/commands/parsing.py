@@ -119,6 +119,11 @@ class Command:
     options: type = types.SimpleNamespace  # what holds the parts (and sources): a typed dataclass where it has one
     preset: typing.Callable[[dict], Layer | None] | None = None  # every option's value so far -> a preset layer
 
+    @classmethod
+    def for_options(cls, options: type, **rest) -> Command:
+        """A command whose options are the typed dataclass ``options``, its parts that dataclass's (``parts_of``)."""
+        return cls(parts=parts_of(options), options=options, **rest)
+
     def fields(self) -> dict[str, tuple[str, dataclasses.Field, typing.Any]]:
         """Every option name -> (its part, its field, its type); a name may appear in one part only."""
         out = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trl_ext.commands.parsing import Command, CommandResult, parts_of
+from trl_ext.commands.parsing import Command, CommandResult
 from trl_ext.tasks.doubling.ppo_run import PPORunOptions, run_ppo
 from trl_ext.tasks.doubling.ppo_settings import DOUBLING_COMMAND_PPO
 from trl_ext.tasks.doubling.presets import preset_for
@@ -20,10 +20,9 @@ def ppo_command(opts: PPORunOptions) -> CommandResult:
     return CommandResult(summary.get("summary", "ppo: done"), summary)
 
 
-COMMAND = Command(
+COMMAND = Command.for_options(
+    PPORunOptions,
     help="PPO on the doubling task with the scratch or trl backend (or TRL's GRPO/RLOO)",
-    parts=parts_of(PPORunOptions),
-    options=PPORunOptions,
     run=ppo_command,
     defaults=DOUBLING_DEFAULTS,
     preset=_preset,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trl_ext.commands.parsing import Command, CommandResult, parts_of
+from trl_ext.commands.parsing import Command, CommandResult
 from trl_ext.runs.rlhf import run_rlhf
 from trl_ext.runs.rlhf_options import RLHF_DEFAULTS, RLHFOptions, rlhf_preset
 
@@ -12,10 +12,9 @@ def rlhf_command(opts: RLHFOptions) -> CommandResult:
     return CommandResult(summary["summary"], summary)
 
 
-COMMAND = Command(
+COMMAND = Command.for_options(
+    RLHFOptions,
     help="real-LLM RLHF with LoRA: optional SFT, optional reward model from preferences, then PPO",
-    parts=parts_of(RLHFOptions),
-    options=RLHFOptions,
     run=rlhf_command,
     defaults=RLHF_DEFAULTS,
     preset=rlhf_preset,
