@@ -120,6 +120,8 @@ def train_and_evaluate(
     returns the figures: seconds, losses, pairwise accuracy (over all and by the rows' ``kind``), score spreads."""
     import time
 
+    from trl_ext.stages.sft import loss_ends
+
     start = time.perf_counter()
     history = train_reward_model(
         model,
@@ -143,11 +145,9 @@ def train_and_evaluate(
     Path(out).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    losses = [h["loss"] for h in history if "loss" in h]
     return {
         "seconds": round(seconds, 2),
-        "first_loss": losses[0] if losses else None,
-        "final_loss": losses[-1] if losses else None,
+        **loss_ends(history),
         "heldout_pairwise_accuracy": pairwise_accuracy(chosen, rejected),
         "heldout_by_kind": by_kind,
         "heldout_pairs": len(heldout),
@@ -157,6 +157,17 @@ def train_and_evaluate(
 
 def _spread(values: list[float]) -> dict:
     return {"mean": round(statistics.fmean(values), 4), "std": round(statistics.pstdev(values), 4)}
+
+
+def load_reward_model_base(base: str, seed: int):
+    """``(model, tokenizer)``: the ``base`` directory as a scalar reward model (one label), its new score head drawn
+    from ``seed``."""
+    import transformers
+
+    from trl_ext.models.loading import load_sequence_classifier
+
+    transformers.set_seed(seed)  # the new score head is drawn here, before RewardTrainer seeds anything
+    return load_sequence_classifier(base, "reward model base", num_labels=1, ignore_mismatched_sizes=True)
 
 
 def reward_model_stage(
@@ -192,16 +203,9 @@ def reward_model_stage(
     }
 
     def run() -> dict:
-        import transformers
-
-        from trl_ext.models.loading import load_sequence_classifier
-
         say(f"[reward_model] training on {preferences} from {base} ...")
         train, heldout = preference_split(preferences, eval_n)
-        transformers.set_seed(seed)  # the new score head is drawn here, before RewardTrainer seeds anything
-        model, tokenizer = load_sequence_classifier(
-            base, "reward model base", num_labels=1, ignore_mismatched_sizes=True
-        )
+        model, tokenizer = load_reward_model_base(base, seed)
         result = train_and_evaluate(
             model,
             tokenizer,

@@ -81,6 +81,12 @@ def train_quietly(trainer) -> None:
     trainer.train()
 
 
+def loss_ends(history: list[dict]) -> dict:
+    """The first and the last training loss of a TRL trainer's log history (None where it logged none)."""
+    losses = [h["loss"] for h in history if "loss" in h]
+    return {"first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None}
+
+
 def supervised_finetune(
     model,
     tokenizer,
@@ -167,12 +173,7 @@ def sft_stage(
         )
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
-        losses = [h["loss"] for h in history if "loss" in h]
-        return {
-            "stage": "sft",
-            "first_loss": losses[0] if losses else None,
-            "final_loss": losses[-1] if losses else None,
-        }
+        return {"stage": "sft", **loss_ends(history)}
 
     reuse_or_run("sft", folder, config, run, say)
     return str(folder)

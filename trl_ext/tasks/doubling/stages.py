@@ -237,9 +237,6 @@ def _reward_model_base(cfg: RewardModelConfig):
         tokenizer = build_tokenizer()
         torch.manual_seed(cfg.seed)
         return build_classifier(tokenizer, seed=cfg.seed, num_labels=1), tokenizer
-    import transformers
+    from trl_ext.stages.reward_model import load_reward_model_base
 
-    from trl_ext.models.loading import load_sequence_classifier
-
-    transformers.set_seed(cfg.seed)  # the new score head is drawn here, before RewardTrainer seeds anything
-    return load_sequence_classifier(cfg.base, "reward model base", num_labels=1, ignore_mismatched_sizes=True)
+    return load_reward_model_base(cfg.base, cfg.seed)
