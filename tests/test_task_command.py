@@ -94,6 +94,10 @@ def test_a_catalogue_policy_is_made_by_fetch_model(chat_policy, tmp_path, capsys
             "SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct)",
         ),
         (None, ["--task-eval-size", "-1"], "--task-eval-size must be 0 or more (0: no evaluation), got -1"),
+        (None, ["--task-configs", "{bad"], "--task-configs is not JSON (Expecting property name"),
+        (None, ["--task-configs", "[1]"], "--task-configs: expected a JSON object of task -> settings, got '[1]'"),
+        (None, ["--task-configs", '{"leg_counting": {}}'], "name ['leg_counting'], which the spec"),
+        (None, ["--task-configs", '{"chain_sum": {"bogus": 1}}'], "its config was refused (TypeError"),
     ],
 )
 def test_bad_task_command_inputs_are_one_line_and_write_nothing(
@@ -156,3 +160,47 @@ def test_task_eval_scores_answers_with_the_tasks_verifier(monkeypatch):
 
     monkeypatch.setattr(chat_completions, "generate", generate)
     assert evaluation.score("before", model, None) == 0.5 and model.training
+
+
+def test_the_answer_format_and_task_configs_reach_training_and_evaluation(chat_policy, tmp_path, capsys, monkeypatch):
+    from trl_ext.data import reasoning_gym
+
+    made, build = [], reasoning_gym.reasoning_gym_dataset
+
+    def recording(*args, **kwargs):
+        made.append((kwargs.get("split", "train"), kwargs.get("task_configs"), kwargs.get("answer_format")))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(reasoning_gym, "reasoning_gym_dataset", recording)
+    out = tmp_path / "o"
+    configs = '{"chain_sum": {"max_terms": 2, "max_digits": 1}}'
+    extra = ["--answer-format", "last-number", "--task-configs", configs, "--task-eval-size", "2"]
+    assert rlhf(chat_policy, out, *extra) == 0, capsys.readouterr().err[-3000:]
+    wanted = {"chain_sum": {"max_terms": 2, "max_digits": 1}}
+    assert ("train", wanted, "last-number") in made and ("test", wanted, "last-number") in made
+
+
+def test_without_a_task_the_answer_format_is_one_line(chat_policy, tmp_path, capsys):
+    out = tmp_path / "o"
+    prompts = str(ROOT / "recipes/rlhf/prompts_plain.txt")
+    argv = ["rlhf", "--policy", str(chat_policy), "--prompts", prompts, "--reward-fn", "m:f", "--out", str(out)]
+    assert main([*argv, "--answer-format", "last-number"]) == 2
+    err = capsys.readouterr().err
+    assert "--task-configs and --answer-format set --task's questions: give --task too" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_task_eval_reads_the_last_number_when_the_run_does(monkeypatch):
+    import torch
+
+    from trl_ext.data.reasoning_gym import loads_exact
+    from trl_ext.models import chat_completions
+
+    evaluation = TaskEval.of_task(TASK, 4, seed=0, max_new_tokens=8, answer_format="last-number")
+    right = [str(loads_exact(entry)["answer"]) for entry in evaluation.rows["entry"]]
+
+    def generate(model_, tokenizer, conversations, *, temperature, max_new_tokens):
+        return [f"so the sum is {a}." if i < 3 else "no idea" for i, a in enumerate(right)]
+
+    monkeypatch.setattr(chat_completions, "generate", generate)
+    assert evaluation.score("before", torch.nn.Linear(1, 1), None) == 0.75

@@ -8,6 +8,7 @@ reference policy is the base model without the adapter.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -32,11 +33,24 @@ def _is_conversational(path: str) -> bool | None:
     return any(isinstance(row.get(k), list) for k in ("prompt", "completion", "messages", "chosen", "rejected"))
 
 
+def task_settings(data: PromptOptions) -> dict:
+    """``--task-configs`` (JSON, checked here) and ``--answer-format``, as ``reasoning_gym_dataset`` takes them."""
+    configs = None
+    if data.task_configs is not None:
+        try:
+            configs = json.loads(data.task_configs)
+        except json.JSONDecodeError as err:
+            raise InputError(f"--task-configs is not JSON ({err.msg} at character {err.pos})") from None
+        if not isinstance(configs, dict):
+            raise InputError(f"--task-configs: expected a JSON object of task -> settings, got {data.task_configs!r}")
+    return {"task_configs": configs, "answer_format": data.answer_format}
+
+
 def task_prompts(data: PromptOptions, seed: int) -> PromptFile:
     """``--task``'s train stream of ``seed`` as a prompt file: conversations, and the columns its reward reads."""
     from trl_ext.data.reasoning_gym import reasoning_gym_dataset
 
-    dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed)
+    dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed, **task_settings(data))
     columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
     return PromptFile(data.task, list(range(1, len(dataset) + 1)), dataset["prompt"], columns, "conversational")
 
@@ -239,7 +253,11 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             print_fn(notice)
         if opts.data.task_eval_size and run.is_main:  # the policy as loaded: the trainer has not added LoRA yet
             task_eval = TaskEval.of_task(
-                opts.data.task, opts.data.task_eval_size, opts.train.seed, opts.train.response_length
+                opts.data.task,
+                opts.data.task_eval_size,
+                opts.train.seed,
+                opts.train.response_length,
+                **task_settings(opts.data),
             )
             policy.to(run.state.device)  # where it trains and is scored after: both phases on one device
             task_eval.score("before", policy, tokenizer)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from trl_ext.agents.options import AgentOptions
 from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES
-from trl_ext.data.reasoning_gym import SPEC_PREFIX
+from trl_ext.data.reasoning_gym import ANSWER_FORMATS, SPEC_PREFIX
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.runs.run import ModelOptions, OutputOptions
@@ -90,6 +90,17 @@ class PromptOptions:
     task_size: int = field(
         1000, help="prompts --task generates: its train stream of --seed, cycled if the run takes more"
     )
+    task_configs: str | None = field(
+        None,
+        help="--task's generator settings as JSON, per task, e.g. "
+        '\'{"chain_sum": {"max_terms": 2, "max_digits": 1}}\' (each task\'s own Config fields)',
+    )
+    answer_format: str = field(
+        "tags",
+        help="how --task's answers are read: 'tags' (reasoning-gym's <answer> tags and prompt) or "
+        "'last-number' (the reply's last number, its own prompt; numeric tasks only)",
+        choices=ANSWER_FORMATS,
+    )
     task_eval_size: int = field(
         0,
         help="score the policy greedily on the first N prompts of --task's test stream of --seed, "
@@ -115,6 +126,8 @@ class PromptOptions:
             raise InputError(f"--task-eval-size must be 0 or more (0: no evaluation), got {self.task_eval_size}")
         if self.task_eval_size and self.task is None:
             raise InputError("--task-eval-size scores --task's test stream: give --task too")
+        if self.task is None and (self.task_configs is not None or self.answer_format != "tags"):
+            raise InputError("--task-configs and --answer-format set --task's questions: give --task too")
         if self.task is not None and not self.task.startswith(SPEC_PREFIX):
             raise InputError(f"--task {self.task!r}: expected '{SPEC_PREFIX}TASK' or '{SPEC_PREFIX}TASK:WEIGHT,...'")
         if self.chat_template not in CHAT_TEMPLATE_MODES:

@@ -30,16 +30,18 @@ class TaskEval:
     examples: list[dict] = field(default_factory=list)
 
     @classmethod
-    def of_task(cls, task: str, size: int, seed: int, max_new_tokens: int) -> TaskEval:
+    def of_task(cls, task: str, size: int, seed: int, max_new_tokens: int, **settings) -> TaskEval:
+        """``settings``: ``reasoning_gym_dataset``'s ``task_configs`` and ``answer_format``, as the run trains."""
         from trl_ext.data.reasoning_gym import reasoning_gym_dataset
 
-        return cls(task, seed, max_new_tokens, reasoning_gym_dataset(task, size, seed=seed, split="test"))
+        rows = reasoning_gym_dataset(task, size, seed=seed, split="test", **settings)
+        return cls(task, seed, max_new_tokens, rows)
 
     def score(self, phase: str, model, tokenizer) -> float:
         """The mean greedy score of ``model`` on the prompts, kept as ``phase`` ('before' or 'after')."""
         from trl_ext.models.chat_completions import generate
         from trl_ext.rewards.base import call_reward
-        from trl_ext.rewards.reasoning_gym import COLUMNS, ReasoningGymReward
+        from trl_ext.rewards.reasoning_gym import ReasoningGymReward
         from trl_ext.rewards.scoring import as_completions
 
         prompts = self.rows["prompt"]
@@ -50,7 +52,7 @@ class TaskEval:
             answers = generate(model, tokenizer, prompts, temperature=0.0, max_new_tokens=self.max_new_tokens)
         finally:
             model.train(was_training)
-        columns = {name: self.rows[name] for name in COLUMNS}
+        columns = {name: self.rows[name] for name in self.rows.column_names if name != "prompt"}
         values = call_reward(ReasoningGymReward(), prompts, as_completions(prompts, answers), **columns)
         self.scores[phase] = round(sum(values) / len(values), 4)
         self.examples += [
