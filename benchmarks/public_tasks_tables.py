@@ -155,6 +155,12 @@ def results_table(data: dict, json_name: str) -> str:
             )
             + "."
         )
+    if data.get("not_run"):
+        parts.append(
+            "Not run: "
+            + ", ".join(f"{r['trainer']} `{r['task']}` seed {r['seed']}" for r in data["not_run"])
+            + f" ({data['not_run'][0]['reason']})."
+        )
     if data.get("failed"):
         parts.append(
             "Failed: "
