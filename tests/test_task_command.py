@@ -110,13 +110,20 @@ def test_bad_task_command_inputs_are_one_line_and_write_nothing(
     assert message in err and len(err.strip().splitlines()) == 1 and not out.exists(), err
 
 
-def test_task_eval_size_without_a_task_is_one_line_and_writes_nothing(chat_policy, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--task-eval-size", "4"], "--task-eval-size scores --task's test stream: give --task too"),
+        (["--answer-format", "last-number"], "--task-configs and --answer-format set --task's questions: give --task"),
+    ],
+)
+def test_task_flags_without_a_task_are_one_line_and_write_nothing(chat_policy, tmp_path, capsys, extra, message):
     out = tmp_path / "o"
     prompts = str(ROOT / "recipes/rlhf/prompts_plain.txt")
     argv = ["rlhf", "--policy", str(chat_policy), "--prompts", prompts, "--reward-fn", "m:f", "--out", str(out)]
-    assert main([*argv, "--task-eval-size", "4"]) == 2
+    assert main([*argv, *extra]) == 2
     err = capsys.readouterr().err
-    assert "--task-eval-size scores --task's test stream: give --task too" in err, err
+    assert message in err, err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 
@@ -178,16 +185,6 @@ def test_the_answer_format_and_task_configs_reach_training_and_evaluation(chat_p
     assert rlhf(chat_policy, out, *extra) == 0, capsys.readouterr().err[-3000:]
     wanted = {"chain_sum": {"max_terms": 2, "max_digits": 1}}
     assert ("train", wanted, "last-number") in made and ("test", wanted, "last-number") in made
-
-
-def test_without_a_task_the_answer_format_is_one_line(chat_policy, tmp_path, capsys):
-    out = tmp_path / "o"
-    prompts = str(ROOT / "recipes/rlhf/prompts_plain.txt")
-    argv = ["rlhf", "--policy", str(chat_policy), "--prompts", prompts, "--reward-fn", "m:f", "--out", str(out)]
-    assert main([*argv, "--answer-format", "last-number"]) == 2
-    err = capsys.readouterr().err
-    assert "--task-configs and --answer-format set --task's questions: give --task too" in err, err
-    assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_task_eval_reads_the_last_number_when_the_run_does(monkeypatch):
