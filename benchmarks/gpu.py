@@ -11,7 +11,8 @@ transformers' static cache, which compiles the forward itself), ``trl-ext/vllm``
 sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep`` the same with ``vllm_enable_sleep_mode``),
 ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo`` (the newest TRL's ``GRPOTrainer``, 8 completions per prompt);
 ``--lora`` adds each with LoRA (r 16, all linear layers). A row name takes options after ``+``: ``lora``, ``gc``
-(activation checkpointing), ``critic`` (the critic as a second LoRA adapter) and ``mbN`` (N rows a forward pass).
+(activation checkpointing), ``critic`` (the critic as a second LoRA adapter), ``mbN`` (N rows a forward pass) and
+``freeze`` (``gc.freeze()`` after the untimed updates; every row reports Python's collection pauses per update).
 ``--model 7b`` makes the policy Qwen2.5-7B-shaped (built on the GPU) and the reward model Qwen2.5-0.5B-shaped;
 ``--deadline S`` starts no row after S seconds. Each row runs in a fresh process, so peak memory and compiled graphs
 are its own, with the Python of a virtual environment or a ``pip install --target`` folder put first on
@@ -63,8 +64,9 @@ DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
 # A row name may end in options, each after a "+": "lora" (LoRA r 16 on all linear layers), "gc" (activation
 # checkpointing), "critic" (the critic as a second LoRA adapter, ``critic_adapter``; needs "lora") and "mbN"
 # (trl-ext rows: N rows per forward pass of the experience phase and per forward/backward of the update, in place
-# of the automatic size).
-OPTION = re.compile(r"lora|gc|critic|mb[1-9]\d*")
+# of the automatic size); "freeze" (any row: ``gc.freeze()`` once the untimed updates are done, so Python's full
+# collections no longer walk the objects compiling and loading made: the test of one cause of a slow update).
+OPTION = re.compile(r"lora|gc|critic|freeze|mb[1-9]\d*")
 MODELS = ("0.5b", "7b")
 
 
@@ -75,7 +77,7 @@ def row_parts(row: str) -> tuple[str, set[str], int]:
         raise ValueError(f"unknown row {row!r}: choose from {', '.join(ROWS)}")
     bad = [o for o in options if not OPTION.fullmatch(o)]
     if bad:
-        raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, mbN)")
+        raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, freeze, mbN)")
     trl_only = [o for o in options if o in ("gc", "critic") or o.startswith("mb")]
     if trl_only and not name.startswith("trl-ext/"):
         raise ValueError(
@@ -208,15 +210,27 @@ def gpu_clocks() -> dict | None:
 
 
 class Clock:
-    """Update boundaries and generation time, each read after a device synchronisation."""
+    """Update boundaries and generation time, each read after a device synchronisation; Python's garbage
+    collections (their pauses, and how many were full) between boundaries."""
 
-    def __init__(self, gpu: bool, eos_token_id: int, warmup: int):
-        self.gpu, self.eos_token_id, self.warmup = gpu, eos_token_id, warmup
+    def __init__(self, gpu: bool, eos_token_id: int, warmup: int, freeze: bool = False):
+        import gc
+
+        self.gpu, self.eos_token_id, self.warmup, self.freeze = gpu, eos_token_id, warmup, freeze
+        self.gc_seconds, self.full_collections, self._gc_began = 0.0, 0, 0.0
+        gc.callbacks.append(self._collecting)
         self.clocks_at_start: dict | None = None  # nvidia-smi's reading as the timed updates begin
         self.stamps: list[tuple] = []  # (time, generate seconds, decode steps, generated tokens, graphs) so far
         self.generate_seconds, self.steps, self.tokens = 0.0, 0, 0
         self.phases: list[dict] = []  # the scratch trainer's timing/* stats of each update
         self.allocator: list[dict] = []  # the CUDA caching allocator's counters at each boundary
+
+    def _collecting(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._gc_began
+            self.full_collections += info["generation"] == 2
 
     def now(self) -> float:
         if self.gpu:
@@ -232,9 +246,16 @@ class Clock:
             self.phases.append({k: v for k, v in stats.items() if k.startswith("timing/") and k != "timing/elapsed"})
 
         graphs = counters["stats"]["unique_graphs"]  # every graph torch.compile has made in this process
-        if self.gpu and len(self.stamps) == self.warmup:  # read before the stamp: its time is not the timed updates'
-            self.clocks_at_start = gpu_clocks()
-        self.stamps.append((self.now(), self.generate_seconds, self.steps, self.tokens, graphs))
+        if len(self.stamps) == self.warmup:  # before the stamp: its time is not the timed updates'
+            if self.gpu:
+                self.clocks_at_start = gpu_clocks()
+            if self.freeze:
+                import gc
+
+                gc.freeze()
+        self.stamps.append(
+            (self.now(), self.generate_seconds, self.steps, self.tokens, graphs, self.gc_seconds, self.full_collections)
+        )
         if self.gpu:
             import torch
 
@@ -316,7 +337,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
-    clock = Clock(gpu, tokenizer.eos_token_id, args.warmup)
+    clock = Clock(gpu, tokenizer.eos_token_id, args.warmup, freeze="freeze" in options)
     if gpu:
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
@@ -446,6 +467,11 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
             round(b[0] - a[0], 3) for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)
         ],
         "timing_phases_each_update": [{k: round(v, 3) for k, v in p.items()} for p in timed_phases],
+        # Python's garbage collector within each timed update: its pauses (s) and how many collections were full
+        "gc_seconds_each_update": [
+            round(b[5] - a[5], 3) for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)
+        ],
+        "full_collections_each_update": [b[6] - a[6] for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)],
         "allocator_while_timed": allocator,
         "gpu_clocks": {"timed_start": clock.clocks_at_start, "end": clocks_at_end},
         **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu),
