@@ -73,7 +73,10 @@ ROWS = {
     "ppo": (".venv", "scratch", "gae", 1),
     "grpo": (".venv", "scratch", "grpo", 4),
     "trl-grpo": (".venv-latest", "grpo", "grpo", 4),
+    "ppo-critic-adapter": (".venv", "scratch", "gae", 1),  # amendment 2c (issue 51): the critic a second adapter
 }
+# What a row sets beyond SETTINGS (amendment 2c)
+ROW_SETTINGS = {"ppo-critic-adapter": {"critic_adapter": True}}
 SETTINGS = dict(
     batch_size=16,
     learning_rate=1.5e-4,
@@ -331,6 +334,7 @@ def run_row(spec: dict, out: Path) -> None:
         advantage_estimator=estimator,
         num_generations=generations,
         **settings,
+        **ROW_SETTINGS.get(spec["trainer"], {}),
     )
     lora = LoraConfig(task_type="CAUSAL_LM", **LORA)
     model.train()
@@ -376,6 +380,7 @@ def run_row(spec: dict, out: Path) -> None:
         "model": model_label(spec["model"]),
         "task": task,
         "trainer": spec["trainer"],
+        "estimator": estimator,
         "seed": seed,
         "invocation": spec["invocation"],
         "runner": runner_name,
@@ -396,7 +401,13 @@ def run_row(spec: dict, out: Path) -> None:
         "seconds_per_update": round(train_s / max(1, len(curve)), 2),
         "eval_seconds": {"before": round(eval_before, 1), "after": round(time.perf_counter() - t0, 1)},
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "settings": dict(settings, advantage_estimator=estimator, num_generations=generations, lora=LORA),
+        "settings": dict(
+            settings,
+            advantage_estimator=estimator,
+            num_generations=generations,
+            lora=LORA,
+            **ROW_SETTINGS.get(spec["trainer"], {}),
+        ),
         "curve": curve,
         "python": sys.executable,
         "trl": trl.__version__,

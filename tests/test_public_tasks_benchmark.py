@@ -73,7 +73,7 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
                 "--tasks",
                 "chain_sum",
                 "--rows",
-                "ppo",
+                "ppo,ppo-critic-adapter",
                 "--updates",
                 "1",
                 "--out",
@@ -84,11 +84,12 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
     )
     data = json.loads(stem.with_suffix(".json").read_text())
     assert data["base_panel"] == {} and data["failed"] == []
-    [row] = data["rows"]
+    row, adapter_row = sorted(data["rows"], key=lambda r: r["trainer"])
     for key in (
         "model",
         "task",
         "trainer",
+        "estimator",
         "seed",
         "before",
         "after",
@@ -100,6 +101,9 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
     assert (row["model"], row["task"], row["trainer"], row["updates"]) == ("chat", "chain_sum", "ppo", 1)
     assert row["invocation"] == data["invocation"] and data["plan"]["sha256"]
     assert "| chat | `chain_sum` | ppo | 11 | 1 |" in stem.with_suffix(".md").read_text()
+    # amendment 2c's row: the same PPO with the critic as a second LoRA adapter, and only that different
+    assert adapter_row["trainer"] == "ppo-critic-adapter" and adapter_row["settings"].pop("critic_adapter") is True
+    assert adapter_row["settings"] == row["settings"] and "critic_adapter" not in row["settings"]
 
 
 def test_the_qualifying_rule_and_the_choice_of_candidates(bench):
