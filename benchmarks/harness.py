@@ -42,7 +42,7 @@ def command_line(script: str, argv: list[str] | None) -> str:
     import shlex
     import sys
 
-    return f"OMP_NUM_THREADS=1 python {script} " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return "OMP_NUM_THREADS=1 " + shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
 
 
 def git_commit() -> str | None:

@@ -252,3 +252,49 @@ def test_save_writes_the_policy_adapter_and_the_critic_beside(qwen, tmp_path):
     for name, param in fresh.policy.named_parameters():
         if f".{CRITIC_ADAPTER}." in name:
             assert torch.equal(param, trained[name]), name
+
+
+def _record_passes_and_backwards(trainer) -> list[str]:
+    """The order of the critic's own passes and the backward passes from now on."""
+    events: list[str] = []
+    value_pass, backward = trainer.passes.value_pass, trainer.learner.backward
+
+    def recorded_value_pass(*args, **kwargs):
+        events.append("critic pass")
+        return value_pass(*args, **kwargs)
+
+    def recorded_backward(loss):
+        events.append("backward")
+        backward(loss)
+
+    trainer.passes.value_pass, trainer.learner.backward = recorded_value_pass, recorded_backward
+    return events
+
+
+@pytest.mark.parametrize("critic", ["critic_adapter", "separate_critic"])
+def test_the_critic_apart_holds_one_graph_at_a_time_and_changes_no_number(qwen, critic):
+    """A critic with a backbone of its own runs its pass after the policy's backward (peak memory of one pass, not
+    two): every update's stats and every trained weight as with one backward over both losses."""
+    path, tokenizer = qwen
+    options = {"critic_adapter": critic == "critic_adapter", "separate_critic": critic == "separate_critic"}
+    runs = {}
+    for apart in (True, False):
+        torch.manual_seed(0)
+        trainer = _trainer(path, tokenizer, **options)
+        assert trainer.passes.critic_apart  # one process, a backbone of the critic's own
+        trainer.passes.critic_apart = apart
+        events = _record_passes_and_backwards(trainer)
+        history = trainer.train()
+        weights = {n: p.detach().clone() for n, p in trainer.actor_critic.named_parameters() if p.requires_grad}
+        runs[apart] = history, weights, events
+    (apart_history, apart_weights, apart_events), (joint_history, joint_weights, joint_events) = runs[True], runs[False]
+    # each of 2 updates: the old values (no graph), then 2 epochs of one step: the policy's backward before the
+    # critic's pass, the critic's backward after it
+    step = ["backward", "critic pass", "backward"]
+    assert apart_events == (["critic pass"] + step * 2) * 2 and joint_events == ["backward"] * 4
+    for apart_stats, joint_stats in zip(apart_history, joint_history, strict=True):
+        for name, value in joint_stats.items():
+            if name.startswith(("loss/", "val/", "policy/", "objective/")):
+                assert float(apart_stats[name]) == pytest.approx(float(value), rel=1e-5, abs=1e-6), name
+    for name, weight in joint_weights.items():
+        torch.testing.assert_close(apart_weights[name], weight, rtol=1e-5, atol=1e-6, msg=name)

@@ -126,9 +126,13 @@ class _ReplayingTrainer:
             def _minibatch_order(self, size):
                 return torch.as_tensor(orders.pop(0))
 
-            def _backward(self, loss):  # one micro-batch per minibatch here: its loss is the minibatch's
-                recorded["losses"].append(loss.item())
+            def _backward(self, loss):  # one micro-batch per minibatch here: its last backward's loss is the
+                self.last_loss = loss.item()  # minibatch's (a critic apart backs the policy's term first)
                 super()._backward(loss)
+
+            def _optimizer_step(self):
+                recorded["losses"].append(self.last_loss)
+                super()._optimizer_step()
 
         for module, name, key in (
             (losses, "policy_loss", "policy_losses"),

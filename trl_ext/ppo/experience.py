@@ -95,6 +95,8 @@ def make_experience(
         old_logprobs = forward.logprobs.detach()
         if forward.values is not None:  # as ForwardPasses.old_policy slices them: the response positions
             values = forward.values[:, query_ids.shape[1] - 1 : -1].detach().float()
+        elif passes.critic_apart:  # the pass keeps the policy's graph alone; the critic's values without one
+            values = passes.old_values(inputs, responses)
     else:
         old_logprobs, values = passes.old_policy(inputs, responses)
     if ref_logprobs is None:  # no KL term anywhere: KL 0, as if the reference were the policy

@@ -45,7 +45,18 @@ class PolicyOutput:
 
     logprobs: torch.Tensor  # (B, R) log-probs of the responses
     entropy: torch.Tensor  # (B, R) the policy's entropy per token (with its graph when ``ent_coef > 0``)
-    values: torch.Tensor | None  # (B, P + R) the critic's values; None without a critic
+    values: torch.Tensor | None  # (B, P + R) the critic's values; None without a critic or with it apart
+
+
+def critic_apart(model, accelerator) -> bool:
+    """Whether the update runs the critic's pass apart from the policy's, each followed by its own backward, so
+    the two graphs are never held at once (peak memory of one pass, not two): where the critic has a backbone of its
+    own (a copy or an adapter) and one process holds the model. DDP and FSDP reduce gradients once a backward and
+    DeepSpeed steps on each, so there the two losses keep one backward."""
+    from accelerate.utils import DistributedType
+
+    one_process = accelerator.num_processes == 1 and accelerator.distributed_type != DistributedType.DEEPSPEED
+    return one_process and accelerator.unwrap_model(model).critic_has_backbone
 
 
 class ForwardPasses:
@@ -55,6 +66,7 @@ class ForwardPasses:
     def __init__(self, model, policy, ref_policy, accelerator, config, vocab_size: int):
         self.model, self.policy, self.ref_policy = model, policy, ref_policy
         self.accelerator, self.config, self.vocab_size = accelerator, config, vocab_size
+        self.critic_apart = critic_apart(model, accelerator)
 
     @staticmethod
     def logits_to_keep(responses: torch.Tensor) -> int:
@@ -80,7 +92,8 @@ class ForwardPasses:
     def policy_pass(
         self, query_response, attention_mask, position_ids, responses, critic_only: bool = False
     ) -> PolicyOutput:
-        """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up)."""
+        """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up); the
+        critic's values too unless it runs apart (``value_pass``)."""
         cfg = self.config
         with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
             logits, values = self.model(
@@ -89,12 +102,25 @@ class ForwardPasses:
                 position_ids,
                 logits_to_keep=self.kept_positions(query_response, responses),
                 critic_only=critic_only,
+                outputs="logits" if self.critic_apart else "both",
             )
         response_logits = logits[:, :-1]
         logprobs = core.logprobs_from_logits(response_logits, responses, cfg.temperature)
         with torch.set_grad_enabled(cfg.ent_coef > 0):
             entropy = core.entropy_from_logits(response_logits, cfg.temperature)
         return PolicyOutput(logprobs, entropy, values)
+
+    def value_pass(self, query_response, attention_mask, position_ids) -> torch.Tensor:
+        """The critic's own pass, with gradients (``critic_apart``): values ``(B, P + R)``."""
+        with self.accelerator.autocast():
+            return self.model(query_response, attention_mask, position_ids, outputs="values")[1]
+
+    @torch.no_grad()
+    def old_values(self, inputs, responses) -> torch.Tensor:
+        """The critic's values before the update at the response positions ``(B, R)``, its pass alone."""
+        length = inputs[0].shape[1] - responses.shape[1]
+        values = [self.value_pass(*(x[part] for x in inputs)) for part in self.parts(responses)]
+        return torch.cat(values)[:, length - 1 : -1].float()
 
     @torch.no_grad()
     def old_policy(self, inputs, responses) -> tuple[torch.Tensor, torch.Tensor | None]:

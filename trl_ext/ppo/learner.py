@@ -10,6 +10,7 @@ the weights moved (``policy_changed``: the rollout engine).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -81,9 +82,8 @@ class Learner:
             # The row order of a full-batch mean does not matter; it is drawn as the minibatch loop draws it so a
             # run's random stream stays the one of the path without the fused pass.
             self.minibatch_order(len(exp))
-            loss, stats = self._loss(exp, exp, forward, warming_up)
-            self._stop_if_non_finite(loss.detach(), 0, 0)
-            self.backward(loss)
+            check = partial(self._stop_if_non_finite, epoch=0, minibatch=0)
+            _, stats = self._backward(exp, exp, forward, warming_up, check)
             self.optimizer_step()
             for name, value in stats.items():
                 steps[name] = [value.detach()]
@@ -102,11 +102,10 @@ class Learner:
                         micro.responses,
                         critic_only=warming_up,
                     )
-                    loss, micro_stats = self._loss(micro, mb, forward, warming_up)
-                    total = total + loss.detach()
-                    if i == len(micro_batches) - 1:  # before the backward that DeepSpeed's engine would step on
-                        self._stop_if_non_finite(total, epoch, mb_index)
-                    self.backward(loss)
+                    last = i == len(micro_batches) - 1
+                    check = partial(self._stop_if_non_finite, epoch=epoch, minibatch=mb_index, earlier=total)
+                    loss, micro_stats = self._backward(micro, mb, forward, warming_up, check if last else None)
+                    total = total + loss
                     for name, value in micro_stats.items():  # each already weighted by its share
                         mb_stats[name] = mb_stats.get(name, 0.0) + value.detach()
                 self.optimizer_step()
@@ -114,9 +113,29 @@ class Learner:
                     steps.setdefault(name, []).append(value)
         return {name: torch.stack(values).mean() for name, values in steps.items()}
 
-    def _stop_if_non_finite(self, minibatch_loss: torch.Tensor, epoch: int, minibatch: int) -> None:
+    def _backward(
+        self, micro: Experience, mb: Experience, forward: PolicyOutput, warming_up: bool, check: Callable | None
+    ):
+        """``micro``'s loss (detached) and stats, its gradient accumulated; ``check(loss)``, if given, runs before its
+        last backward (the one DeepSpeed's engine would step on). With the critic apart (``ForwardPasses.critic_apart``)
+        the policy's backward frees its graph before the critic's pass builds its own."""
+        loss, stats = self._loss(micro, mb, forward, warming_up)
+        if self.passes.critic_apart:
+            if loss.requires_grad:  # not during the critic's warm-up, whose policy term is a constant 0
+                self.backward(loss)
+            values = self.passes.value_pass(micro.query_response, micro.attention_mask, micro.position_ids)
+            value_loss, value_stats = self._value_loss(micro, mb, values)
+            loss, stats = loss.detach() + value_loss, {**stats, **value_stats}
+        if check is not None:
+            check(loss.detach())
+        self.backward(loss)
+        return loss.detach(), stats
+
+    def _stop_if_non_finite(self, loss: torch.Tensor, epoch: int, minibatch: int, earlier=0.0) -> None:
         """A non-finite minibatch loss on any rank stops every rank before an optimizer step uses it: checked
-        once a minibatch (one read back to the host), on the sum of its micro-batches' losses."""
+        once a minibatch (one read back to the host), on the sum of its micro-batches' losses (``earlier``, the
+        sum before the last one's ``loss``)."""
+        minibatch_loss = earlier + loss
         bad = (~torch.isfinite(minibatch_loss)).float().reshape(1)
         if self.accelerator.num_processes > 1:
             bad = self.accelerator.reduce(bad, reduction="sum")
@@ -170,12 +189,18 @@ class Learner:
             loss = pg_loss.new_zeros(())
         if "kl_loss" in pg:
             stats["loss/kl_avg"] = tokens * pg["kl_loss"]
-        if forward.values is not None:  # a critic-free estimator trains no value function
-            new_values = forward.values[:, micro.query_length - 1 : -1].float()
-            vf_loss, vf = core.clipped_value_loss(
-                new_values, outcome.values, outcome.returns, outcome.value_mask, cfg.cliprange_value
-            )
-            value_share = losses.share("tokens", outcome.value_mask, mb.outcome.value_mask)
-            loss = loss + cfg.vf_coef * value_share * vf_loss
-            stats.update({"loss/value_avg": value_share * vf_loss, "val/clipfrac_avg": value_share * vf["clipfrac"]})
+        if forward.values is not None:  # None: a critic-free estimator, or the critic apart (``_backward``)
+            value_loss, value_stats = self._value_loss(micro, mb, forward.values)
+            loss, stats = loss + value_loss, {**stats, **value_stats}
         return loss, stats
+
+    def _value_loss(self, micro: Experience, mb: Experience, values: torch.Tensor):
+        """The clipped value loss of ``micro``'s values ``(B, P + R)``, weighted by its tokens' share of ``mb``."""
+        cfg, outcome = self.config, micro.outcome
+        new_values = values[:, micro.query_length - 1 : -1].float()
+        vf_loss, vf = core.clipped_value_loss(
+            new_values, outcome.values, outcome.returns, outcome.value_mask, cfg.cliprange_value
+        )
+        value_share = losses.share("tokens", outcome.value_mask, mb.outcome.value_mask)
+        stats = {"loss/value_avg": value_share * vf_loss, "val/clipfrac_avg": value_share * vf["clipfrac"]}
+        return cfg.vf_coef * value_share * vf_loss, stats

@@ -137,36 +137,47 @@ class ActorCritic(nn.Module):
 
         return nullcontext(), recompute()
 
+    @property
+    def critic_has_backbone(self) -> bool:
+        """The critic reads a backbone of its own (a copy or its adapter): its pass can run apart from the policy's."""
+        return self.value_head is not None and (self.separate_critic or self.critic_adapter)
+
     def forward(
-        self, input_ids, attention_mask, position_ids, logits_to_keep: int | torch.Tensor = 0, critic_only: bool = False
+        self,
+        input_ids,
+        attention_mask,
+        position_ids,
+        logits_to_keep: int | torch.Tensor = 0,
+        critic_only: bool = False,
+        outputs: str = "both",
     ):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
         ``logits_to_keep`` positions or of those indices (0: all, ``K = L``; HF's option), values of every position.
         ``critic_only`` (critic warm-up): the policy runs without gradients, so its graph is never built and the
-        values' gradients reach the value function alone, not a shared backbone."""
-        shared = self.value_head is not None and not self.separate_critic and not self.critic_adapter
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not critic_only):
-            out = self.policy(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                output_hidden_states=shared,
-                use_cache=False,
-                logits_to_keep=logits_to_keep,
-            )
-        if self.value_head is None:
-            return out.logits, None
+        values' gradients reach the value function alone, not a shared backbone. ``outputs``: ``"both"``,
+        ``"logits"`` (no critic pass, values None) or ``"values"`` (the critic's own pass alone, logits None: a
+        critic with a backbone of its own)."""
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        if outputs == "values":
+            return None, self._values(self._critic_hidden(inputs))
+        with_values = outputs == "both" and self.value_head is not None
+        shared = with_values and not self.critic_has_backbone
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not critic_only):
+            out = self.policy(**inputs, output_hidden_states=shared, logits_to_keep=logits_to_keep)
+        if not with_values:
+            return out.logits, None
+        return out.logits, self._values(out.hidden_states[-1] if shared else self._critic_hidden(inputs))
+
+    def _critic_hidden(self, inputs: dict) -> torch.Tensor:
+        """The last hidden states of the critic's own backbone: the copy, or the base under the critic's adapter."""
         if self.separate_critic:
-            hidden = self.critic_backbone(**inputs).last_hidden_state
-        elif self.critic_adapter:  # a second pass over the same inputs: the base under the critic's adapter
-            with self.critic_adapter_active():
-                hidden = base_backbone(self.policy)(**inputs).last_hidden_state
-        else:
-            hidden = out.hidden_states[-1]
+            return self.critic_backbone(**inputs).last_hidden_state
+        with self.critic_adapter_active():  # a second pass over the same inputs
+            return base_backbone(self.policy)(**inputs).last_hidden_state
+
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
         # A bf16 backbone hands bf16 states to the float32 head (precision.py); autocast recasts if on.
-        hidden = hidden.to(self.value_head.weight.dtype)
-        return out.logits, self.value_head(hidden).squeeze(-1)
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
 
     def save_value_head(self, path: str | Path) -> None:
         """The value function beside a saved policy: the head, and the critic's adapter where it has one."""
