@@ -28,7 +28,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.harness import ROOT, command_line, new_invocation_id, run_jobs, write_results  # noqa: E402
+from benchmarks.harness import ROOT, command_line, git_commit, new_invocation_id, run_jobs, write_results  # noqa: E402
 
 CRITICS = {
     "shared head": {},
@@ -148,6 +148,7 @@ def main(argv=None) -> int:
         "benchmark": "critic-memory",
         "command": command_line("benchmarks/critic_memory.py", argv),
         "invocation": invocation,
+        "commit": git_commit(),
         "machine": info,
         "model": model_label(args.model),
         "settings": {**SETTINGS, "updates": args.updates},
