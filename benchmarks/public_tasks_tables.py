@@ -72,7 +72,7 @@ def summary_table(rows: list[dict]) -> str:
             paired = [r for r in group if (task, r["seed"]) in trl]
             above = (
                 "-"
-                if trainer == "trl-grpo"
+                if trainer == "trl-grpo" or not paired  # no TRL row at these seeds: nothing to compare with
                 else f"{sum(r['after'] > trl[(task, r['seed'])] for r in paired)} of {len(paired)}"
             )
             lines.append(

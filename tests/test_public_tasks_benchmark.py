@@ -172,3 +172,6 @@ def test_the_summary_pairs_each_trainer_with_trls_grpo_seed_by_seed():
     lines = summary_table(rows).splitlines()
     assert lines[2] == "| `t` | ppo | 1,2 | 0.150 | 0.400 | 0.250 | 1 of 2 | 1 of 2 | 0.400 | 10.0 |"
     assert lines[3] == "| `t` | trl-grpo | 1,2 | 0.150 | 0.500 | 0.350 | 2 of 2 | - | 0.500 | 10.0 |"
+    # without TRL's rows at those seeds there is nothing to be above: "-", not "0 of 0"
+    alone = summary_table([r for r in rows if r["trainer"] == "ppo"]).splitlines()
+    assert alone[2] == "| `t` | ppo | 1,2 | 0.150 | 0.400 | 0.250 | 1 of 2 | - | 0.400 | 10.0 |"
