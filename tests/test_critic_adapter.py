@@ -153,6 +153,17 @@ def test_activation_checkpointing_recomputes_each_pass_under_its_own_adapter(qwe
         torch.testing.assert_close(grads[0][name], grads[1][name], msg=name)
 
 
+def test_a_pass_asks_for_outputs_the_critic_has(qwen):
+    path, tokenizer = qwen
+    with pytest.raises(InputError, match="got 'value'"):
+        _built(path)(*_inputs(tokenizer), outputs="value")
+    shared = build_models(_base(path), _config(critic_adapter=False), _lora())[0]  # the value head on the policy's
+    with pytest.raises(InputError, match="a backbone of its own"):
+        shared(*_inputs(tokenizer), outputs="values")
+    logits, values = _built(path)(*_inputs(tokenizer), outputs="values")
+    assert logits is None and values.shape == _inputs(tokenizer)[0].shape
+
+
 def test_critic_adapter_needs_lora_and_a_critic(qwen):
     path, _ = qwen
     with pytest.raises(InputError, match="critic_adapter needs a LoRA policy"):

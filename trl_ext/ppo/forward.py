@@ -51,11 +51,11 @@ class PolicyOutput:
 def critic_apart(model, accelerator) -> bool:
     """Whether the update runs the critic's pass apart from the policy's, each followed by its own backward, so
     the two graphs are never held at once (peak memory of one pass, not two): where the critic has a backbone of its
-    own (a copy or an adapter) and one process holds the model. DDP and FSDP reduce gradients once a backward and
-    DeepSpeed steps on each, so there the two losses keep one backward."""
+    own (a copy or an adapter) and one undistributed process holds the model. DDP and FSDP reduce gradients once a
+    backward and DeepSpeed steps on each, so there (even on one process) the two losses keep one backward."""
     from accelerate.utils import DistributedType
 
-    one_process = accelerator.num_processes == 1 and accelerator.distributed_type != DistributedType.DEEPSPEED
+    one_process = accelerator.num_processes == 1 and accelerator.distributed_type == DistributedType.NO
     return one_process and accelerator.unwrap_model(model).critic_has_backbone
 
 

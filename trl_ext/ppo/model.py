@@ -157,6 +157,11 @@ class ActorCritic(nn.Module):
         values' gradients reach the value function alone, not a shared backbone. ``outputs``: ``"both"``,
         ``"logits"`` (no critic pass, values None) or ``"values"`` (the critic's own pass alone, logits None: a
         critic with a backbone of its own)."""
+        if outputs not in ("both", "logits", "values") or (outputs == "values" and not self.critic_has_backbone):
+            raise InputError(
+                f"outputs must be 'both', 'logits' or 'values' ('values': a critic with a backbone of its own); "
+                f"got {outputs!r}"
+            )
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         if outputs == "values":
             return None, self._values(self._critic_hidden(inputs))

@@ -170,7 +170,8 @@ class PPOTrainer:
         return builder.build_optimizer(model, self.config.learning_rate, self.accelerator.device)
 
     def _backward(self, loss: torch.Tensor) -> None:
-        """Gradients of one micro-batch's share of the loss, added to those of the minibatch's others."""
+        """Gradients of one micro-batch's share of the loss, added to those of the minibatch's others (with the
+        critic apart, two calls a micro-batch: the policy's term, then the value loss)."""
         self.accelerator.backward(loss)
 
     def _optimizer_step(self) -> None:
