@@ -170,8 +170,7 @@ class PPOTrainer:
         return builder.build_optimizer(model, self.config.learning_rate, self.accelerator.device)
 
     def _backward(self, loss: torch.Tensor) -> None:
-        """Gradients of one micro-batch's share of the loss, added to those of the minibatch's others (with the
-        critic apart, two calls a micro-batch: the policy's term, then the value loss)."""
+        """Gradients of a micro-batch's share of the loss, added to the minibatch's (a critic apart: two calls)."""
         self.accelerator.backward(loss)
 
     def _optimizer_step(self) -> None:
