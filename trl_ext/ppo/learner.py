@@ -65,8 +65,7 @@ class Learner:
         the experience phase then runs that pass with its graph (``make_experience``), and its detached log-probs
         and values are the old ones, equal to a no-grad pass's since the weights have not moved yet. It saves a
         pass of the policy (and of a shared critic; a critic apart takes its old values from a no-grad pass of its
-        own) an update, at any number of epochs. Not while the critic warms up: its
-        steps run the critic alone."""
+        own) an update, at any number of epochs. Not while the critic warms up: its steps run the critic alone."""
         cfg, batch = self.config, len(responses)
         return cfg.num_mini_batches == 1 and not warming_up and self.micro_batch_rows(batch, responses) >= batch
 
