@@ -434,6 +434,11 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     # sampled response tokens (up to and including the first eos).
     prompt_tokens = args.updates * batch_size * sum(map(len, prompts)) / len(prompts)
     timed_stamps = clock.stamps[args.warmup :]
+
+    def each_update(field: int) -> list:
+        """A stamp field's change over each timed update."""
+        return [b[field] - a[field] for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)]
+
     allocator = (
         {k: clock.allocator[-1][k] - clock.allocator[args.warmup][k] for k in ALLOCATOR_COUNTERS}
         if clock.allocator
@@ -463,15 +468,11 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
         "timing_phases_per_update": phases,
         "timing_phase_sum_share": round(sum(phases.values()) / (seconds / args.updates), 3) if phases else None,
-        "seconds_each_update": [
-            round(b[0] - a[0], 3) for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)
-        ],
+        "seconds_each_update": [round(d, 3) for d in each_update(0)],
         "timing_phases_each_update": [{k: round(v, 3) for k, v in p.items()} for p in timed_phases],
         # Python's garbage collector within each timed update: its pauses (s) and how many collections were full
-        "gc_seconds_each_update": [
-            round(b[5] - a[5], 3) for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)
-        ],
-        "full_collections_each_update": [b[6] - a[6] for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)],
+        "gc_seconds_each_update": [round(d, 3) for d in each_update(5)],
+        "full_collections_each_update": each_update(6),
         "allocator_while_timed": allocator,
         "gpu_clocks": {"timed_start": clock.clocks_at_start, "end": clocks_at_end},
         **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu),
