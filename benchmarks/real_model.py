@@ -16,7 +16,8 @@ every row. On a machine with CUDA every row trains and evaluates there. Rows:
 * ``scratch-ppo``  trl-ext's PPOTrainer, critic and GAE (``.venv``);
 * ``trl-ppo``      TRL 1.12's PPOTrainer through trl-ext's ``trl`` runner (``.venv``);
 * ``scratch-grpo`` trl-ext's PPOTrainer with ``advantage_estimator='grpo'``, 4 generations a prompt (``.venv``);
-* ``trl-grpo``     the newest TRL's GRPOTrainer through trl-ext's ``grpo`` runner, 4 generations (``.venv-latest``).
+* ``trl-grpo``     the newest TRL's GRPOTrainer through trl-ext's ``grpo`` runner, 4 generations (``.venv-latest``);
+* ``scratch-ppo-gen4`` trl-ext's PPO, critic and GAE, 4 generations a prompt (only where ``--rows`` or a plan names it).
 
 Each row is a subprocess with one torch thread (``--jobs`` side by side). Per row: the held-out score before and
 after training (greedy and sampled at T=0.7, ``trl_ext.tasks.real_model.evaluate``), the reward and KL per update and
@@ -77,12 +78,15 @@ ROWS = {  # name -> (virtual environment, trl-ext runner, advantage estimator, g
     # failures up to several standard deviations and PPO takes its largest steps there (docs/real-model.md).
     "scratch-ppo": (".venv", "scratch", "gae", 1, {"whiten_advantages": False}),
     "trl-ppo": (".venv", "trl", "gae", 1, {}),
+    # The critic with several samples a prompt (VAPO): the same episodes, a quarter of the prompts (issue 51)
+    "scratch-ppo-gen4": (".venv", "scratch", "gae", 4, {"whiten_advantages": False}),
     # No KL term, as TRL's GRPOTrainer at its default beta=0; advantages not divided by the group's std (Dr. GRPO,
     # the GRPO rows' counterpart of the PPO row's unwhitened advantages: docs/real-model.md). With
     # scale_rewards="group" the row is TRL's GRPO per update (tests/test_trl_group_equality.py).
     "scratch-grpo": (".venv", "scratch", "grpo", 4, {"kl_coef": 0.0, "scale_rewards": "none"}),
     "trl-grpo": (".venv-latest", "grpo", "grpo", 4, {"kl_coef": 0.0}),
 }
+PLAIN_ROWS = ("scratch-ppo", "trl-ppo", "scratch-grpo", "trl-grpo")  # what runs without --rows or --plan
 SETTINGS = dict(
     batch_size=16,
     learning_rate=1.5e-4,
@@ -359,7 +363,11 @@ def run_row(
                 "kl": round(float(stats.get("objective/kl", "nan")), 4),
                 **{
                     metric: round(float(stats[key]), 4)
-                    for metric, key in (("approxkl", "policy/approxkl_avg"), ("clipfrac", "policy/clipfrac_avg"))
+                    for metric, key in (
+                        ("approxkl", "policy/approxkl_avg"),
+                        ("clipfrac", "policy/clipfrac_avg"),
+                        ("explained_variance", "val/explained_variance"),
+                    )
                     if key in stats
                 },
                 **{k: round(float(v), 4) for k, v in stats.items() if k.startswith("timing/")},
@@ -385,9 +393,11 @@ def run_row(
     import trl
 
     row = {
+        "task": "number",
         "trainer": name,
         "kind": kind,
         "runner": runner_name,
+        "estimator": estimator,
         "advantage_estimator": estimator,
         "num_generations": generations,
         "seed": seed,
@@ -600,7 +610,7 @@ def main(argv=None) -> int:
         return 0
 
     known = list(plan["rows"]) if plan else list(ROWS)
-    names = [n for n in (args.rows or ",".join(known)).split(",") if n]
+    names = [n for n in (args.rows or ",".join(plan["rows"] if plan else PLAIN_ROWS)).split(",") if n]
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"unknown rows {unknown}; known: {known}")

@@ -129,6 +129,24 @@ def test_the_committed_plan_is_equal_where_both_can_express_and_judged_on_fresh_
     assert all(set(bench.SETTINGS) <= set(row["settings"]) for row in plan["rows"].values())
 
 
+def test_the_critic_selection_plan_adds_one_technique_a_row_at_the_grpo_rows_kl(bench):
+    """Issue 51's number-task selection plan: every technique row is today's PPO row plus exactly its declared
+    settings, on the selection split, and every row without a KL term, as the GRPO row it faces."""
+    plan = bench.read_plan(ROOT / "benchmarks" / "plans" / "critic-number-select.json")
+    assert plan["split"] == "heldout" and plan["updates"] == 20
+    settings = _resolved(bench, plan)
+    assert {row["kl_coef"] for row in settings.values()} == {0.0}
+    assert settings["ppo"]["advantage_estimator"] == "gae" and settings["grpo"]["advantage_estimator"] == "grpo"
+    for name, extra in plan["extras"].items():
+        differ = harness.settings_differences(settings[name], settings[extra["compare_with"]])
+        assert extra["compare_with"] == "ppo" and set(differ) == set(extra["differs_in"]), name
+    assert settings["ppo-gen4"]["num_generations"] == 4 and settings["ppo"]["num_generations"] == 1
+
+
+def test_the_plain_run_leaves_out_the_rows_only_a_plan_names(bench):
+    assert set(bench.PLAIN_ROWS) < set(bench.ROWS) and "scratch-ppo-gen4" not in bench.PLAIN_ROWS
+
+
 def _plan_file(tmp_path, **changes):
     plan = json.loads(PLAN.read_text())
     for key, value in changes.items():
