@@ -129,7 +129,7 @@ def pair_lines(data: dict) -> list[str]:
     invocation (never across invocations)."""
     by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
     lines = [
-        "| rows | kind | seeds | mean score, sampled (greedy) | seeds trl-ext >= TRL | settings that differ "
+        "| rows | kind | seeds | mean score, sampled (greedy) | seeds the first >= the second | settings that differ "
         "(computed) | declared | seconds per update, ratio per invocation |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -194,12 +194,48 @@ def plan_targets(data: dict) -> list[str]:
     return checks
 
 
+# Issue 51's selection rule (benchmarks/critic_ablation_plan.md, amendment 1): a technique wins when its mean score
+# is at least its baseline's + SELECTION_MARGIN and it is ahead on more than half the seeds
+SELECTION_MARGIN = 0.02
+COST_LIMIT = 1.25  # issue 51: PPO's seconds an update at most 1.25x GRPO's in the same invocation
+
+
+def selection_targets(data: dict) -> list[str]:
+    """A selection plan's verdicts (a plan named ``*-select``): each extra against the row it is compared with by
+    the rule above; the pair (the critic against GRPO) on the mean and seed by seed, and its cost per invocation."""
+    by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
+    checks = []
+    for c in (c for c in data["comparisons"] if c["seeds"]):
+        a, b = c["rows"]
+        pairs = [(by[(a, s)], by[(b, s)]) for s in c["seeds"]]
+        ours, theirs = (_mean([p[i]["after"] for p in pairs]) for i in (0, 1))
+        ahead = sum(x["after"] > y["after"] for x, y in pairs)
+        if c["kind"] == "extra":
+            wins = ours >= theirs + SELECTION_MARGIN and 2 * ahead > len(pairs)
+            checks.append(
+                f"| {a} wins over {b}: mean >= {b}'s + {SELECTION_MARGIN}, ahead on more than half the seeds | "
+                f"{ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(pairs)} | {_ok(wins)} |"
+            )
+            continue
+        held, need = sum(x["after"] >= y["after"] for x, y in pairs), -(-2 * len(pairs) // 3)  # issue 51: 4 of 6
+        checks.append(f"| {a} >= {b} on the mean | {ours:.3f} vs {theirs:.3f} | {_ok(ours >= theirs)} |")
+        checks.append(f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} | {_ok(held >= need)} |")
+        for i in c["invocations"]:
+            checks.append(
+                f"| {a} s/update <= {COST_LIMIT}x {b}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
+                f"{_ok(i['ratio'] <= COST_LIMIT)} |"
+            )
+    return checks
+
+
 def results_table(data: dict, name: str, made_by: str | None = None) -> str:
     """A results file's table: every row's held-out score before and after, speed and memory; the targets (a
-    plan's run: its pairs first, then issue 40's targets on them)."""
+    plan's run: its pairs first, then issue 40's targets on them, or a selection plan's rule)."""
     lines = [_source(data, name, made_by), "", _description(data), ""]
     if "comparisons" in data:
-        lines += [*pair_lines(data), "", "| target | measured | met |", "|---|---|---|", *plan_targets(data), ""]
+        selection = data["plan"]["name"].endswith("-select")
+        verdicts = selection_targets(data) if selection else plan_targets(data)
+        lines += [*pair_lines(data), "", "| target | measured | met |", "|---|---|---|", *verdicts, ""]
     lines += [
         "| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
         "peak RSS MiB |",
@@ -350,7 +386,8 @@ def main() -> int:
         ),
     )
     write("real-model-gpu-h100.md", gpu_table(load("real-model-gpu-h100.json"), "real-model-gpu-h100.json"))
-    for plan_run in sorted((ROOT / "benchmarks" / "results").glob("real-model-fair*.json")):
+    results = ROOT / "benchmarks" / "results"
+    for plan_run in sorted([*results.glob("real-model-fair*.json"), *results.glob("critic-number-*.json")]):
         write(plan_run.with_suffix(".md").name, results_table(load(plan_run.name), plan_run.name))
     return 0
 

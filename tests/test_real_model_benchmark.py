@@ -324,3 +324,27 @@ def test_plan_targets_say_no_where_trl_ext_falls_short():
         "| scratch-ppo s/update <= 0.7x trl-ppo's, invocation i1 | 0.90x | no |",
         "| every PPO row's update-1 KL within 0.1 of 0 (4 rows) | largest +0.150 (trl-ppo, seed 1) | no |",
     ]
+
+
+def test_selection_targets_apply_the_critic_plans_rule():
+    """Issue 51's rule: a technique wins at its baseline's mean + 0.02 and ahead on more than half the seeds; a
+    larger mean carried by one seed does not win."""
+    from benchmarks.real_model_tables import selection_targets
+
+    scores = {"ppo": (0.5, 0.5, 0.5), "grpo": (0.6, 0.4, 0.6), "one-seed": (0.9, 0.4, 0.4), "steady": (0.54, 0.54, 0.5)}
+    rows = [{"trainer": t, "seed": s, "after": a} for t, after in scores.items() for s, a in zip((0, 1, 2), after)]
+    invocation = [{"invocation": "i1", "ratio": 1.3}]
+    comparisons = [
+        {"rows": ["ppo", "grpo"], "kind": "pair", "seeds": [0, 1, 2], "invocations": invocation},
+        {"rows": ["one-seed", "ppo"], "kind": "extra", "seeds": [0, 1, 2], "invocations": []},
+        {"rows": ["steady", "ppo"], "kind": "extra", "seeds": [0, 1, 2], "invocations": []},
+    ]
+    lines = selection_targets({"rows": rows, "comparisons": comparisons})
+    rule = "mean >= ppo's + 0.02, ahead on more than half the seeds"
+    assert lines == [
+        "| ppo >= grpo on the mean | 0.500 vs 0.533 | no |",
+        "| ppo >= grpo on at least 2 of 3 seeds | 1 | no |",
+        "| ppo s/update <= 1.25x grpo's, invocation i1 | 1.30x | no |",
+        f"| one-seed wins over ppo: {rule} | 0.567 vs 0.500 (+0.067), ahead on 1 of 3 | no |",
+        f"| steady wins over ppo: {rule} | 0.527 vs 0.500 (+0.027), ahead on 2 of 3 | yes |",
+    ]
