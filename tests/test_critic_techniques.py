@@ -1,6 +1,7 @@
 """The critic's techniques as settings (VC-PPO, VAPO, DAPO): what each computes by hand, each default as before,
 each bad value one error, and a short run with all of them on."""
 
+import json
 import math
 from pathlib import Path
 
@@ -226,6 +227,33 @@ def test_warmup_stops_when_the_value_loss_stops_falling_with_lambda_one_returns(
     trainer.train(on_update=watch)
     assert moved == [False, False, True] and lams == [1.0, 1.0, None]
     assert len(trainer.warmup_value_losses) == 2
+
+
+def test_a_run_resumed_during_its_warmup_goes_on_with_the_stopping_rule(tokenizer, tmp_path):
+    """The warm-up's value losses travel in the checkpoint: resumed after its first warm-up update, the run warms up
+    once more and then trains the policy, as the run that was never stopped did (started afresh, the rule would
+    need two new losses and warm up to the end)."""
+    warmup = dict(critic_warmup_steps=10, critic_warmup_patience=1, critic_warmup_min_delta=0.99)
+    whole = _trainer(tokenizer, total_episodes=12, output_dir=str(tmp_path), save_steps=1, **warmup)
+    whole.train()
+    saved = json.loads((tmp_path / "checkpoint-1" / "trainer_state.json").read_text())
+    assert saved["warmup_value_losses"] == whole.warmup_value_losses[:1]
+    resumed = _trainer(
+        tokenizer,
+        total_episodes=12,
+        output_dir=str(tmp_path),
+        resume_from_checkpoint=str(tmp_path / "checkpoint-1"),
+        **warmup,
+    )
+    assert resumed.warmup_value_losses == whole.warmup_value_losses[:1]
+    before = [p.detach().clone() for p in resumed.policy.parameters()]
+    moved = []
+    resumed.train(
+        on_update=lambda *_: moved.append(
+            any(not torch.equal(a, b) for a, b in zip(before, resumed.policy.parameters()))
+        )
+    )
+    assert moved == [False, True] and len(resumed.warmup_value_losses) == 2
 
 
 def test_gae_with_several_samples_a_prompt_runs(tokenizer):

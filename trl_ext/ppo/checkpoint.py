@@ -181,26 +181,14 @@ def rotate(output_dir: str | Path, keep: int) -> list[Path]:
 
 
 def save_run(
-    output_dir: str | Path,
-    *,
-    update: int,
-    episode: int,
-    kl_coef: float,
-    config,
-    world_size: int,
-    parts: dict,
-    is_main: bool,
-    barrier,
+    output_dir: str | Path, counters: dict, *, config, world_size: int, parts: dict, is_main: bool, barrier
 ) -> Path:
-    """``output_dir/checkpoint-<update>`` for a run at ``update``/``episode``, the oldest beyond
-    ``config.save_total_limit`` deleted. ``parts``: ``save``'s model, optimizer, scheduler, generator, rank.
-    ``kl_coef``: the KL weight in force (an adaptive one's current value)."""
-    state = {
-        "update": update,
-        "episode": episode,
-        "kl_coef": kl_coef,
-        "fingerprint": fingerprint(parts["model"], config, world_size),
-    }
+    """``output_dir/checkpoint-<update>`` for a run whose ``counters`` are ``update``, ``episode``, ``kl_coef`` (the
+    KL weight in force: an adaptive one's current value) and ``warmup_value_losses`` (what the critic warm-up's
+    stopping rule reads), the oldest beyond ``config.save_total_limit`` deleted. ``parts``: ``save``'s model,
+    optimizer, scheduler, generator, rank."""
+    update = counters["update"]
+    state = {**counters, "fingerprint": fingerprint(parts["model"], config, world_size)}
     path = save(Path(output_dir) / f"{PREFIX}{update}", **parts, state=state, is_main=is_main, barrier=barrier)
     if config.save_total_limit and is_main:
         rotate(output_dir, config.save_total_limit)
@@ -208,9 +196,9 @@ def save_run(
     return path
 
 
-def load_run(path: Path, *, config, world_size: int, parts: dict) -> tuple[int, int, float]:
-    """Read a checkpoint that fits this run into ``parts``; returns its ``(update, episode, kl_coef)`` (the
-    config's kl_coef for a checkpoint written before the KL weight was saved)."""
+def load_run(path: Path, *, config, world_size: int, parts: dict) -> dict:
+    """Read a checkpoint that fits this run into ``parts``; returns the counters ``save_run`` wrote (``kl_coef``: the
+    config's, and no ``warmup_value_losses``, for a checkpoint written before they were saved)."""
     check_fits(read_state(path)["fingerprint"], fingerprint(parts["model"], config, world_size), path)
     state = load(path, **parts)
-    return state["update"], state["episode"], state.get("kl_coef", config.kl_coef)
+    return {"kl_coef": config.kl_coef, "warmup_value_losses": [], **state}

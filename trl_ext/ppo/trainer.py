@@ -270,12 +270,10 @@ class PPOTrainer:
         """``output_dir/checkpoint-<update>``: weights, optimizer, scheduler, every rank's generators, counters."""
         if self.config.output_dir is None:
             raise InputError("save_steps needs an output_dir to write checkpoints into")
-        acc = self.accelerator
+        acc, losses = self.accelerator, self.warmup_value_losses
         return checkpoint.save_run(
             self.config.output_dir,
-            update=self.update_index,
-            episode=self.episode,
-            kl_coef=self.kl_coef,
+            dict(update=self.update_index, episode=self.episode, kl_coef=self.kl_coef, warmup_value_losses=losses),
             config=self.config,
             world_size=acc.num_processes,
             parts=self._parts(),
@@ -284,11 +282,12 @@ class PPOTrainer:
         )
 
     def _load_checkpoint(self, path: Path) -> None:
-        self.update_index, self.episode, saved_kl_coef = checkpoint.load_run(
-            path, config=self.config, world_size=self.accelerator.num_processes, parts=self._parts()
-        )
+        acc = self.accelerator
+        saved = checkpoint.load_run(path, config=self.config, world_size=acc.num_processes, parts=self._parts())
+        self.update_index, self.episode = saved["update"], saved["episode"]
+        self.warmup_value_losses = saved["warmup_value_losses"]  # the warm-up's stopping rule goes on where it was
         if self.config.kl_target is not None:  # an adapted weight goes on; a fixed one is this run's --kl-coef
-            self.kl_coef = saved_kl_coef
+            self.kl_coef = saved["kl_coef"]
 
     def train_step(self, rows: dict, upcoming: dict | None = None) -> dict:
         """Rollout, reward and update for one batch of dataset rows (``input_ids`` + other columns); with
