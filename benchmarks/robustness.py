@@ -64,6 +64,8 @@ CRITIC_TECHNIQUES = {
     "ppo-gen4": ["--num-generations", "4"],
 }
 ROWS.update({name: ROWS["ppo"] + flags for name, flags in CRITIC_TECHNIQUES.items()})
+# the number task's two winners together (the plan's amendment 2), on this selection set too
+ROWS["ppo-combination"] = ROWS["ppo-decoupled-gae"] + CRITIC_TECHNIQUES["ppo-positive-lm"]
 TRL_ROWS = {"trl", "trl-grpo", "trl-rloo", "trl-grpo-matched", "trl-rloo-matched"}  # need TRL 1.12 (.venv)
 CHARSETS = ("digits", "lower", "upper")
 

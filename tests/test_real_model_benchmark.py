@@ -129,18 +129,24 @@ def test_the_committed_plan_is_equal_where_both_can_express_and_judged_on_fresh_
     assert all(set(bench.SETTINGS) <= set(row["settings"]) for row in plan["rows"].values())
 
 
-def test_the_critic_selection_plan_adds_one_technique_a_row_at_the_grpo_rows_kl(bench):
-    """Issue 51's number-task selection plan: every technique row is today's PPO row plus exactly its declared
-    settings, on the selection split, and every row without a KL term, as the GRPO row it faces."""
-    plan = bench.read_plan(ROOT / "benchmarks" / "plans" / "critic-number-select.json")
-    assert plan["split"] == "heldout" and plan["updates"] == 20
+@pytest.mark.parametrize("name", ["critic-number-select", "critic-number-combination-select", "critic-number-judge"])
+def test_the_critic_plans_add_only_what_they_declare_at_the_grpo_rows_kl(bench, name):
+    """Issue 51's number-task plans: every extra is the row it is compared with plus exactly its declared settings,
+    every row without a KL term (as the GRPO rows), selection on the held-out split and judgement on the test split
+    with seeds never run on this task."""
+    plan = bench.read_plan(ROOT / "benchmarks" / "plans" / f"{name}.json")
+    assert plan["updates"] == 20
+    if name.endswith("-select"):
+        assert plan["split"] == "heldout"
+    else:
+        run_before = SEEDS_RUN_BEFORE | set(range(10, 16)) | set(range(20, 28))  # and the fair plans' seeds
+        assert plan["split"] == "test" and len(plan["seeds"]) >= 6 and not set(plan["seeds"]) & run_before
     settings = _resolved(bench, plan)
     assert {row["kl_coef"] for row in settings.values()} == {0.0}
     assert settings["ppo"]["advantage_estimator"] == "gae" and settings["grpo"]["advantage_estimator"] == "grpo"
-    for name, extra in plan["extras"].items():
-        differ = harness.settings_differences(settings[name], settings[extra["compare_with"]])
-        assert extra["compare_with"] == "ppo" and set(differ) == set(extra["differs_in"]), name
-    assert settings["ppo-gen4"]["num_generations"] == 4 and settings["ppo"]["num_generations"] == 1
+    for row, extra in plan["extras"].items():
+        differ = harness.settings_differences(settings[row], settings[extra["compare_with"]])
+        assert extra["compare_with"] == "ppo" and set(differ) == set(extra["differs_in"]), row
 
 
 def test_the_plain_run_leaves_out_the_rows_only_a_plan_names(bench):
