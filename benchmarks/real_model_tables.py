@@ -228,13 +228,52 @@ def selection_targets(data: dict) -> list[str]:
     return checks
 
 
+def judgement_targets(data: dict) -> list[str]:
+    """Issue 51's targets on a fresh-ground plan (a plan named ``*-judge``): each of trl-ext's PPO rows against the
+    better GRPO row (the higher mean of trl-ext's and TRL's) on the mean and on at least 2 of every 3 seeds (4 of 6),
+    and its seconds an update at most COST_LIMIT x trl-ext GRPO's in each invocation."""
+    from benchmarks.harness import invocation_ratios
+
+    by, means = {(r["trainer"], r["seed"]): r for r in data["rows"]}, {}
+    for r in data["rows"]:
+        means.setdefault(r["trainer"], []).append(r["after"])
+    kinds = {r["trainer"]: r.get("kind", r["trainer"]) for r in data["rows"]}
+    groups = [t for t, k in kinds.items() if k in ("scratch-grpo", "trl-grpo")]
+    if not groups:
+        return []
+    best = max(groups, key=lambda t: _mean(means[t]))
+    checks = []
+    for ppo in (t for t, k in kinds.items() if k == "scratch-ppo"):
+        seeds = [s for s in data["seeds"] if (ppo, s) in by and (best, s) in by]
+        ours, theirs = (_mean([by[(t, s)]["after"] for s in seeds]) for t in (ppo, best))
+        ahead, need = sum(by[(ppo, s)]["after"] >= by[(best, s)]["after"] for s in seeds), -(-2 * len(seeds) // 3)
+        checks.append(
+            f"| {ppo} >= {best} (the better GRPO row) on the mean | {ours:.3f} vs {theirs:.3f} | "
+            f"{_ok(ours >= theirs)} |"
+        )
+        checks.append(f"| {ppo} >= {best} on at least {need} of {len(seeds)} seeds | {ahead} | {_ok(ahead >= need)} |")
+        for grpo in (t for t in groups if kinds[t] == "scratch-grpo"):
+            for i in invocation_ratios(data["rows"], ppo, grpo):
+                checks.append(
+                    f"| {ppo} s/update <= {COST_LIMIT}x {grpo}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
+                    f"{_ok(i['ratio'] <= COST_LIMIT)} |"
+                )
+    return checks
+
+
 def results_table(data: dict, name: str, made_by: str | None = None) -> str:
     """A results file's table: every row's held-out score before and after, speed and memory; the targets (a
     plan's run: its pairs first, then issue 40's targets on them, or a selection plan's rule)."""
     lines = [_source(data, name, made_by), "", _description(data), ""]
     if "comparisons" in data:
-        selection = data["plan"]["name"].endswith("-select")
-        verdicts = selection_targets(data) if selection else plan_targets(data)
+        plan = data["plan"]["name"]
+        verdicts = (
+            selection_targets(data)
+            if plan.endswith("-select")
+            else judgement_targets(data)
+            if plan.endswith("-judge")
+            else plan_targets(data)
+        )
         lines += [*pair_lines(data), "", "| target | measured | met |", "|---|---|---|", *verdicts, ""]
     lines += [
         "| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "

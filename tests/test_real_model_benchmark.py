@@ -354,3 +354,24 @@ def test_selection_targets_apply_the_critic_plans_rule():
         f"| one-seed wins over ppo: {rule} | 0.567 vs 0.500 (+0.067), ahead on 1 of 3 | no |",
         f"| steady wins over ppo: {rule} | 0.527 vs 0.500 (+0.027), ahead on 2 of 3 | yes |",
     ]
+
+
+def test_judgement_targets_face_the_better_grpo_row_and_trl_ext_grpos_cost():
+    """Issue 51's targets on fresh ground: each trl-ext PPO row against whichever GRPO row has the higher mean (here
+    TRL's), on 4 of 6 seeds, and at most 1.25x trl-ext GRPO's seconds an update in the invocation."""
+    from benchmarks.real_model_tables import judgement_targets
+
+    after = {"ppo": [0.6] * 6, "grpo": [0.5] * 6, "trl-grpo": [0.7, 0.7, 0.5, 0.5, 0.5, 0.5]}
+    kinds = {"ppo": "scratch-ppo", "grpo": "scratch-grpo", "trl-grpo": "trl-grpo"}
+    seconds = {"ppo": 13.0, "grpo": 10.0, "trl-grpo": 30.0}
+    rows = [
+        {"trainer": t, "kind": kinds[t], "seed": s, "after": a, "seconds_per_update": seconds[t], "invocation": "i1"}
+        for t, scores in after.items()
+        for s, a in enumerate(scores)
+    ]
+    lines = judgement_targets({"rows": rows, "seeds": list(range(6))})
+    assert lines == [
+        "| ppo >= trl-grpo (the better GRPO row) on the mean | 0.600 vs 0.567 | yes |",
+        "| ppo >= trl-grpo on at least 4 of 6 seeds | 4 | yes |",
+        "| ppo s/update <= 1.25x grpo's, invocation i1 | 1.30x | no |",
+    ]
