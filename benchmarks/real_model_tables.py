@@ -200,6 +200,11 @@ SELECTION_MARGIN = 0.02
 COST_LIMIT = 1.25  # issue 51: PPO's seconds an update at most 1.25x GRPO's in the same invocation
 
 
+def _two_thirds(seeds: int) -> int:
+    """Issue 51's seed count: at least 2 of every 3 seeds (4 of 6), rounded up."""
+    return -(-2 * seeds // 3)
+
+
 def selection_targets(data: dict) -> list[str]:
     """A selection plan's verdicts (a plan named ``*-select``): each extra against the row it is compared with by
     the rule above; the pair (the critic against GRPO) on the mean and seed by seed, and its cost per invocation."""
@@ -217,7 +222,7 @@ def selection_targets(data: dict) -> list[str]:
                 f"{ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(pairs)} | {_ok(wins)} |"
             )
             continue
-        held, need = sum(x["after"] >= y["after"] for x, y in pairs), -(-2 * len(pairs) // 3)  # issue 51: 4 of 6
+        held, need = sum(x["after"] >= y["after"] for x, y in pairs), _two_thirds(len(pairs))
         checks.append(f"| {a} >= {b} on the mean | {ours:.3f} vs {theirs:.3f} | {_ok(ours >= theirs)} |")
         checks.append(f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} | {_ok(held >= need)} |")
         for i in c["invocations"]:
@@ -246,7 +251,7 @@ def judgement_targets(data: dict) -> list[str]:
     for ppo in (t for t, k in kinds.items() if k == "scratch-ppo"):
         seeds = [s for s in data["seeds"] if (ppo, s) in by and (best, s) in by]
         ours, theirs = (_mean([by[(t, s)]["after"] for s in seeds]) for t in (ppo, best))
-        ahead, need = sum(by[(ppo, s)]["after"] >= by[(best, s)]["after"] for s in seeds), -(-2 * len(seeds) // 3)
+        ahead, need = sum(by[(ppo, s)]["after"] >= by[(best, s)]["after"] for s in seeds), _two_thirds(len(seeds))
         checks.append(
             f"| {ppo} >= {best} (the better GRPO row) on the mean | {ours:.3f} vs {theirs:.3f} | "
             f"{_ok(ours >= theirs)} |"
