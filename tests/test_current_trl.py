@@ -156,6 +156,32 @@ def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
 
 
+def test_trl_group_trainer_recomputes_activations_when_asked(models, tmp_path):
+    """``gradient_checkpointing`` reaches TRL's GRPOTrainer (it was always passed as off)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.runs.group_trainers import build_group_trainer
+
+    policy = AutoModelForCausalLM.from_pretrained(models["chat_policy"])
+    tokenizer = AutoTokenizer.from_pretrained(models["chat_policy"])
+    cfg = PPOConfig(
+        advantage_estimator="grpo",
+        kl_coef=0.0,
+        batch_size=4,
+        total_episodes=4,
+        response_length=6,
+        gradient_checkpointing=True,
+        output_dir=str(tmp_path),
+    )
+
+    def length(completions, **_):
+        return [float(len(str(c))) for c in completions]
+
+    trainer = build_group_trainer("grpo", cfg, policy, tokenizer, length, conversations(4), tmp_path, num_generations=2)
+    trainer.train()
+    assert trainer.args.gradient_checkpointing and trainer.model.is_gradient_checkpointing
+
+
 def test_bad_inputs_are_named(models):
     from trl_ext.data.prompt_dataset import DatasetError
     from trl_ext.models.directory import ArtifactError

@@ -49,6 +49,21 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
 
 
 @pytest.mark.needs_trl_ppo
+def test_trl_backend_recomputes_activations_when_asked(pieces, tmp_path):
+    """TRL 1.12's PPOTrainer.train() never reads its gradient_checkpointing argument: the backend turns it on."""
+    from trl_ext.tasks.doubling.task import ppo_prompt_dataset
+    from trl_ext.trl_compat.backend import build_trl_trainer
+
+    policy, tok, reward = pieces
+    cfg = doubling_ppo_config(batch_size=8, total_episodes=8, gradient_checkpointing=True)
+    trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 8, 0), tmp_path)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    trainer.train()
+    assert policy.is_gradient_checkpointing and trainer.args.gradient_checkpointing
+    assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
+
+
+@pytest.mark.needs_trl_ppo
 def test_trl_backend_learns_requested_charset(pieces, tmp_path):
     """30 TRL updates of 64 must clearly lift the requested-charset rate (the reward is wired right)."""
     from trl_ext.tasks.doubling.evaluate import evaluate_policy

@@ -92,7 +92,7 @@ def build_group_trainer(
         logging_steps=1,
         save_strategy="no",
         disable_tqdm=True,
-        **checkpointing_training_argument(False),
+        **checkpointing_training_argument(cfg.gradient_checkpointing),
         disable_dropout=True,  # disable_dropout: as both PPO backends do
     )
     trainer = Trainer(

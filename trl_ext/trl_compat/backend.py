@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from trl_ext.errors import InputError
-from trl_ext.models.activation_checkpointing import checkpointing_training_argument
+from trl_ext.models.activation_checkpointing import checkpointing_training_argument, enable_activation_checkpointing
 from trl_ext.ppo.model import base_backbone
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
@@ -108,7 +108,7 @@ def trl_ppo_config(cfg, output_dir: str | Path):
         gradient_accumulation_steps=1,
         stop_token="eos",
         **launch_training_arguments(),  # the launch's mixed precision and device
-        **checkpointing_training_argument(False),
+        **checkpointing_training_argument(cfg.gradient_checkpointing),  # recorded: train() never reads it
         num_sample_generations=0,
         save_strategy="steps" if cfg.save_steps else "no",
         save_steps=cfg.save_steps or 500,
@@ -190,6 +190,8 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     from transformers import set_seed
 
     set_seed(cfg.seed)
+    if cfg.gradient_checkpointing:  # TRL 1.12's PPOTrainer.train() never enables it from its arguments
+        enable_activation_checkpointing(policy)
     tokenizer = pad_outside_queries(left_padded(tokenizer), train_dataset["input_ids"])
     reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
     value_model = build_value_model(policy, cfg.separate_critic, cfg.value_head_init)
