@@ -157,12 +157,12 @@ def test_task_eval_scores_answers_with_the_tasks_verifier(monkeypatch):
     from trl_ext.data.reasoning_gym import loads_exact
     from trl_ext.models import chat_completions
 
-    evaluation = TaskEval.of_task(TASK, 4, seed=0, max_new_tokens=8)
+    evaluation = TaskEval.of_task(TASK, 4, seed=0, max_new_tokens=8, max_prompt_length=64)
     right = [str(loads_exact(entry)["answer"]) for entry in evaluation.rows["entry"]]
     model = torch.nn.Linear(1, 1)  # in training mode, as after an update
 
-    def generate(model_, tokenizer, conversations, *, temperature, max_new_tokens):
-        assert (model_.training, temperature, max_new_tokens) == (False, 0.0, 8)
+    def generate(model_, tokenizer, conversations, *, temperature, max_new_tokens, max_prompt_length):
+        assert (model_.training, temperature, max_new_tokens, max_prompt_length) == (False, 0.0, 8, 64)
         return [f"<answer>{a}</answer>" if i < 2 else "<answer>no</answer>" for i, a in enumerate(right)]
 
     monkeypatch.setattr(chat_completions, "generate", generate)
@@ -196,8 +196,30 @@ def test_task_eval_reads_the_last_number_when_the_run_does(monkeypatch):
     evaluation = TaskEval.of_task(TASK, 4, seed=0, max_new_tokens=8, answer_format="last-number")
     right = [str(loads_exact(entry)["answer"]) for entry in evaluation.rows["entry"]]
 
-    def generate(model_, tokenizer, conversations, *, temperature, max_new_tokens):
+    def generate(model_, tokenizer, conversations, *, temperature, max_new_tokens, max_prompt_length):
         return [f"so the sum is {a}." if i < 3 else "no idea" for i, a in enumerate(right)]
 
     monkeypatch.setattr(chat_completions, "generate", generate)
     assert evaluation.score("before", torch.nn.Linear(1, 1), None) == 0.75
+
+
+def test_evaluation_prompts_are_cut_on_the_left_as_training_cuts_them(chat_policy):
+    """``generate(max_prompt_length=N)`` hands the model each templated prompt's last N tokens: the run's
+    ``--max-prompt-length`` reaches ``--task-eval-size``'s answers as it reaches training's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ext.models.chat_completions import generate
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(chat_policy), AutoTokenizer.from_pretrained(chat_policy)
+    conversations = [[{"role": "user", "content": "say apple " * n}] for n in (1, 6)]
+    whole = [tokenizer.apply_chat_template(c, add_generation_prompt=True) for c in conversations]
+    whole = [w["input_ids"] if isinstance(w, dict) or hasattr(w, "keys") else w for w in whole]
+    seen, real = [], model.generate
+
+    def recording(input_ids, attention_mask, **kwargs):
+        seen.append([row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)])
+        return real(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    model.generate = recording
+    generate(model, tokenizer, conversations, max_new_tokens=2, max_prompt_length=8)
+    assert seen == [[w[-8:] for w in whole]] and len(whole[1]) > 8

@@ -16,9 +16,11 @@ def generate(
     max_new_tokens: int = 48,
     batch_size: int = 50,
     seed: int = 0,
+    max_prompt_length: int | None = None,
 ) -> list[str]:
     """One completion per conversation: greedy when ``temperature`` is 0, else sampled from the whole
-    distribution (no top-k/top-p: the trainers' default) with ``torch.manual_seed(seed)``."""
+    distribution (no top-k/top-p: the trainers' default) with ``torch.manual_seed(seed)``. With
+    ``max_prompt_length``, each templated prompt keeps its last that many tokens, as training cuts them."""
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     sampling = (
         dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
@@ -36,7 +38,9 @@ def generate(
                 return_tensors="pt",
                 return_dict=True,
             )
-            batch = {k: v.to(model.device) for k, v in batch.items()}
+            # Left-padded: the last columns hold every prompt's last tokens.
+            cut = -max_prompt_length if max_prompt_length else None
+            batch = {k: v[:, cut:].to(model.device) for k, v in batch.items()}
             out = model.generate(
                 **batch,
                 max_new_tokens=max_new_tokens,

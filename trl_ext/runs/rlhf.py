@@ -257,6 +257,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
                 opts.data.task_eval_size,
                 opts.train.seed,
                 opts.train.response_length,
+                opts.data.max_prompt_length,
                 **task_settings(opts.data),
             )
             policy.to(run.state.device)  # where it trains and is scored after: both phases on one device

@@ -26,16 +26,19 @@ class TaskEval:
     seed: int
     max_new_tokens: int
     rows: Any  # datasets.Dataset: the test stream's first rows, with the columns the verifier reads
+    max_prompt_length: int | None = None  # the run's: prompts are cut on the left as training cuts them
     scores: dict[str, float] = field(default_factory=dict)  # phase -> mean score
     examples: list[dict] = field(default_factory=list)
 
     @classmethod
-    def of_task(cls, task: str, size: int, seed: int, max_new_tokens: int, **settings) -> TaskEval:
+    def of_task(
+        cls, task: str, size: int, seed: int, max_new_tokens: int, max_prompt_length: int | None = None, **settings
+    ) -> TaskEval:
         """``settings``: ``reasoning_gym_dataset``'s ``task_configs`` and ``answer_format``, as the run trains."""
         from trl_ext.data.reasoning_gym import reasoning_gym_dataset
 
         rows = reasoning_gym_dataset(task, size, seed=seed, split="test", **settings)
-        return cls(task, seed, max_new_tokens, rows)
+        return cls(task, seed, max_new_tokens, rows, max_prompt_length)
 
     def score(self, phase: str, model, tokenizer) -> float:
         """The mean greedy score of ``model`` on the prompts, kept as ``phase`` ('before' or 'after')."""
@@ -49,7 +52,14 @@ class TaskEval:
         was_training = model.training
         model.eval()
         try:
-            answers = generate(model, tokenizer, prompts, temperature=0.0, max_new_tokens=self.max_new_tokens)
+            answers = generate(
+                model,
+                tokenizer,
+                prompts,
+                temperature=0.0,
+                max_new_tokens=self.max_new_tokens,
+                max_prompt_length=self.max_prompt_length,
+            )
         finally:
             model.train(was_training)
         columns = {name: self.rows[name] for name in self.rows.column_names if name != "prompt"}
@@ -74,6 +84,7 @@ class TaskEval:
             "seed": self.seed,
             "prompts": len(self.rows),
             "max_new_tokens": self.max_new_tokens,
+            "max_prompt_length": self.max_prompt_length,
             **{phase: self.scores.get(phase) for phase in PHASES},
             "examples": self.examples,
         }
