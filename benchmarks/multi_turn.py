@@ -42,11 +42,19 @@ from benchmarks.harness import ROOT, VENVS, command_line, evaluating, run_jobs, 
 
 RESULTS = ROOT / "benchmarks" / "results"
 WARM_DIR = ROOT / "runs" / "multi-turn-warm-start"
+POSITIVE_LM = {"positive_lm_coef": 0.1, "positive_lm_threshold": 0.5}  # the number task's selection's values
 ROWS = {  # name -> (virtual environment, advantage estimator, generations per prompt, environment, own settings)
     "ppo-turn": (".venv", "gae", 1, "SecretCodesPerTurn", {}),
     "ppo-final": (".venv", "gae", 1, "SecretCodes", {}),
     "grpo": (".venv", "grpo", 4, "SecretCodes", {"kl_coef": 0.0}),
     "trl-grpo": (".venv-latest", "trl", 4, "SecretCodes", {"kl_coef": 0.0}),
+    # Issue 51: the final reward, no KL term (as the GRPO rows), today's gae defaults, then the critic's techniques
+    # that won on the number task, alone and together (benchmarks/critic_ablation_plan.md, amendment 4).
+    "ppo-final-kl0": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0}),
+    "ppo-final-decoupled-gae": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0, "critic_lam": 1.0}),
+    "ppo-final-positive-lm": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0, **POSITIVE_LM}),
+    "ppo-final-combination": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0, "critic_lam": 1.0, **POSITIVE_LM}),
+    "trl-grpo-default": (".venv-latest", "trl", 4, "SecretCodes", {"kl_coef": 0.0, "scale_rewards": "group"}),
 }
 # Fixed before the runs (benchmarks/multi_turn_plan.md): the real-model benchmark's settings where they apply,
 # 64 tokens for all turns (a call ~25, the result ~15, the answer ~5), one round of tool calls.
@@ -342,7 +350,9 @@ def run_row(
     import trl
 
     row = {
+        "task": "tool",
         "trainer": name,
+        "estimator": estimator,
         "advantage_estimator": estimator,
         "environment": environment,
         "num_generations": generations,

@@ -29,7 +29,7 @@ def _has_environments() -> bool:
     return "environment_factory" in inspect.signature(GRPOTrainer.__init__).parameters
 
 
-@pytest.mark.parametrize("row", ["ppo-turn", "grpo", "trl-grpo"])
+@pytest.mark.parametrize("row", ["ppo-turn", "grpo", "trl-grpo", "ppo-final-combination"])
 def test_a_row_trains_from_the_warm_start_and_writes_its_record(bench, tmp_path, row):
     if row == "trl-grpo" and not _has_environments():
         pytest.skip("this TRL's GRPOTrainer takes no environment_factory (the row runs in the newest TRL)")
@@ -40,6 +40,7 @@ def test_a_row_trains_from_the_warm_start_and_writes_its_record(bench, tmp_path,
     assert record["trainer"] == row and record["updates"] == 1 and len(record["curve"]) == 1
     assert record["held_out_prompts"] == 2 and 0.0 <= record["after"] <= 1.0
     assert record["settings"]["response_length"] == 24
+    assert record["settings"] == {**bench.SETTINGS, **bench.ROWS[row][4]} and record["task"] == "tool"
     result = {
         "quick": True,
         "command": "multi_turn.py --quick",
