@@ -100,10 +100,17 @@ def _description(data: dict) -> str:
     """What the rows ran with: the settings they share, or (a plan's run) where each row's full settings are."""
     st, split = data["settings"], data.get("split", "heldout").replace("heldout", "held-out")
     if "plan" in data:
+        ran = {(r["trainer"], r["seed"]) for r in [*data["rows"], *data.get("failed", [])]}
+        missing = [f"{t} seed {s}" for s in data["seeds"] for t in data["plan"]["rows"] if (t, s) not in ran]
         return (
             f"The plan `{data['plan']['path']}`: {data['updates']} updates a row, {data['held_out_prompts']} "
             f"{split} prompts, rows {st['jobs']} side by side. Each row's full settings are in the JSON; the "
             "pairs' computed differences are below. Score: `JustTheNumber` (greedy in brackets)."
+            + (
+                f" **Stopped early**: {len(missing)} planned rows did not run ({', '.join(missing)})."
+                if missing
+                else ""
+            )
         )
     return (
         f"{data['model']}; LoRA r={st['lora_r']} (alpha {st['lora_alpha']}, {st['lora_target_modules']}); "
@@ -246,7 +253,8 @@ def judgement_targets(data: dict) -> list[str]:
     groups = [t for t, k in kinds.items() if k in ("scratch-grpo", "trl-grpo")]
     if not groups:
         return []
-    best = max(groups, key=lambda t: _mean(means[t]))
+    both = [s for s in data["seeds"] if all((t, s) in by for t in groups)]  # the better row on the same seeds
+    best = max(groups, key=lambda t: _mean([by[(t, s)]["after"] for s in both] or means[t]))
     checks = []
     for ppo in (t for t, k in kinds.items() if k == "scratch-ppo"):
         seeds = [s for s in data["seeds"] if (ppo, s) in by and (best, s) in by]

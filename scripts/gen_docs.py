@@ -1,6 +1,6 @@
-"""Write the two generated pages of docs/: the command reference and the results.
+"""Write the generated parts of docs/: the command reference and the results' tables.
 
-    python scripts/gen_docs.py            # rewrite docs/commands.md and docs/results.md's generated blocks
+    python scripts/gen_docs.py            # rewrite docs/commands.md, and the generated blocks of the result pages
     python scripts/gen_docs.py --check    # change nothing; exit 3 naming each page that is not what this writes
 
 docs/commands.md is generated whole, from the commands' option dataclasses: every ``trl-ext`` subcommand
@@ -8,14 +8,14 @@ docs/commands.md is generated whole, from the commands' option dataclasses: ever
 ``trl_ext.commands.parsing.Command`` combines them), each field's flag, type, default and help
 (``trl_ext.settings.fields.field(help=...)``) and choices, and the defaults a command sets over a dataclass's own.
 
-docs/results.md is written by hand, except its generated blocks, each between ``<!-- BEGIN generated: NAME -->``
-and ``<!-- END generated: NAME -->``: the table ``benchmarks/results/NAME.md`` that a benchmark wrote beside its
-JSON, pasted as it is, under the source line it carries (or, where it carries none, one made here from
-``NAME.json``: its command, commit and device). ``<!-- BEGIN generated: NAME tables 1,2 -->`` keeps the text but only
-the tables named (counted from 1), and links the file for the rest. Every result file is on the page: its table in
-a block, or a link to it in the hand-written text; the ``other-results`` block lists, one line each, the files that
-are neither, so no result is left out. Nothing here knows a benchmark: what a table shows, and what it checks, is
-the benchmark's.
+The result pages (docs/results.md, and docs/critic.md for issue 51's story) are written by hand, except their
+generated blocks, each between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``: the table
+``benchmarks/results/NAME.md`` that a benchmark wrote beside its JSON, pasted as it is, under the source line it
+carries (or, where it carries none, one made here from ``NAME.json``: its command, commit and device).
+``<!-- BEGIN generated: NAME tables 1,2 -->`` keeps the text but only the tables named (counted from 1), and links
+the file for the rest. Every result file is on a result page: its table in a block, or a link to it in the
+hand-written text; results.md's ``other-results`` block lists, one line each, the files that are neither, so no
+result is left out. Nothing here knows a benchmark: what a table shows, and what it checks, is the benchmark's.
 
 tests/test_docs.py runs ``--check`` in a fresh interpreter: a new option, a changed help text or a new
 benchmark table fails the suite until this script is run again and its output committed.
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 RESULTS = ROOT / "benchmarks" / "results"
 COMMANDS_PAGE = DOCS / "commands.md"
-RESULTS_PAGE = DOCS / "results.md"
+RESULTS_PAGE = DOCS / "results.md"  # the page that holds the other-results block
+RESULT_PAGES = (RESULTS_PAGE, DOCS / "critic.md")
 REGENERATE = "python scripts/gen_docs.py"
 STALE = 3  # --check's exit code for pages out of date (a crash exits 1)
 
@@ -252,9 +253,8 @@ def _without_blocks(text: str) -> str:
     return BLOCK.sub("", text)
 
 
-def other_results(text: str, shown: set[str]) -> str:
-    """One line for each result file that no block shows and the page's own text does not link."""
-    written = _without_blocks(text)
+def other_results(written: str, shown: set[str]) -> str:
+    """One line for each result file that no block shows and no page's own text (``written``) links."""
     left = [
         p
         for p in sorted(RESULTS.glob("*.json"))
@@ -268,30 +268,40 @@ def other_results(text: str, shown: set[str]) -> str:
     return "\n".join(lines) or "Every file in `benchmarks/results/` is shown or linked above."
 
 
-def results_page(text: str) -> str:
-    """The page with every generated block holding the table of its name, ``other-results`` the rest."""
-    blocks = list(BLOCK.finditer(text))
-    names = [m.group("name") for m in blocks if m.group("name") != "other-results"]
-    missing = [n for n in names if not (RESULTS / f"{n}.md").exists()]
-    if missing or "other-results" not in {m.group("name") for m in blocks}:
-        raise SystemExit(
-            f"{RESULTS_PAGE.relative_to(ROOT)}: no table benchmarks/results/NAME.md for the block(s) "
-            f"{missing}, or no 'other-results' block"
-        )
-    shown = {n.split(".")[0] for n in names}
+def result_pages(texts: Mapping[Path, str]) -> dict[Path, str]:
+    """Each result page with every generated block holding the table of its name; ``other-results`` (on
+    results.md alone) the files no page shows or links."""
+    blocks = {page: list(BLOCK.finditer(text)) for page, text in texts.items()}
+    names = {
+        page: [m.group("name") for m in found if m.group("name") != "other-results"] for page, found in blocks.items()
+    }
+    for page, found in blocks.items():
+        missing = [n for n in names[page] if not (RESULTS / f"{n}.md").exists()]
+        others = sum(m.group("name") == "other-results" for m in found)
+        if missing or others != (page == RESULTS_PAGE):
+            raise SystemExit(
+                f"{page.relative_to(ROOT)}: no table benchmarks/results/NAME.md for the block(s) {missing}, or "
+                f"{others} 'other-results' blocks (one on {RESULTS_PAGE.name}, none elsewhere)"
+            )
+    shown = {n.split(".")[0] for page_names in names.values() for n in page_names}
+    written = "\n".join(_without_blocks(text) for text in texts.values())
 
     def body(m: re.Match) -> str:
         name = m.group("name")
-        return other_results(text, shown) if name == "other-results" else table(name, m.group("tables"))
+        return other_results(written, shown) if name == "other-results" else table(name, m.group("tables"))
 
-    return BLOCK.sub(lambda m: m.group("begin") + body(m).rstrip() + "\n" + m.group("end"), text)
+    return {
+        page: BLOCK.sub(lambda m: m.group("begin") + body(m).rstrip() + "\n" + m.group("end"), text)
+        for page, text in texts.items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------- main
 
 
 def pages() -> dict[Path, str]:
-    return {COMMANDS_PAGE: commands_page(), RESULTS_PAGE: results_page(RESULTS_PAGE.read_text())}
+    texts = {page: page.read_text() for page in RESULT_PAGES}
+    return {COMMANDS_PAGE: commands_page(), **result_pages(texts)}
 
 
 def main(argv=None) -> int:

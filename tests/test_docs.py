@@ -239,7 +239,7 @@ def test_every_command_line_in_the_docs_parses():
 
 
 def test_generated_pages_are_current():
-    """docs/commands.md (from the option dataclasses) and docs/results.md's tables (from benchmarks/results) are
+    """docs/commands.md (from the option dataclasses) and the result pages' tables (from benchmarks/results) are
     what scripts/gen_docs.py writes now; in a fresh interpreter, so that no test's registration shows."""
     done = subprocess.run(
         [sys.executable, "scripts/gen_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=600
@@ -247,8 +247,33 @@ def test_generated_pages_are_current():
     assert done.returncode != 1, f"scripts/gen_docs.py failed:\n{done.stderr[-4000:]}"
     assert done.returncode == 0, (
         f"{done.stdout[-4000:]}\nthe generated docs are out of date: run "
-        "`python scripts/gen_docs.py` and commit docs/commands.md and docs/results.md"
+        "`python scripts/gen_docs.py` and commit docs/commands.md, docs/results.md and docs/critic.md"
     )
+
+
+def test_a_table_on_either_result_page_counts_as_shown_and_other_results_lives_on_results_md():
+    """gen_docs's result pages share one account: a file whose table critic.md shows, or whose JSON its text links,
+    is not listed again in results.md's other-results block; that block belongs on results.md alone."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
+    gen_docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_docs)
+    shown, linked = sorted(p.stem for p in gen_docs.RESULTS.glob("*.json"))[:2]
+    others = "<!-- BEGIN generated: other-results -->\n<!-- END generated: other-results -->"
+    critic = gen_docs.DOCS / "critic.md"
+    pages = gen_docs.result_pages(
+        {
+            gen_docs.RESULTS_PAGE: others,
+            critic: f"<!-- BEGIN generated: {shown} -->\n<!-- END generated: {shown} -->\n"
+            f"see [it](../benchmarks/results/{linked}.json)",
+        }
+    )
+    listed = pages[gen_docs.RESULTS_PAGE]
+    assert f"{shown}.json" not in listed and f"{linked}.json" not in listed and ".json" in listed
+    assert gen_docs.table(shown) in pages[critic]
+    with pytest.raises(SystemExit, match="other-results"):
+        gen_docs.result_pages({gen_docs.RESULTS_PAGE: others, critic: others})
 
 
 # ---------------------------------------------------------------------------------------------- links and paths

@@ -375,3 +375,30 @@ def test_judgement_targets_face_the_better_grpo_row_and_trl_ext_grpos_cost():
         "| ppo >= trl-grpo on at least 4 of 6 seeds | 4 | yes |",
         "| ppo s/update <= 1.25x grpo's, invocation i1 | 1.30x | no |",
     ]
+
+
+def test_a_plan_stopped_early_says_which_rows_did_not_run():
+    from benchmarks.real_model_tables import _description
+
+    plan = {"path": "benchmarks/plans/x.json", "rows": ["ppo", "grpo"]}
+    data = {"plan": plan, "settings": {"jobs": 2}, "updates": 20, "held_out_prompts": 8, "seeds": [1, 2]}
+    rows = [{"trainer": "ppo", "seed": 1}, {"trainer": "grpo", "seed": 1}, {"trainer": "ppo", "seed": 2}]
+    assert "Stopped early**: 1 planned rows did not run (grpo seed 2)." in _description({**data, "rows": rows})
+    done = rows + [{"trainer": "grpo", "seed": 2}]
+    assert "Stopped early" not in _description({**data, "rows": done})
+
+
+def test_the_better_grpo_row_is_chosen_on_the_seeds_both_ran():
+    """A run stopped early can hold a seed of trl-ext's GRPO that TRL's lacks: the better row is chosen on the seeds
+    both ran (here TRL's, 0.6 against 0.5), not on a mean one extra seed lifts (trl-ext's, 0.667 over three)."""
+    from benchmarks.real_model_tables import judgement_targets
+
+    after = {"ppo": [0.55, 0.55, 0.55], "grpo": [0.5, 0.5, 1.0], "trl-grpo": [0.6, 0.6]}
+    kinds = {"ppo": "scratch-ppo", "grpo": "scratch-grpo", "trl-grpo": "trl-grpo"}
+    rows = [
+        {"trainer": t, "kind": kinds[t], "seed": s, "after": a, "seconds_per_update": 1.0, "invocation": "i1"}
+        for t, scores in after.items()
+        for s, a in enumerate(scores)
+    ]
+    lines = judgement_targets({"rows": rows, "seeds": [0, 1, 2]})
+    assert lines[0] == "| ppo >= trl-grpo (the better GRPO row) on the mean | 0.550 vs 0.600 | no |"
