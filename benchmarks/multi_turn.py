@@ -38,7 +38,16 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.harness import ROOT, VENVS, command_line, evaluating, run_jobs, write_results  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    ROOT,
+    VENVS,
+    command_line,
+    evaluating,
+    file_record,
+    new_invocation_id,
+    run_jobs,
+    write_results,
+)
 
 RESULTS = ROOT / "benchmarks" / "results"
 WARM_DIR = ROOT / "runs" / "multi-turn-warm-start"
@@ -155,6 +164,112 @@ def summary_lines(result: dict) -> list[str]:
             f"{speed:.2f} | {'-' if not trl_speed else f'{speed / trl_speed:.2f}'} | {reach} |"
         )
     return lines
+
+
+# What several invocations must share to be one result; each row keeps its own invocation (seconds compare within it)
+SHARED = (
+    "updates",
+    "split",
+    "held_out_prompts",
+    "settings",
+    "row_settings",
+    "eval_every",
+    "warm_start_measured",
+    "quick",
+)
+
+
+def merge_results(results: list[dict], command: str) -> dict:
+    """One result from several invocations' results of the same settings (a judgement longer than a session):
+    their rows, failures and plans together, each invocation's command kept; refused where they differ."""
+    first = results[0]
+    for other in results[1:]:
+        differ = [key for key in SHARED if other.get(key) != first.get(key)]
+        if differ:
+            raise ValueError(f"the results differ in {differ}: not one run's invocations")
+    seen = [(r["trainer"], r["seed"]) for result in results for r in result["rows"]]
+    twice = sorted({job for job in seen if seen.count(job) > 1})
+    if twice:
+        raise ValueError(f"rows measured twice: {twice}")
+    merged = {key: first[key] for key in first if key not in ("command", "commands", "wall_seconds")}
+    merged.update(
+        command=command,
+        commands=[c for result in results for c in result.get("commands") or [result["command"]]],
+        invocations=[i for result in results for i in result.get("invocations", [])],
+        seeds=sorted({s for result in results for s in result["seeds"]}),
+        rows=[r for result in results for r in result["rows"]],
+        failed=[f for result in results for f in result.get("failed", [])],
+        planned=[job for result in results for job in result.get("planned", [])],
+        wall_seconds=[result.get("wall_seconds") for result in results],
+    )
+    plans = [result["plan"] for result in results if "plan" in result]
+    if plans:
+        merged["plan"] = plans[0] if all(p == plans[0] for p in plans) else plans
+    return merged
+
+
+CRITIC_ROWS = ("ppo-final-kl0", "ppo-final-decoupled-gae", "ppo-final-positive-lm", "ppo-final-combination")
+
+
+def critic_lines(result: dict) -> list[str]:
+    """Issue 51's verdicts on its tool-task rows (benchmarks/critic_ablation_plan.md, amendment 4). On the held-out
+    names (selection): each technique against ``ppo-final-kl0`` by amendment 1's rule. On the test split
+    (judgement): each PPO row's mean at least the better of trl-ext's and TRL's GRPO, ahead of TRL's on at least 3
+    of every 4 seeds, and its seconds an update at most COST_LIMIT x trl-ext GRPO's within each invocation."""
+    from benchmarks.harness import invocation_ratios
+    from benchmarks.real_model_tables import COST_LIMIT, SELECTION_MARGIN
+
+    by = {(r["trainer"], r["seed"]): r for r in result["rows"]}
+    names = list(dict.fromkeys(r["trainer"] for r in result["rows"]))
+    ppo = [n for n in CRITIC_ROWS if n in names]
+    if not ppo:
+        return []
+
+    def versus(a: str, b: str):
+        seeds = sorted(s for (t, s) in by if t == a and (b, s) in by)
+        mean = {t: sum(by[(t, s)]["after"] for s in seeds) / len(seeds) for t in (a, b)} if seeds else None
+        return seeds, mean
+
+    def ok(met: bool) -> str:
+        return "yes" if met else "no"
+
+    lines = ["", "| target (issue 51) | measured | met |", "|---|---|---|"]
+    if result.get("split") != "test":
+        for name in (n for n in ppo if n != "ppo-final-kl0"):
+            seeds, mean = versus(name, "ppo-final-kl0")
+            if not seeds:
+                continue
+            ahead = sum(by[(name, s)]["after"] > by[("ppo-final-kl0", s)]["after"] for s in seeds)
+            wins = mean[name] >= mean["ppo-final-kl0"] + SELECTION_MARGIN and 2 * ahead > len(seeds)
+            lines.append(
+                f"| {name} wins over ppo-final-kl0: mean >= its + {SELECTION_MARGIN}, ahead on more than half the "
+                f"seeds | {mean[name]:.3f} vs {mean['ppo-final-kl0']:.3f}, ahead on {ahead} of {len(seeds)} | "
+                f"{ok(wins)} |"
+            )
+        return lines if len(lines) > 3 else []
+    groups = [n for n in ("grpo", "trl-grpo-default", "trl-grpo") if n in names]
+    trl = next((n for n in groups if n.startswith("trl")), None)
+    for name in ppo:
+        for group in groups:
+            seeds, mean = versus(name, group)
+            if seeds:
+                lines.append(
+                    f"| {name} >= {group} on the mean, seeds {','.join(map(str, seeds))} | {mean[name]:.3f} vs "
+                    f"{mean[group]:.3f} | {ok(mean[name] >= mean[group])} |"
+                )
+        seeds, _ = versus(name, trl) if trl else ([], None)
+        if seeds:
+            ahead, need = sum(by[(name, s)]["after"] >= by[(trl, s)]["after"] for s in seeds), -(-3 * len(seeds) // 4)
+            lines.append(
+                f"| {name} >= {trl} on at least {need} of {len(seeds)} seeds | {ahead} | {ok(ahead >= need)} |"
+            )
+        if "grpo" in names:
+            for i in invocation_ratios(result["rows"], name, "grpo"):
+                lines.append(
+                    f"| {name} s/update <= {COST_LIMIT}x grpo's, invocation {i['invocation']} | {i['ratio']:.2f}x | "
+                    f"{ok(i['ratio'] <= COST_LIMIT)} |"
+                )
+    return lines if len(lines) > 3 else []
 
 
 def settings_of(name: str) -> dict:
@@ -502,6 +617,7 @@ def results_table(result: dict, stem: Path) -> str:
                 f"{c[-1]['tool_calls_per_rollout']:.2f} |"
             )
         lines += summary_lines(result)
+        lines += critic_lines(result)
         for f in result.get("failed", []):
             lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
         ended = {(r["trainer"], r["seed"]) for r in result["rows"] + result.get("failed", [])}
@@ -543,6 +659,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="results stem (default benchmarks/results/multi-turn-cpu[-quick])")
     parser.add_argument("--warm-dir", type=Path, default=WARM_DIR, help="the warm start the rows train from")
     parser.add_argument("--table", metavar="STEM", help="write STEM.md again from STEM.json, then stop")
+    parser.add_argument("--plan", metavar="FILE", help="the committed plan the run follows: its path and sha256 kept")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="write one result (--out) from the results of several invocations of the same settings, then stop",
+    )
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -554,6 +677,15 @@ def main(argv=None) -> int:
     command = command_line("benchmarks/multi_turn.py", argv)
     if args.table:
         write_table(json.loads(Path(args.table).with_suffix(".json").read_text()), Path(args.table))
+        return 0
+    if args.merge:
+        try:
+            merged = merge_results([json.loads(Path(f).read_text()) for f in args.merge], command)
+        except ValueError as err:
+            parser.error(str(err))
+        if not args.out:
+            parser.error("--merge needs --out")
+        write_table(merged, Path(args.out))
         return 0
     if args.row:
         run_row(args.row, seeds[0], updates, heldout, Path(args.row_out), args.warm_dir, args.eval_every, args.split)
@@ -573,11 +705,14 @@ def main(argv=None) -> int:
     stem = Path(args.out) if args.out else RESULTS / ("multi-turn-cpu-quick" if args.quick else "multi-turn-cpu")
     logs = Path(tempfile.mkdtemp(prefix="multi-turn-rows-"))
     start = time.perf_counter()
+    invocation = new_invocation_id()
     meta = {
         "benchmark": "multi-turn",
         "quick": args.quick,
         "command": command,
         "commands": [command],
+        "invocations": [invocation],
+        **({"plan": file_record(args.plan)} if args.plan else {}),
         "machine": machine_info(),
         "model": f"SmolLM2-135M-Instruct bf16 after the warm start ({args.warm_dir})",
         "settings": SETTINGS,
@@ -613,13 +748,14 @@ def main(argv=None) -> int:
         ]
 
     def write(results, wall=None):
-        rows, failed = [r for r, _ in results if r], [f for _, f in results if f]
+        rows = [dict(r, invocation=invocation) for r, _ in results if r]  # a seconds ratio stays within one
+        failed = [f for _, f in results if f]
         write_table({**meta, "rows": rows, "failed": failed, "wall_seconds": wall}, stem)
         return rows, failed
 
     jobs = [(name, seed) for seed in seeds for name in names]  # a seed's rows start together
     meta["planned"] = jobs
-    print(f"{len(jobs)} rows, {args.jobs} at a time; row files and logs in {logs}", flush=True)
+    print(f"invocation {invocation}: {len(jobs)} rows, {args.jobs} at a time; row files and logs in {logs}", flush=True)
     results = run_jobs(jobs, args.jobs, command_of, logs, on_done=write)
     rows, failed = write(results, round(time.perf_counter() - start, 1))
     print(f"written {stem}.json/.md: {len(rows)} rows measured, {len(failed)} failed")

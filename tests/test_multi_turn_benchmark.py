@@ -203,3 +203,52 @@ def test_evaluating_gives_back_the_random_state_and_train_mode():
     with evaluating(policy):
         pass
     assert not policy.training  # as it was, not always train
+
+
+def _timed(row, invocation):
+    return dict(row, invocation=invocation)
+
+
+def test_issue_51_judgement_holds_ppo_to_the_better_group_row_and_trls_seeds(bench):
+    rows = [
+        _timed(_row("ppo-final-kl0", 6, 0.7, [None], seconds=12.0), "a"),
+        _timed(_row("grpo", 6, 0.6, [None], seconds=10.0), "a"),
+        _timed(_row("trl-grpo-default", 6, 0.5, [None], seconds=20.0), "a"),
+        _timed(_row("ppo-final-kl0", 7, 0.2, [None], seconds=13.0), "b"),
+        _timed(_row("grpo", 7, 0.5, [None], seconds=10.0), "b"),
+        _timed(_row("trl-grpo-default", 7, 0.3, [None], seconds=20.0), "b"),
+    ]
+    lines = "\n".join(bench.critic_lines({"split": "test", "rows": rows}))
+    assert "| ppo-final-kl0 >= grpo on the mean, seeds 6,7 | 0.450 vs 0.550 | no |" in lines
+    assert "| ppo-final-kl0 >= trl-grpo-default on the mean, seeds 6,7 | 0.450 vs 0.400 | yes |" in lines
+    assert "| ppo-final-kl0 >= trl-grpo-default on at least 2 of 2 seeds | 1 | no |" in lines  # 3 of every 4
+    assert "| ppo-final-kl0 s/update <= 1.25x grpo's, invocation a | 1.20x | yes |" in lines
+    assert "| ppo-final-kl0 s/update <= 1.25x grpo's, invocation b | 1.30x | no |" in lines  # never across
+    assert bench.critic_lines({"split": "test", "rows": rows[1:3]}) == []  # no issue-51 PPO row: no verdict
+
+
+def test_issue_51_selection_needs_the_margin_and_most_seeds(bench):
+    rows = [_row("ppo-final-kl0", s, 0.5, [None]) for s in (0, 1, 2)]
+    rows += [_row("ppo-final-combination", s, a, [None]) for s, a in ((0, 0.6), (1, 0.6), (2, 0.4))]
+    rows += [_row("ppo-final-positive-lm", s, a, [None]) for s, a in ((0, 0.9), (1, 0.4), (2, 0.4))]
+    lines = "\n".join(bench.critic_lines({"split": "heldout", "rows": rows}))
+    assert (
+        "| ppo-final-combination wins over ppo-final-kl0" in lines
+        and "0.533 vs 0.500, ahead on 2 of 3 | yes |" in lines
+    )
+    assert "0.567 vs 0.500, ahead on 1 of 3 | no |" in lines  # a higher mean from one seed is no win
+
+
+def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(bench):
+    def result(seeds, invocation, **over):
+        rows = [_timed(_row("grpo", s, 0.5, [None]), invocation) for s in seeds]
+        base = {"updates": 20, "split": "test", "held_out_prompts": 32, "settings": {"a": 1}, "seeds": seeds}
+        return {**base, "command": f"run {invocation}", "invocations": [invocation], "rows": rows, **over}
+
+    merged = bench.merge_results([result([6, 7], "a"), result([8, 9], "b")], "merge")
+    assert merged["seeds"] == [6, 7, 8, 9] and merged["commands"] == ["run a", "run b"]
+    assert [r["invocation"] for r in merged["rows"]] == ["a", "a", "b", "b"] and merged["invocations"] == ["a", "b"]
+    with pytest.raises(ValueError, match="differ in \\['updates'\\]"):
+        bench.merge_results([result([6], "a"), result([8], "b", updates=10)], "merge")
+    with pytest.raises(ValueError, match="measured twice"):
+        bench.merge_results([result([6], "a"), result([6], "b")], "merge")
