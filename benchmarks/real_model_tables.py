@@ -30,6 +30,14 @@ MADE_BY = {
     "at commit feedc1c (then the row's settings were `kl_coef=0` alone): "
     "`--seeds 0,1` and `--seeds 2,3 --jobs 1`; the same rows now come from "
     "`--rows scratch-grpo --set 'scale_rewards=\"group\"'`",
+    "critic-number-judge-cpu.json": "two invocations of `OMP_NUM_THREADS=1 python benchmarks/real_model.py --plan "
+    "benchmarks/plans/critic-number-judge.json`, all five rows in each (plan amendment 5): seeds 30-34 at commit "
+    "34635f3 (`--out benchmarks/results/critic-number-judge-cpu-seeds30-34`, which stopped before seed 35) and seed "
+    "35 at commit 52c52c9 (`--seeds 35 --out benchmarks/results/critic-number-judge-cpu-seed35`); their 30 rows "
+    "gathered with `--collect` (the file's `command`), each keeping its invocation",
+    "critic-number-judge-cpu-seeds30-34.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --plan "
+    "benchmarks/plans/critic-number-judge.json --out benchmarks/results/critic-number-judge-cpu` at commit 34635f3 "
+    "(the file renamed when seed 35's invocation joined it in `critic-number-judge-cpu.json`)",
     "real-model-fair-gpu-h100.json": "`bash benchmarks/gpu_run.sh --real-model "
     "benchmarks/plans/real-model-fair-gpu.json "
     "--out $OUT/real-model-fair-gpu-h100` at commit a4efc94 on a lent H100 (after "
