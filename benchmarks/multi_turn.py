@@ -172,7 +172,6 @@ SHARED = (
     "split",
     "held_out_prompts",
     "settings",
-    "row_settings",
     "eval_every",
     "warm_start_measured",
     "quick",
@@ -187,6 +186,11 @@ def merge_results(results: list[dict], command: str) -> dict:
         differ = [key for key in SHARED if other.get(key) != first.get(key)]
         if differ:
             raise ValueError(f"the results differ in {differ}: not one run's invocations")
+    row_settings = {}
+    for result in results:  # an invocation may run some of the rows; a row's own settings the same in every one
+        for name, settings in result.get("row_settings", {}).items():
+            if row_settings.setdefault(name, settings) != settings:
+                raise ValueError(f"the results differ in {name}'s settings: not one run's invocations")
     seen = [(r["trainer"], r["seed"]) for result in results for r in result["rows"]]
     twice = sorted({job for job in seen if seen.count(job) > 1})
     if twice:
@@ -197,6 +201,7 @@ def merge_results(results: list[dict], command: str) -> dict:
         commands=[c for result in results for c in result.get("commands") or [result["command"]]],
         invocations=[i for result in results for i in result.get("invocations", [])],
         seeds=sorted({s for result in results for s in result["seeds"]}),
+        row_settings=row_settings,
         rows=[r for result in results for r in result["rows"]],
         failed=[f for result in results for f in result.get("failed", [])],
         planned=[job for result in results for job in result.get("planned", [])],
@@ -619,7 +624,10 @@ def results_table(result: dict, stem: Path) -> str:
         lines += summary_lines(result)
         lines += critic_lines(result)
         for f in result.get("failed", []):
-            lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}): {f['error']}")
+            killed = f", killed by signal {-f['returncode']}" if f["returncode"] < 0 else ""
+            lines.append(
+                f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}{killed}): {f['error']}"
+            )
         ended = {(r["trainer"], r["seed"]) for r in result["rows"] + result.get("failed", [])}
         unfinished = [(name, seed) for name, seed in result.get("planned", []) if (name, seed) not in ended]
         if unfinished:

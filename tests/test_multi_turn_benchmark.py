@@ -250,5 +250,13 @@ def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(b
     assert [r["invocation"] for r in merged["rows"]] == ["a", "a", "b", "b"] and merged["invocations"] == ["a", "b"]
     with pytest.raises(ValueError, match="differ in \\['updates'\\]"):
         bench.merge_results([result([6], "a"), result([8], "b", updates=10)], "merge")
+    alone = result([6], "c", row_settings={"trl-grpo-default": {"kl_coef": 0.0}})  # a row again, in its own
+    both = bench.merge_results([result([7], "a", row_settings={"grpo": {"kl_coef": 0.0}}), alone], "merge")
+    assert both["row_settings"] == {"grpo": {"kl_coef": 0.0}, "trl-grpo-default": {"kl_coef": 0.0}}
+    with pytest.raises(ValueError, match="grpo's settings"):
+        bench.merge_results(
+            [result([6], "a", row_settings={"grpo": {"kl_coef": 0.0}}), result([8], "b", row_settings={"grpo": {}})],
+            "merge",
+        )
     with pytest.raises(ValueError, match="measured twice"):
         bench.merge_results([result([6], "a"), result([6], "b")], "merge")
