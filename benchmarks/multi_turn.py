@@ -136,7 +136,8 @@ def summary_lines(result: dict) -> list[str]:
     for r in rows:
         by.setdefault(r["trainer"], []).append(r)
     trl = by.get("trl-grpo")
-    trl_speed = sum(r["seconds_per_update"] for r in trl) / len(trl) if trl else None
+    one_invocation = len(result.get("invocations", [])) <= 1  # never a seconds ratio across invocations
+    trl_speed = sum(r["seconds_per_update"] for r in trl) / len(trl) if trl and one_invocation else None
     trl_score = sum(r["after"] for r in trl) / len(trl) if trl else None
     lines = [
         "",
@@ -195,7 +196,9 @@ def merge_results(results: list[dict], command: str) -> dict:
     twice = sorted({job for job in seen if seen.count(job) > 1})
     if twice:
         raise ValueError(f"rows measured twice: {twice}")
-    merged = {key: first[key] for key in first if key not in ("command", "commands", "wall_seconds")}
+    measured = set(seen)
+    failed = [f for result in results for f in result.get("failed", [])]
+    merged = {key: first[key] for key in first if key not in ("command", "commands", "wall_seconds", "plan", "jobs")}
     merged.update(
         command=command,
         commands=[c for result in results for c in result.get("commands") or [result["command"]]],
@@ -203,13 +206,14 @@ def merge_results(results: list[dict], command: str) -> dict:
         seeds=sorted({s for result in results for s in result["seeds"]}),
         row_settings=row_settings,
         rows=[r for result in results for r in result["rows"]],
-        failed=[f for result in results for f in result.get("failed", [])],
+        # a row that failed in one invocation and was measured in another: its failure kept, as a rerun's cause
+        failed=[f for f in failed if (f["trainer"], f["seed"]) not in measured],
+        reruns=[f for f in failed if (f["trainer"], f["seed"]) in measured],
         planned=[job for result in results for job in result.get("planned", [])],
         wall_seconds=[result.get("wall_seconds") for result in results],
+        jobs={i: result.get("jobs") for result in results for i in result.get("invocations", [])},
+        plans={i: result["plan"] for result in results if "plan" in result for i in result.get("invocations", [])},
     )
-    plans = [result["plan"] for result in results if "plan" in result]
-    if plans:
-        merged["plan"] = plans[0] if all(p == plans[0] for p in plans) else plans
     return merged
 
 
@@ -576,6 +580,12 @@ def write_table(result: dict, stem: Path) -> None:
     write_results(stem.with_suffix(".json"), result, lambda written: results_table(written, stem))
 
 
+def _ended(failure: dict) -> str:
+    """How a row's process ended: its exit status, the signal that killed it (the OOM killer's is 9), its last line."""
+    code = failure["returncode"]
+    return f"exit {code}{f', killed by signal {-code}' if code < 0 else ''}, its last line: {failure['error']}"
+
+
 def results_table(result: dict, stem: Path) -> str:
     """The table docs/results.md shows of a results file (``stem``.json, written)."""
     from benchmarks.tables import source_line
@@ -623,11 +633,10 @@ def results_table(result: dict, stem: Path) -> str:
             )
         lines += summary_lines(result)
         lines += critic_lines(result)
+        for f in result.get("reruns", []):
+            lines.append(f"\nRun again in a later invocation: {f['trainer']} seed {f['seed']} ({_ended(f)})")
         for f in result.get("failed", []):
-            killed = f", killed by signal {-f['returncode']}" if f["returncode"] < 0 else ""
-            lines.append(
-                f"\nNot measured: {f['trainer']} seed {f['seed']} (exit {f['returncode']}{killed}): {f['error']}"
-            )
+            lines.append(f"\nNot measured: {f['trainer']} seed {f['seed']} ({_ended(f)})")
         ended = {(r["trainer"], r["seed"]) for r in result["rows"] + result.get("failed", [])}
         unfinished = [(name, seed) for name, seed in result.get("planned", []) if (name, seed) not in ended]
         if unfinished:
@@ -687,12 +696,12 @@ def main(argv=None) -> int:
         write_table(json.loads(Path(args.table).with_suffix(".json").read_text()), Path(args.table))
         return 0
     if args.merge:
+        if not args.out:
+            parser.error("--merge needs --out")
         try:
             merged = merge_results([json.loads(Path(f).read_text()) for f in args.merge], command)
         except ValueError as err:
             parser.error(str(err))
-        if not args.out:
-            parser.error("--merge needs --out")
         write_table(merged, Path(args.out))
         return 0
     if args.row:
@@ -704,6 +713,8 @@ def main(argv=None) -> int:
         )
         write_table(result, Path(args.out) if args.out else RESULTS / "multi-turn-warm-start")
         return 0
+    if args.plan and not Path(args.plan).is_file():
+        parser.error(f"--plan {args.plan}: no such file")
     if not (args.warm_dir / "config.json").is_file():
         parser.error(f"no warm start in {args.warm_dir}: run with --warm-start first")
     names = [n for n in args.rows.split(",") if n]

@@ -34,7 +34,8 @@ MADE_BY = {
     "benchmarks/plans/critic-number-judge.json`, all five rows in each (plan amendment 5): seeds 30-34 at commit "
     "34635f3 (`--out benchmarks/results/critic-number-judge-cpu-seeds30-34`, which stopped before seed 35) and seed "
     "35 at commit 52c52c9 (`--seeds 35 --out benchmarks/results/critic-number-judge-cpu-seed35`); their 30 rows "
-    "gathered with `--collect` (the file's `command`), each keeping its invocation",
+    "gathered with `--collect` (the file's `command`: row files written from those two files' `rows`), each keeping "
+    "its invocation",
     "critic-number-judge-cpu-seeds30-34.json": "`OMP_NUM_THREADS=1 python benchmarks/real_model.py --plan "
     "benchmarks/plans/critic-number-judge.json --out benchmarks/results/critic-number-judge-cpu` at commit 34635f3 "
     "(the file renamed when seed 35's invocation joined it in `critic-number-judge-cpu.json`)",

@@ -237,6 +237,10 @@ def test_issue_51_selection_needs_the_margin_and_most_seeds(bench):
         and "0.533 vs 0.500, ahead on 2 of 3 | yes |" in lines
     )
     assert "0.567 vs 0.500, ahead on 1 of 3 | no |" in lines  # a higher mean from one seed is no win
+    rows = [r for r in rows if r["trainer"] == "ppo-final-kl0"]
+    rows += [_row("ppo-final-decoupled-gae", s, 0.51, [None]) for s in (0, 1, 2)]
+    lines = "\n".join(bench.critic_lines({"split": "heldout", "rows": rows}))
+    assert "0.510 vs 0.500, ahead on 3 of 3 | no |" in lines  # ahead everywhere, by less than the margin
 
 
 def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(bench):
@@ -260,3 +264,34 @@ def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(b
         )
     with pytest.raises(ValueError, match="measured twice"):
         bench.merge_results([result([6], "a"), result([6], "b")], "merge")
+
+
+def test_a_merged_result_renders_a_rerun_once_and_no_cross_invocation_ratio(bench, tmp_path):
+    def result(rows, invocation, failed=(), jobs=2):
+        return {
+            "updates": 1,
+            "split": "test",
+            "held_out_prompts": 2,
+            "settings": {"a": 1},
+            "seeds": sorted({r["seed"] for r in rows} | {f["seed"] for f in failed}),
+            "command": f"run {invocation}",
+            "invocations": [invocation],
+            "machine": {},
+            "jobs": jobs,
+            "plan": {"path": "plan.md", "sha256": invocation * 4},
+            "rows": [_timed(r, invocation) for r in rows],
+            "failed": list(failed),
+            "planned": [[r["trainer"], r["seed"]] for r in rows] + [[f["trainer"], f["seed"]] for f in failed],
+        }
+
+    killed = {"trainer": "trl-grpo", "seed": 6, "returncode": -9, "error": "update 10"}
+    first = result([_row("grpo", 6, 0.5, [None], seconds=2.0)], "a", failed=[killed])
+    again = result([_row("trl-grpo", 6, 0.4, [None], seconds=9.0)], "b", jobs=1)
+    merged = bench.merge_results([first, again], "merge")
+    assert merged["failed"] == [] and merged["reruns"] == [killed]
+    assert merged["jobs"] == {"a": 2, "b": 1} and set(merged["plans"]) == {"a", "b"}
+    bench.write_table(merged, tmp_path / "merged")
+    table = (tmp_path / "merged.md").read_text()
+    assert "Run again in a later invocation: trl-grpo seed 6 (exit -9, killed by signal 9" in table
+    assert "Not measured" not in table and "Did not end" not in table
+    assert "| grpo | 6 | 0.500 (0.500) | - | yes | 2.00 | - | 16 |" in table  # 2.0 / 9.0 across invocations: none
