@@ -29,6 +29,7 @@ and a .md beside it; ``--warm-start`` writes multi-turn-warm-start.json/.md.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import resource
 import sys
@@ -101,6 +102,14 @@ TARGET_GAIN, TARGET_SPEED = 0.4, 0.7  # issue 43: +0.4 over the warm start on ev
 def warm_start_measured(warm_dir: Path, split: str = "heldout") -> dict | None:
     path = Path(warm_dir) / MEASURED[split]
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def warm_start_identity(warm_dir: Path) -> str:
+    """The sha256 of the warm start's weights: which one a row trained from (a rebuild differs in its bits)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(warm_dir).glob("*.safetensors")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def measure_warm_start(warm_dir: Path, split: str, heldout: int) -> dict:
@@ -179,12 +188,19 @@ SHARED = (
 )
 
 
+def untimed(value):
+    """A measurement without how long it took: a warm start measured again scores the same in other seconds."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if k != "seconds"}
+    return value
+
+
 def merge_results(results: list[dict], command: str) -> dict:
     """One result from several invocations' results of the same settings (a judgement longer than a session):
     their rows, failures and plans together, each invocation's command kept; refused where they differ."""
     first = results[0]
     for other in results[1:]:
-        differ = [key for key in SHARED if other.get(key) != first.get(key)]
+        differ = [key for key in SHARED if untimed(other.get(key)) != untimed(first.get(key))]
         if differ:
             raise ValueError(f"the results differ in {differ}: not one run's invocations")
     row_settings = {}
@@ -192,13 +208,22 @@ def merge_results(results: list[dict], command: str) -> dict:
         for name, settings in result.get("row_settings", {}).items():
             if row_settings.setdefault(name, settings) != settings:
                 raise ValueError(f"the results differ in {name}'s settings: not one run's invocations")
+    # a seed's rows compare with each other: all from one warm start (invocations before the identity was kept: None)
+    warm_of_seed: dict[int, set] = {}
+    for result in results:
+        for r in result["rows"]:
+            warm_of_seed.setdefault(r["seed"], set()).add(result.get("warm_start_sha256"))
+    mixed = sorted(seed for seed, warm in warm_of_seed.items() if len(warm) > 1)
+    if mixed:
+        raise ValueError(f"seeds {mixed} have rows from different warm starts: not one comparison")
     seen = [(r["trainer"], r["seed"]) for result in results for r in result["rows"]]
     twice = sorted({job for job in seen if seen.count(job) > 1})
     if twice:
         raise ValueError(f"rows measured twice: {twice}")
     measured = set(seen)
     failed = [f for result in results for f in result.get("failed", [])]
-    merged = {key: first[key] for key in first if key not in ("command", "commands", "wall_seconds", "plan", "jobs")}
+    per_invocation = ("command", "commands", "wall_seconds", "plan", "jobs", "warm_start_sha256")
+    merged = {key: first[key] for key in first if key not in per_invocation}
     merged.update(
         command=command,
         commands=[c for result in results for c in result.get("commands") or [result["command"]]],
@@ -213,6 +238,7 @@ def merge_results(results: list[dict], command: str) -> dict:
         wall_seconds=[result.get("wall_seconds") for result in results],
         jobs={i: result.get("jobs") for result in results for i in result.get("invocations", [])},
         plans={i: result["plan"] for result in results if "plan" in result for i in result.get("invocations", [])},
+        warm_starts={i: result.get("warm_start_sha256") for result in results for i in result.get("invocations", [])},
     )
     return merged
 
@@ -743,6 +769,7 @@ def main(argv=None) -> int:
         "jobs": args.jobs,
         "eval_every": args.eval_every,
         "warm_start_measured": measure_warm_start(args.warm_dir, args.split, heldout),
+        "warm_start_sha256": warm_start_identity(args.warm_dir),
     }
 
     def command_of(name, seed, out):

@@ -2,6 +2,7 @@
 trains through its trainer's tool loop and writes its record, the table is written beside the JSON, and the rows
 need a warm start (the real run's --quick mode is the same code on SmolLM2 from --warm-start)."""
 
+import hashlib
 import importlib
 import inspect
 import json
@@ -264,6 +265,26 @@ def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(b
         )
     with pytest.raises(ValueError, match="measured twice"):
         bench.merge_results([result([6], "a"), result([6], "b")], "merge")
+
+
+def test_a_seeds_rows_come_from_one_warm_start(bench, tmp_path):
+    def result(trainer, seed, invocation, warm):
+        rows = [_timed(_row(trainer, seed, 0.5, [None]), invocation)]
+        base = {"updates": 20, "split": "test", "held_out_prompts": 32, "settings": {}, "seeds": [seed]}
+        return {**base, "command": "run", "invocations": [invocation], "rows": rows, "warm_start_sha256": warm}
+
+    merged = bench.merge_results([result("grpo", 6, "a", None), result("grpo", 7, "b", "f00d")], "merge")
+    assert merged["warm_starts"] == {"a": None, "b": "f00d"} and "warm_start_sha256" not in merged
+    scored = {"warm": {"greedy": {"score": 0.0, "seconds": 17.2}}}
+    again = dict(result("grpo", 7, "b", "f00d"), warm_start_measured={"warm": {"greedy": {"score": 0.0, "seconds": 9}}})
+    assert bench.merge_results([dict(result("grpo", 6, "a", None), warm_start_measured=scored), again], "merge")
+    worse = {"warm": {"greedy": {"score": 0.1, "seconds": 17.2}}}
+    with pytest.raises(ValueError, match="warm_start_measured"):
+        bench.merge_results([dict(result("grpo", 6, "a", None), warm_start_measured=worse), again], "merge")
+    with pytest.raises(ValueError, match="seeds \\[7\\] have rows from different warm starts"):
+        bench.merge_results([result("grpo", 7, "a", "beef"), result("trl-grpo", 7, "b", "f00d")], "merge")
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    assert bench.warm_start_identity(tmp_path) == hashlib.sha256(b"weights").hexdigest()
 
 
 def test_a_merged_result_renders_a_rerun_once_and_no_cross_invocation_ratio(bench, tmp_path):
