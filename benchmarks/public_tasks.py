@@ -74,9 +74,13 @@ ROWS = {
     "grpo": (".venv", "scratch", "grpo", 4),
     "trl-grpo": (".venv-latest", "grpo", "grpo", 4),
     "ppo-critic-adapter": (".venv", "scratch", "gae", 1),  # amendment 2c (issue 51): the critic a second adapter
+    "ppo-combination": (".venv", "scratch", "gae", 1),  # issue 51's candidate (critic_ablation_plan.md, amendment 9)
 }
-# What a row sets beyond SETTINGS (amendment 2c)
-ROW_SETTINGS = {"ppo-critic-adapter": {"critic_adapter": True}}
+# What a row sets beyond SETTINGS (amendment 2c; the candidate's two techniques as on the number task)
+ROW_SETTINGS = {
+    "ppo-critic-adapter": {"critic_adapter": True},
+    "ppo-combination": {"critic_lam": 1.0, "positive_lm_coef": 0.1, "positive_lm_threshold": 0.5},
+}
 SETTINGS = dict(
     batch_size=16,
     learning_rate=1.5e-4,
@@ -499,6 +503,9 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-prompts", type=int, help=f"--train: test prompts (default {EVAL_PROMPTS})")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 updates, 4 prompts, 16 tokens")
     parser.add_argument("--out", help="results stem (default benchmarks/results/public-tasks-<mode>-cpu[-quick])")
+    parser.add_argument(
+        "--plan", type=Path, default=PLAN, help="the plan this run follows, its hash recorded (default: section 3's)"
+    )
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -507,6 +514,8 @@ def main(argv=None) -> int:
         return 0
     if not (args.base_panel or args.select or args.train or args.cost):
         parser.error("one of --base-panel, --select, --train, --cost")
+    if not args.plan.is_file():
+        parser.error(f"--plan {args.plan}: no such file")
     from trl_ext.runs.machine import cpu_name, device_tag, machine
 
     info = dict(machine(), cpu=cpu_name())
@@ -522,7 +531,7 @@ def main(argv=None) -> int:
         "quick": args.quick,
         "command": command,
         "invocation": invocation,
-        "plan": file_record(PLAN),
+        "plan": file_record(args.plan),
         "machine": info,
         "base_panel": {},
         "rows": [],

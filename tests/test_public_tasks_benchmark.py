@@ -73,7 +73,7 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
                 "--tasks",
                 "chain_sum",
                 "--rows",
-                "ppo,ppo-critic-adapter",
+                "ppo,ppo-critic-adapter,ppo-combination",
                 "--updates",
                 "1",
                 "--out",
@@ -84,7 +84,7 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
     )
     data = json.loads(stem.with_suffix(".json").read_text())
     assert data["base_panel"] == {} and data["failed"] == []
-    row, adapter_row = sorted(data["rows"], key=lambda r: r["trainer"])
+    row, combination_row, adapter_row = sorted(data["rows"], key=lambda r: r["trainer"])
     for key in (
         "model",
         "task",
@@ -104,6 +104,15 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
     # amendment 2c's row: the same PPO with the critic as a second LoRA adapter, and only that different
     assert adapter_row["trainer"] == "ppo-critic-adapter" and adapter_row["settings"].pop("critic_adapter") is True
     assert adapter_row["settings"] == row["settings"] and "critic_adapter" not in row["settings"]
+    # issue 51's candidate: decoupled GAE and the positive-sample LM loss on the same PPO, nothing else
+    assert {k: v for k, v in combination_row["settings"].items() if row["settings"].get(k) != v} == {
+        "critic_lam": 1.0,
+        "positive_lm_coef": 0.1,
+        "positive_lm_threshold": 0.5,
+    }
+    assert combination_row["estimator"] == "gae"
+    with pytest.raises(SystemExit):
+        bench.main(["--train", "--quick", "--plan", str(tmp_path / "no-plan.md")])
 
 
 def test_the_qualifying_rule_and_the_choice_of_candidates(bench):
