@@ -232,16 +232,23 @@ def settings_differences(a: dict, b: dict) -> dict:
     }
 
 
+def ground(row: dict) -> tuple:
+    """Where a row ran: its task and seed (rows of one task and seed compare with each other)."""
+    return row.get("task"), row["seed"]
+
+
 def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
-    """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only (seed for seed
-    where both ran it): a ratio is never taken across invocations. Rows without an invocation id are left out."""
+    """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only (task and seed
+    for task and seed where both ran it): a ratio is never taken across invocations. Rows without an invocation id
+    are left out."""
     found = []
+    one_task = len({r.get("task") for r in rows}) <= 1
     for invocation in dict.fromkeys(r.get("invocation") for r in rows):
         if invocation is None:
             continue
         mine = {
             name: {
-                r["seed"]: r["seconds_per_update"]
+                ground(r): r["seconds_per_update"]
                 for r in rows
                 if r["trainer"] == name and r.get("invocation") == invocation
             }
@@ -250,14 +257,18 @@ def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
         if not mine[a] or not mine[b]:
             continue
         mean = {name: sum(v.values()) / len(v) for name, v in mine.items()}
+        both = sorted(set(mine[a]) & set(mine[b]), key=lambda g: (str(g[0]), g[1]))
         found.append(
             {
                 "invocation": invocation,
                 "seconds_per_update": {k: round(v, 2) for k, v in mean.items()},
                 "ratio": round(mean[a] / mean[b], 3),
-                "seeds": {name: sorted(v) for name, v in mine.items()},
+                "seeds": {name: sorted({seed for _, seed in v}) for name, v in mine.items()},
                 "per_seed": {
-                    str(seed): round(mine[a][seed] / mine[b][seed], 3) for seed in sorted(set(mine[a]) & set(mine[b]))
+                    (str(seed) if one_task else f"{task}:{seed}"): round(
+                        mine[a][(task, seed)] / mine[b][(task, seed)], 3
+                    )
+                    for task, seed in both
                 },
             }
         )

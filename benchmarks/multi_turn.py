@@ -249,62 +249,22 @@ CRITIC_ROWS = ("ppo-final-kl0", "ppo-final-decoupled-gae", "ppo-final-positive-l
 def critic_lines(result: dict) -> list[str]:
     """Issue 51's verdicts on its tool-task rows (benchmarks/critic_ablation_plan.md, amendment 4). On the held-out
     names (selection): each technique against ``ppo-final-kl0`` by amendment 1's rule. On the test split
-    (judgement): each PPO row's mean at least the better of trl-ext's and TRL's GRPO, ahead of TRL's on at least 3
-    of every 4 seeds, and its seconds an update at most COST_LIMIT x trl-ext GRPO's within each invocation."""
-    from benchmarks.harness import invocation_ratios
-    from benchmarks.real_model_tables import COST_LIMIT, SELECTION_MARGIN
+    (judgement): each PPO row's mean at least the better of trl-ext's and TRL's GRPO, at least TRL's on 3 of every
+    4 seeds, and its seconds an update at most 1.25x trl-ext GRPO's within each invocation."""
+    from benchmarks.critic_verdicts import judgement_lines, selection_line
 
-    by = {(r["trainer"], r["seed"]): r for r in result["rows"]}
-    names = list(dict.fromkeys(r["trainer"] for r in result["rows"]))
+    rows = result["rows"]
+    names = list(dict.fromkeys(r["trainer"] for r in rows))
     ppo = [n for n in CRITIC_ROWS if n in names]
-    if not ppo:
-        return []
-
-    def versus(a: str, b: str):
-        seeds = sorted(s for (t, s) in by if t == a and (b, s) in by)
-        mean = {t: sum(by[(t, s)]["after"] for s in seeds) / len(seeds) for t in (a, b)} if seeds else None
-        return seeds, mean
-
-    def ok(met: bool) -> str:
-        return "yes" if met else "no"
-
-    lines = ["", "| target (issue 51) | measured | met |", "|---|---|---|"]
     if result.get("split") != "test":
-        for name in (n for n in ppo if n != "ppo-final-kl0"):
-            seeds, mean = versus(name, "ppo-final-kl0")
-            if not seeds:
-                continue
-            ahead = sum(by[(name, s)]["after"] > by[("ppo-final-kl0", s)]["after"] for s in seeds)
-            wins = mean[name] >= mean["ppo-final-kl0"] + SELECTION_MARGIN and 2 * ahead > len(seeds)
-            lines.append(
-                f"| {name} wins over ppo-final-kl0: mean >= its + {SELECTION_MARGIN}, ahead on more than half the "
-                f"seeds | {mean[name]:.3f} vs {mean['ppo-final-kl0']:.3f}, ahead on {ahead} of {len(seeds)} | "
-                f"{ok(wins)} |"
-            )
-        return lines if len(lines) > 3 else []
-    groups = [n for n in ("grpo", "trl-grpo-default", "trl-grpo") if n in names]
-    trl = next((n for n in groups if n.startswith("trl")), None)
-    for name in ppo:
-        for group in groups:
-            seeds, mean = versus(name, group)
-            if seeds:
-                lines.append(
-                    f"| {name} >= {group} on the mean, seeds {','.join(map(str, seeds))} | {mean[name]:.3f} vs "
-                    f"{mean[group]:.3f} | {ok(mean[name] >= mean[group])} |"
-                )
-        seeds, _ = versus(name, trl) if trl else ([], None)
-        if seeds:
-            ahead, need = sum(by[(name, s)]["after"] >= by[(trl, s)]["after"] for s in seeds), -(-3 * len(seeds) // 4)
-            lines.append(
-                f"| {name} >= {trl} on at least {need} of {len(seeds)} seeds | {ahead} | {ok(ahead >= need)} |"
-            )
-        if "grpo" in names:
-            for i in invocation_ratios(result["rows"], name, "grpo"):
-                lines.append(
-                    f"| {name} s/update <= {COST_LIMIT}x grpo's, invocation {i['invocation']} | {i['ratio']:.2f}x | "
-                    f"{ok(i['ratio'] <= COST_LIMIT)} |"
-                )
-    return lines if len(lines) > 3 else []
+        found = [selection_line(rows, n, "ppo-final-kl0") for n in ppo if n != "ppo-final-kl0"]
+        lines = [line for line in found if line]
+    else:
+        groups = [n for n in ("grpo", "trl-grpo-default", "trl-grpo") if n in names]
+        trl = next((n for n in groups if n.startswith("trl")), None)
+        cost = "grpo" if "grpo" in names else None
+        lines = [line for n in ppo for line in judgement_lines(rows, n, groups, (3, 4), trl, cost)]
+    return ["", "| target (issue 51) | measured | met |", "|---|---|---|", *lines] if lines else []
 
 
 def settings_of(name: str) -> dict:

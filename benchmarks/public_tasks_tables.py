@@ -85,6 +85,27 @@ def summary_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def critic_targets(rows: list[dict]) -> list[str]:
+    """Issue 51's judgement on the public tasks (critic_ablation_plan.md, amendment 9), where its candidate ran:
+    each PPO row against the better GRPO row over every task and seed, then task by task."""
+    from benchmarks.critic_verdicts import judgement_lines
+
+    trainers = {r["trainer"] for r in rows}
+    if "ppo-combination" not in trainers:
+        return []
+    groups = [g for g in ("grpo", "trl-grpo") if g in trainers]
+    trl = "trl-grpo" if "trl-grpo" in trainers else None
+    ppo = [p for p in ("ppo", "ppo-combination") if p in trainers]
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    parts = []
+    for label, subset in [("every task", rows)] + [(f"`{t}`", [r for r in rows if r["task"] == t]) for t in tasks]:
+        cost = "grpo" if subset is rows and "grpo" in trainers else None  # seconds once, over every task
+        lines = [line for p in ppo for line in judgement_lines(subset, p, groups, (2, 3), trl, cost)]
+        if lines:
+            parts.append("\n".join([f"| target (issue 51), {label} | measured | met |", "|---|---|---|", *lines]))
+    return parts
+
+
 def rows_table(rows: list[dict]) -> str:
     """One line per row (seed by seed): before and after on the test stream, seconds per update, peak RSS."""
     lines = [
@@ -137,6 +158,8 @@ def results_table(data: dict, json_name: str) -> str:
             f"{s['response_length']} tokens; {data['rows'][0]['updates']} updates of {s['batch_size']} rollouts; "
             "every row, seed by seed, below."
         )
+    if data.get("rows") and data.get("mode") == "train":
+        parts += critic_targets(data["rows"])
     if data.get("rows"):
         parts.append(rows_table(data["rows"]))
     if data.get("mode") == "cost" and len(data.get("rows", [])) >= 2:

@@ -210,77 +210,48 @@ def plan_targets(data: dict) -> list[str]:
     return checks
 
 
-# Issue 51's selection rule (benchmarks/critic_ablation_plan.md, amendment 1): a technique wins when its mean score
-# is at least its baseline's + SELECTION_MARGIN and it is ahead on more than half the seeds
-SELECTION_MARGIN = 0.02
-COST_LIMIT = 1.25  # issue 51: PPO's seconds an update at most 1.25x GRPO's in the same invocation
-
-
-def _two_thirds(seeds: int) -> int:
-    """Issue 51's seed count: at least 2 of every 3 seeds (4 of 6), rounded up."""
-    return -(-2 * seeds // 3)
-
-
 def selection_targets(data: dict) -> list[str]:
     """A selection plan's verdicts (a plan named ``*-select``): each extra against the row it is compared with by
-    the rule above; the pair (the critic against GRPO) on the mean and seed by seed, and its cost per invocation."""
+    issue 51's rule (``critic_verdicts.selection_line``); the pair (the critic against GRPO) on the mean and seed by
+    seed, and its cost per invocation."""
+    from benchmarks.critic_verdicts import COST_LIMIT, at_least, ok, selection_line
+
     by = {(r["trainer"], r["seed"]): r for r in data["rows"]}
     checks = []
     for c in (c for c in data["comparisons"] if c["seeds"]):
         a, b = c["rows"]
+        if c["kind"] == "extra":
+            checks.append(selection_line(data["rows"], a, b))
+            continue
         pairs = [(by[(a, s)], by[(b, s)]) for s in c["seeds"]]
         ours, theirs = (_mean([p[i]["after"] for p in pairs]) for i in (0, 1))
-        ahead = sum(x["after"] > y["after"] for x, y in pairs)
-        if c["kind"] == "extra":
-            wins = ours >= theirs + SELECTION_MARGIN and 2 * ahead > len(pairs)
-            checks.append(
-                f"| {a} wins over {b}: mean >= {b}'s + {SELECTION_MARGIN}, ahead on more than half the seeds | "
-                f"{ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(pairs)} | {_ok(wins)} |"
-            )
-            continue
-        held, need = sum(x["after"] >= y["after"] for x, y in pairs), _two_thirds(len(pairs))
-        checks.append(f"| {a} >= {b} on the mean | {ours:.3f} vs {theirs:.3f} | {_ok(ours >= theirs)} |")
-        checks.append(f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} | {_ok(held >= need)} |")
+        held, need = sum(x["after"] >= y["after"] for x, y in pairs), at_least((2, 3), len(pairs))
+        checks.append(f"| {a} >= {b} on the mean | {ours:.3f} vs {theirs:.3f} | {ok(ours >= theirs)} |")
+        checks.append(f"| {a} >= {b} on at least {need} of {len(pairs)} seeds | {held} | {ok(held >= need)} |")
         for i in c["invocations"]:
             checks.append(
                 f"| {a} s/update <= {COST_LIMIT}x {b}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
-                f"{_ok(i['ratio'] <= COST_LIMIT)} |"
+                f"{ok(i['ratio'] <= COST_LIMIT)} |"
             )
     return checks
 
 
 def judgement_targets(data: dict) -> list[str]:
     """Issue 51's targets on a fresh-ground plan (a plan named ``*-judge``): each of trl-ext's PPO rows against the
-    better GRPO row (the higher mean of trl-ext's and TRL's) on the mean and on at least 2 of every 3 seeds (4 of 6),
-    and its seconds an update at most COST_LIMIT x trl-ext GRPO's in each invocation."""
-    from benchmarks.harness import invocation_ratios
+    better GRPO row (trl-ext's or TRL's) on the mean and on at least 2 of every 3 seeds (4 of 6), and its seconds an
+    update at most 1.25x trl-ext GRPO's in each invocation (``critic_verdicts.judgement_lines``)."""
+    from benchmarks.critic_verdicts import judgement_lines
 
-    by, means = {(r["trainer"], r["seed"]): r for r in data["rows"]}, {}
-    for r in data["rows"]:
-        means.setdefault(r["trainer"], []).append(r["after"])
     kinds = {r["trainer"]: r.get("kind", r["trainer"]) for r in data["rows"]}
     groups = [t for t, k in kinds.items() if k in ("scratch-grpo", "trl-grpo")]
+    ours = next((t for t in groups if kinds[t] == "scratch-grpo"), None)
     if not groups:
         return []
-    both = [s for s in data["seeds"] if all((t, s) in by for t in groups)]  # the better row on the same seeds
-    best = max(groups, key=lambda t: _mean([by[(t, s)]["after"] for s in both] or means[t]))
-    checks = []
-    for ppo in (t for t, k in kinds.items() if k == "scratch-ppo"):
-        seeds = [s for s in data["seeds"] if (ppo, s) in by and (best, s) in by]
-        ours, theirs = (_mean([by[(t, s)]["after"] for s in seeds]) for t in (ppo, best))
-        ahead, need = sum(by[(ppo, s)]["after"] >= by[(best, s)]["after"] for s in seeds), _two_thirds(len(seeds))
-        checks.append(
-            f"| {ppo} >= {best} (the better GRPO row) on the mean | {ours:.3f} vs {theirs:.3f} | "
-            f"{_ok(ours >= theirs)} |"
-        )
-        checks.append(f"| {ppo} >= {best} on at least {need} of {len(seeds)} seeds | {ahead} | {_ok(ahead >= need)} |")
-        for grpo in (t for t in groups if kinds[t] == "scratch-grpo"):
-            for i in invocation_ratios(data["rows"], ppo, grpo):
-                checks.append(
-                    f"| {ppo} s/update <= {COST_LIMIT}x {grpo}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
-                    f"{_ok(i['ratio'] <= COST_LIMIT)} |"
-                )
-    return checks
+    return [
+        line
+        for ppo in (t for t, k in kinds.items() if k == "scratch-ppo")
+        for line in judgement_lines(data["rows"], ppo, groups, (2, 3), None, ours)
+    ]
 
 
 def results_table(data: dict, name: str, made_by: str | None = None) -> str:

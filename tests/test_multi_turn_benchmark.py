@@ -220,8 +220,7 @@ def test_issue_51_judgement_holds_ppo_to_the_better_group_row_and_trls_seeds(ben
         _timed(_row("trl-grpo-default", 7, 0.3, [None], seconds=20.0), "b"),
     ]
     lines = "\n".join(bench.critic_lines({"split": "test", "rows": rows}))
-    assert "| ppo-final-kl0 >= grpo on the mean, seeds 6,7 | 0.450 vs 0.550 | no |" in lines
-    assert "| ppo-final-kl0 >= trl-grpo-default on the mean, seeds 6,7 | 0.450 vs 0.400 | yes |" in lines
+    assert "| ppo-final-kl0 >= grpo (the better GRPO row) on the mean, seeds 6,7 | 0.450 vs 0.550 | no |" in lines
     assert "| ppo-final-kl0 >= trl-grpo-default on at least 2 of 2 seeds | 1 | no |" in lines  # 3 of every 4
     assert "| ppo-final-kl0 s/update <= 1.25x grpo's, invocation a | 1.20x | yes |" in lines
     assert "| ppo-final-kl0 s/update <= 1.25x grpo's, invocation b | 1.30x | no |" in lines  # never across
@@ -235,13 +234,13 @@ def test_issue_51_selection_needs_the_margin_and_most_seeds(bench):
     lines = "\n".join(bench.critic_lines({"split": "heldout", "rows": rows}))
     assert (
         "| ppo-final-combination wins over ppo-final-kl0" in lines
-        and "0.533 vs 0.500, ahead on 2 of 3 | yes |" in lines
+        and "0.533 vs 0.500 (+0.033), ahead on 2 of 3 | yes |" in lines
     )
-    assert "0.567 vs 0.500, ahead on 1 of 3 | no |" in lines  # a higher mean from one seed is no win
+    assert "0.567 vs 0.500 (+0.067), ahead on 1 of 3 | no |" in lines  # a higher mean from one seed is no win
     rows = [r for r in rows if r["trainer"] == "ppo-final-kl0"]
     rows += [_row("ppo-final-decoupled-gae", s, 0.51, [None]) for s in (0, 1, 2)]
     lines = "\n".join(bench.critic_lines({"split": "heldout", "rows": rows}))
-    assert "0.510 vs 0.500, ahead on 3 of 3 | no |" in lines  # ahead everywhere, by less than the margin
+    assert "0.510 vs 0.500 (+0.010), ahead on 3 of 3 | no |" in lines  # ahead everywhere, by less than the margin
 
 
 def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(bench):

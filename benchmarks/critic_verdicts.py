@@ -1,0 +1,91 @@
+"""Issue 51's verdicts on benchmark rows (benchmarks/critic_ablation_plan.md): one rule, whichever task ran.
+
+A row's ground is its task and seed; two rows compare on the grounds both ran, and seconds only within one
+invocation (``invocation_ratios``). Rows in, lines of a ``| target | measured | met |`` table out.
+"""
+
+from __future__ import annotations
+
+from statistics import fmean
+
+from benchmarks.harness import ground, invocation_ratios
+
+SELECTION_MARGIN = 0.02  # amendment 1: a technique wins at its baseline's mean + this, ahead on more than half
+COST_LIMIT = 1.25  # issue 51: PPO's seconds an update at most 1.25x trl-ext GRPO's in the same invocation
+
+
+def ok(met: bool) -> str:
+    return "yes" if met else "no"
+
+
+def at_least(share: tuple[int, int], grounds: int) -> int:
+    """How many of ``grounds`` a share (2 of every 3, say) asks for, rounded up."""
+    part, whole = share
+    return -(-part * grounds // whole)
+
+
+def shared_grounds(rows: list[dict], names: tuple[str, ...]) -> list[tuple]:
+    """The grounds every one of ``names`` ran, in order."""
+    ran = [{ground(r) for r in rows if r["trainer"] == name} for name in names]
+    return sorted(set.intersection(*ran), key=lambda g: (str(g[0]), g[1]))
+
+
+def grounds_label(grounds: list[tuple]) -> tuple[str, str]:
+    """(where, unit): ``seeds 6,7`` where one task ran, else each ``task:seed``."""
+    if len({task for task, _ in grounds}) <= 1:
+        return "seeds " + ",".join(str(seed) for _, seed in grounds), "seeds"
+    return ", ".join(f"{task}:{seed}" for task, seed in grounds), "task-seed pairs"
+
+
+def _scores(rows: list[dict]) -> dict:
+    return {(r["trainer"], ground(r)): r["after"] for r in rows}
+
+
+def selection_line(rows: list[dict], name: str, baseline: str) -> str | None:
+    """Amendment 1's rule: ``name`` wins over ``baseline`` at its mean + SELECTION_MARGIN and ahead on more than
+    half the grounds both ran (a larger mean one seed carries is no win)."""
+    grounds = shared_grounds(rows, (name, baseline))
+    if not grounds:
+        return None
+    after = _scores(rows)
+    ours, theirs = (fmean(after[(n, g)] for g in grounds) for n in (name, baseline))
+    ahead = sum(after[(name, g)] > after[(baseline, g)] for g in grounds)
+    wins = ours >= theirs + SELECTION_MARGIN and 2 * ahead > len(grounds)
+    return (
+        f"| {name} wins over {baseline}: mean >= {baseline}'s + {SELECTION_MARGIN}, ahead on more than half the "
+        f"seeds | {ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)} | "
+        f"{ok(wins)} |"
+    )
+
+
+def judgement_lines(
+    rows: list[dict],
+    ppo: str,
+    groups: list[str],
+    share: tuple[int, int],
+    rival: str | None,
+    cost_against: str | None,
+) -> list[str]:
+    """Issue 51 on fresh ground for one PPO row: its mean at least the better group row's (the higher mean on the
+    grounds every row ran), at least ``rival``'s score (None: that better row) on ``share`` of those grounds, and
+    its seconds an update at most COST_LIMIT x ``cost_against``'s in each invocation."""
+    lines = []
+    grounds = shared_grounds(rows, (ppo, *groups)) if groups else []
+    if grounds:
+        after = _scores(rows)
+        mean = {n: fmean(after[(n, g)] for g in grounds) for n in (ppo, *groups)}
+        best = max(groups, key=lambda n: mean[n])
+        rival = rival or best
+        where, unit = grounds_label(grounds)
+        ahead, need = sum(after[(ppo, g)] >= after[(rival, g)] for g in grounds), at_least(share, len(grounds))
+        lines += [
+            f"| {ppo} >= {best} (the better GRPO row) on the mean, {where} | {mean[ppo]:.3f} vs {mean[best]:.3f} | "
+            f"{ok(mean[ppo] >= mean[best])} |",
+            f"| {ppo} >= {rival} on at least {need} of {len(grounds)} {unit} | {ahead} | {ok(ahead >= need)} |",
+        ]
+    for i in invocation_ratios(rows, ppo, cost_against) if cost_against else []:
+        lines.append(
+            f"| {ppo} s/update <= {COST_LIMIT}x {cost_against}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "
+            f"{ok(i['ratio'] <= COST_LIMIT)} |"
+        )
+    return lines
