@@ -48,7 +48,7 @@ def selection_line(rows: list[dict], name: str, baseline: str) -> str | None:
     if not grounds:
         return None
     after = _scores(rows)
-    ours, theirs = (fmean(after[(n, g)] for g in grounds) for n in (name, baseline))
+    ours, theirs = (round(fmean(after[(n, g)] for g in grounds), 6) for n in (name, baseline))
     ahead = sum(after[(name, g)] > after[(baseline, g)] for g in grounds)
     wins = ours >= theirs + SELECTION_MARGIN and 2 * ahead > len(grounds)
     return (
@@ -56,6 +56,9 @@ def selection_line(rows: list[dict], name: str, baseline: str) -> str | None:
         f"seeds | {ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)} | "
         f"{ok(wins)} |"
     )
+
+
+BETTER = "better"  # judgement_lines' rival: whichever group row has the higher mean
 
 
 def judgement_lines(
@@ -67,22 +70,29 @@ def judgement_lines(
     cost_against: str | None,
 ) -> list[str]:
     """Issue 51 on fresh ground for one PPO row: its mean at least the better group row's (the higher mean on the
-    grounds every row ran), at least ``rival``'s score (None: that better row) on ``share`` of those grounds, and
-    its seconds an update at most COST_LIMIT x ``cost_against``'s in each invocation."""
+    grounds every row ran; on a tie, the one PPO is ahead of least often), strictly ahead of ``rival`` (BETTER: that
+    row; None, or a row that did not run: no count) on ``share`` of those grounds, and its seconds an update at most
+    COST_LIMIT x ``cost_against``'s in each invocation. Means compare at 6 decimals: a tie is no float's accident."""
     lines = []
     grounds = shared_grounds(rows, (ppo, *groups)) if groups else []
     if grounds:
         after = _scores(rows)
-        mean = {n: fmean(after[(n, g)] for g in grounds) for n in (ppo, *groups)}
-        best = max(groups, key=lambda n: mean[n])
-        rival = rival or best
+        mean = {n: round(fmean(after[(n, g)] for g in grounds), 6) for n in (ppo, *groups)}
+
+        def ahead_of(n: str) -> int:
+            return sum(after[(ppo, g)] > after[(n, g)] for g in grounds)
+
+        best = max(groups, key=lambda n: (mean[n], -ahead_of(n)))
         where, unit = grounds_label(grounds)
-        ahead, need = sum(after[(ppo, g)] >= after[(rival, g)] for g in grounds), at_least(share, len(grounds))
-        lines += [
+        lines.append(
             f"| {ppo} >= {best} (the better GRPO row) on the mean, {where} | {mean[ppo]:.3f} vs {mean[best]:.3f} | "
-            f"{ok(mean[ppo] >= mean[best])} |",
-            f"| {ppo} >= {rival} on at least {need} of {len(grounds)} {unit} | {ahead} | {ok(ahead >= need)} |",
-        ]
+            f"{ok(mean[ppo] >= mean[best])} |"
+        )
+        rival = best if rival == BETTER else rival
+        if rival in groups:
+            ahead, need = ahead_of(rival), at_least(share, len(grounds))
+            count = f"on at least {need} of {len(grounds)} {unit}"
+            lines.append(f"| {ppo} ahead of {rival} {count} | {ahead} | {ok(ahead >= need)} |")
     for i in invocation_ratios(rows, ppo, cost_against) if cost_against else []:
         lines.append(
             f"| {ppo} s/update <= {COST_LIMIT}x {cost_against}'s, invocation {i['invocation']} | {i['ratio']:.2f}x | "

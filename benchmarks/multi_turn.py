@@ -106,8 +106,11 @@ def warm_start_measured(warm_dir: Path, split: str = "heldout") -> dict | None:
 
 def warm_start_identity(warm_dir: Path) -> str:
     """The sha256 of the warm start's weights: which one a row trained from (a rebuild differs in its bits)."""
+    weights = sorted(Path(warm_dir).glob("*.safetensors"))
+    if not weights:
+        raise FileNotFoundError(f"no *.safetensors weights in {warm_dir}: not a warm start made by --warm-start")
     digest = hashlib.sha256()
-    for path in sorted(Path(warm_dir).glob("*.safetensors")):
+    for path in weights:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -195,6 +198,11 @@ def untimed(value):
     return value
 
 
+def warm_start_of(result: dict, invocation: str | None) -> str | None:
+    """The sha256 of the warm start an invocation's rows trained from (a merged result keeps one per invocation)."""
+    return result.get("warm_starts", {}).get(invocation, result.get("warm_start_sha256"))
+
+
 def merge_results(results: list[dict], command: str) -> dict:
     """One result from several invocations' results of the same settings (a judgement longer than a session):
     their rows, failures and plans together, each invocation's command kept; refused where they differ."""
@@ -212,7 +220,7 @@ def merge_results(results: list[dict], command: str) -> dict:
     warm_of_seed: dict[int, set] = {}
     for result in results:
         for r in result["rows"]:
-            warm_of_seed.setdefault(r["seed"], set()).add(result.get("warm_start_sha256"))
+            warm_of_seed.setdefault(r["seed"], set()).add(warm_start_of(result, r.get("invocation")))
     mixed = sorted(seed for seed, warm in warm_of_seed.items() if len(warm) > 1)
     if mixed:
         raise ValueError(f"seeds {mixed} have rows from different warm starts: not one comparison")
@@ -238,7 +246,7 @@ def merge_results(results: list[dict], command: str) -> dict:
         wall_seconds=[result.get("wall_seconds") for result in results],
         jobs={i: result.get("jobs") for result in results for i in result.get("invocations", [])},
         plans={i: result["plan"] for result in results if "plan" in result for i in result.get("invocations", [])},
-        warm_starts={i: result.get("warm_start_sha256") for result in results for i in result.get("invocations", [])},
+        warm_starts={i: warm_start_of(result, i) for result in results for i in result.get("invocations", [])},
     )
     return merged
 
@@ -249,8 +257,9 @@ CRITIC_ROWS = ("ppo-final-kl0", "ppo-final-decoupled-gae", "ppo-final-positive-l
 def critic_lines(result: dict) -> list[str]:
     """Issue 51's verdicts on its tool-task rows (benchmarks/critic_ablation_plan.md, amendment 4). On the held-out
     names (selection): each technique against ``ppo-final-kl0`` by amendment 1's rule. On the test split
-    (judgement): each PPO row's mean at least the better of trl-ext's and TRL's GRPO, at least TRL's on 3 of every
-    4 seeds, and its seconds an update at most 1.25x trl-ext GRPO's within each invocation."""
+    (judgement): each PPO row's mean at least the better of trl-ext's and TRL's GRPO, ahead of TRL's on 3 of every
+    4 seeds (no count where TRL's row has not run), and its seconds an update at most 1.25x trl-ext GRPO's within
+    each invocation."""
     from benchmarks.critic_verdicts import judgement_lines, selection_line
 
     rows = result["rows"]

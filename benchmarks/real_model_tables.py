@@ -238,9 +238,9 @@ def selection_targets(data: dict) -> list[str]:
 
 def judgement_targets(data: dict) -> list[str]:
     """Issue 51's targets on a fresh-ground plan (a plan named ``*-judge``): each of trl-ext's PPO rows against the
-    better GRPO row (trl-ext's or TRL's) on the mean and on at least 2 of every 3 seeds (4 of 6), and its seconds an
-    update at most 1.25x trl-ext GRPO's in each invocation (``critic_verdicts.judgement_lines``)."""
-    from benchmarks.critic_verdicts import judgement_lines
+    better GRPO row (trl-ext's or TRL's) on the mean and ahead of it on at least 2 of every 3 seeds (4 of 6), and
+    its seconds an update at most 1.25x trl-ext GRPO's in each invocation (``critic_verdicts.judgement_lines``)."""
+    from benchmarks.critic_verdicts import BETTER, judgement_lines
 
     kinds = {r["trainer"]: r.get("kind", r["trainer"]) for r in data["rows"]}
     groups = [t for t, k in kinds.items() if k in ("scratch-grpo", "trl-grpo")]
@@ -250,7 +250,7 @@ def judgement_targets(data: dict) -> list[str]:
     return [
         line
         for ppo in (t for t, k in kinds.items() if k == "scratch-ppo")
-        for line in judgement_lines(data["rows"], ppo, groups, (2, 3), None, ours)
+        for line in judgement_lines(data["rows"], ppo, groups, (2, 3), BETTER, ours)
     ]
 
 

@@ -1,7 +1,7 @@
 """Issue 51's verdicts (benchmarks/critic_verdicts.py): rows of several tasks compare task and seed for task and
 seed, never one task's row against another's at the same seed."""
 
-from benchmarks.critic_verdicts import at_least, judgement_lines, selection_line
+from benchmarks.critic_verdicts import BETTER, at_least, judgement_lines, selection_line
 from benchmarks.harness import invocation_ratios
 from benchmarks.public_tasks_tables import critic_targets
 
@@ -33,14 +33,37 @@ def test_the_judgement_pools_task_and_seed_pairs_and_faces_the_better_group_row(
     assert lines == [
         "| ppo-combination >= trl-grpo (the better GRPO row) on the mean, a:1, a:2, a:3, b:1, b:2, b:3 | "
         "0.550 vs 0.550 | yes |",
-        "| ppo-combination >= trl-grpo on at least 4 of 6 task-seed pairs | 3 | no |",  # a:1, a:3, b:2
+        "| ppo-combination ahead of trl-grpo on at least 4 of 6 task-seed pairs | 3 | no |",  # a:1, a:3, b:2
         "| ppo-combination s/update <= 1.25x grpo's, invocation i | 1.20x | yes |",
     ]
     task_a = [r for r in _rows() if r["task"] == "a"]
     assert judgement_lines(task_a, "ppo-combination", ["grpo", "trl-grpo"], (2, 3), "trl-grpo", None)[1] == (
-        "| ppo-combination >= trl-grpo on at least 2 of 3 seeds | 2 | yes |"
+        "| ppo-combination ahead of trl-grpo on at least 2 of 3 seeds | 2 | yes |"
     )
     assert judgement_lines(_rows(), "ppo", ["grpo"], (2, 3), None, "grpo") == []  # no such row: no verdict
+    # the rival has not run: the mean against the rows that did, no count against a row the target does not name
+    no_trl = [r for r in _rows() if r["trainer"] != "trl-grpo"]
+    lines = judgement_lines(no_trl, "ppo-combination", ["grpo"], (3, 4), "trl-grpo", None)
+    assert len(lines) == 1 and "(the better GRPO row) on the mean" in lines[0]
+
+
+def test_ties_are_no_float_accident_and_no_row_order():
+    def rows(scores):
+        return [
+            {"trainer": t, "task": "a", "seed": s, "after": a, "invocation": "i", "seconds_per_update": 1.0}
+            for t, after in scores.items()
+            for s, a in enumerate(after)
+        ]
+
+    level = rows({"ppo": [0.0312, 1.0], "grpo": [0.125, 0.9062]})  # equal sums, unequal floats
+    assert judgement_lines(level, "ppo", ["grpo"], (1, 2), BETTER, None)[0].endswith("| 0.516 vs 0.516 | yes |")
+    # two group rows level on the mean: the better is the one PPO is ahead of least often, whatever the order
+    scores = {"ppo": [0.5, 0.58], "grpo": [0.4, 0.6], "trl-grpo": [0.45, 0.55]}  # PPO ahead of grpo once, TRL's twice
+    for order in (["grpo", "trl-grpo"], ["trl-grpo", "grpo"]):
+        lines = judgement_lines(rows(scores), "ppo", order, (1, 2), BETTER, None)
+        assert lines[1] == "| ppo ahead of grpo on at least 1 of 2 seeds | 1 | yes |"
+    tie = rows({"ppo": [0.5, 0.5], "grpo": [0.5, 0.4]})  # a seed level with the rival is not ahead of it
+    assert judgement_lines(tie, "ppo", ["grpo"], (2, 2), BETTER, None)[1].endswith("| 1 | no |")
 
 
 def test_seconds_compare_task_for_task_at_the_same_seed():

@@ -372,7 +372,7 @@ def test_judgement_targets_face_the_better_grpo_row_and_trl_ext_grpos_cost():
     lines = judgement_targets({"rows": rows, "seeds": list(range(6))})
     assert lines == [
         "| ppo >= trl-grpo (the better GRPO row) on the mean, seeds 0,1,2,3,4,5 | 0.600 vs 0.567 | yes |",
-        "| ppo >= trl-grpo on at least 4 of 6 seeds | 4 | yes |",
+        "| ppo ahead of trl-grpo on at least 4 of 6 seeds | 4 | yes |",
         "| ppo s/update <= 1.25x grpo's, invocation i1 | 1.30x | no |",
     ]
 
