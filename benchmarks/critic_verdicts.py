@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from benchmarks.harness import ground, invocation_ratios
+from benchmarks.harness import ground, ground_order, invocation_ratios
 
 SELECTION_MARGIN = 0.02  # amendment 1: a technique wins at its baseline's mean + this, ahead on more than half
 COST_LIMIT = 1.25  # issue 51: PPO's seconds an update at most 1.25x trl-ext GRPO's in the same invocation
@@ -27,7 +27,7 @@ def at_least(share: tuple[int, int], grounds: int) -> int:
 def shared_grounds(rows: list[dict], names: tuple[str, ...]) -> list[tuple]:
     """The grounds every one of ``names`` ran, in order."""
     ran = [{ground(r) for r in rows if r["trainer"] == name} for name in names]
-    return sorted(set.intersection(*ran), key=lambda g: (str(g[0]), g[1]))
+    return sorted(set.intersection(*ran), key=ground_order)
 
 
 def grounds_label(grounds: list[tuple]) -> tuple[str, str]:

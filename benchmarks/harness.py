@@ -237,6 +237,11 @@ def ground(row: dict) -> tuple:
     return row.get("task"), row["seed"]
 
 
+def ground_order(place: tuple) -> tuple:
+    """Grounds in order: by task (None where a row names none), then seed."""
+    return str(place[0]), place[1]
+
+
 def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
     """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only (task and seed
     for task and seed where both ran it): a ratio is never taken across invocations. Rows without an invocation id
@@ -257,7 +262,7 @@ def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
         if not mine[a] or not mine[b]:
             continue
         mean = {name: sum(v.values()) / len(v) for name, v in mine.items()}
-        both = sorted(set(mine[a]) & set(mine[b]), key=lambda g: (str(g[0]), g[1]))
+        both = sorted(set(mine[a]) & set(mine[b]), key=ground_order)
         found.append(
             {
                 "invocation": invocation,
