@@ -318,6 +318,59 @@ def comparisons(rows: list[dict], plan: dict) -> list[dict]:
 # ---------------------------------------------------------------------------------------- results
 
 
+def invocations_of(result: dict) -> list[str]:
+    """The invocations a result holds: one run's id, or a merged result's list."""
+    return result.get("invocations") or [result["invocation"]]
+
+
+def merge_invocations(results: list[dict], command: str, shared, identity, same=lambda value: value) -> dict:
+    """One result from several invocations of one run's settings (a judgement longer than a session): their rows,
+    failures, commands, plans and wall seconds together, each row keeping its invocation. Refused where a ``shared``
+    key differs (compared through ``same``) or where two rows have one ``identity``. A row that failed in one
+    invocation and was measured in another keeps its failure as the rerun's cause. A merged result merges again."""
+    first = results[0]
+    for other in results[1:]:
+        differ = [key for key in shared if same(other.get(key)) != same(first.get(key))]
+        if differ:
+            raise ValueError(f"the results differ in {differ}: not one run's invocations")
+    seen = [identity(r) for result in results for r in result["rows"]]
+    twice = sorted({job for job in seen if seen.count(job) > 1})
+    measured = set(seen)
+    if twice:
+        raise ValueError(f"rows measured twice: {twice}")
+    failed = [f for result in results for f in result.get("failed", []) + result.get("reruns", [])]
+    per_invocation = ("command", "commands", "invocation", "invocations", "wall_seconds", "plan", "plans", "jobs")
+    merged = {key: first[key] for key in first if key not in per_invocation}
+    merged.update(
+        command=command,
+        commands=[c for result in results for c in result.get("commands") or [result["command"]]],
+        invocations=[i for result in results for i in invocations_of(result)],
+        rows=[r for result in results for r in result["rows"]],
+        failed=[f for f in failed if identity(f) not in measured],
+        reruns=[f for f in failed if identity(f) in measured],
+        wall_seconds=[w for result in results for w in _listed(result.get("wall_seconds"))],
+        jobs={i: j for result in results for i, j in per_invocation_value(result, "jobs").items()},
+        plans={
+            i: plan
+            for result in results
+            for i, plan in (
+                result.get("plans") or {i: result["plan"] for i in invocations_of(result) if "plan" in result}
+            ).items()
+        },
+    )
+    return merged
+
+
+def per_invocation_value(result: dict, key: str) -> dict:
+    """A setting each invocation ran with (``jobs``), by invocation: a merged result keeps a dict of them."""
+    value = result.get(key)
+    return value if isinstance(value, dict) else {i: value for i in invocations_of(result)}
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
 def write_results(json_path: Path, data: dict, render, indent: int | None = 2) -> dict:
     """``json_path`` holding ``data`` and beside it the ``.md`` table ``render(data)`` makes of the JSON as written
     (so that a table rewritten later from the file is the same); the data read back. ``indent`` None: one line (a

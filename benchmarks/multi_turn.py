@@ -45,6 +45,8 @@ from benchmarks.harness import (  # noqa: E402
     command_line,
     evaluating,
     file_record,
+    invocations_of,
+    merge_invocations,
     new_invocation_id,
     run_jobs,
     write_results,
@@ -204,13 +206,8 @@ def warm_start_of(result: dict, invocation: str | None) -> str | None:
 
 
 def merge_results(results: list[dict], command: str) -> dict:
-    """One result from several invocations' results of the same settings (a judgement longer than a session):
-    their rows, failures and plans together, each invocation's command kept; refused where they differ."""
-    first = results[0]
-    for other in results[1:]:
-        differ = [key for key in SHARED if untimed(other.get(key)) != untimed(first.get(key))]
-        if differ:
-            raise ValueError(f"the results differ in {differ}: not one run's invocations")
+    """One result from several invocations' results of the same settings (``harness.merge_invocations``), and
+    the tool task's own checks: a row's settings the same in every invocation, a seed's rows from one warm start."""
     row_settings = {}
     for result in results:  # an invocation may run some of the rows; a row's own settings the same in every one
         for name, settings in result.get("row_settings", {}).items():
@@ -224,29 +221,13 @@ def merge_results(results: list[dict], command: str) -> dict:
     mixed = sorted(seed for seed, warm in warm_of_seed.items() if len(warm) > 1)
     if mixed:
         raise ValueError(f"seeds {mixed} have rows from different warm starts: not one comparison")
-    seen = [(r["trainer"], r["seed"]) for result in results for r in result["rows"]]
-    twice = sorted({job for job in seen if seen.count(job) > 1})
-    if twice:
-        raise ValueError(f"rows measured twice: {twice}")
-    measured = set(seen)
-    failed = [f for result in results for f in result.get("failed", [])]
-    per_invocation = ("command", "commands", "wall_seconds", "plan", "jobs", "warm_start_sha256")
-    merged = {key: first[key] for key in first if key not in per_invocation}
+    merged = merge_invocations(results, command, SHARED, lambda r: (r["trainer"], r["seed"]), same=untimed)
+    merged.pop("warm_start_sha256", None)
     merged.update(
-        command=command,
-        commands=[c for result in results for c in result.get("commands") or [result["command"]]],
-        invocations=[i for result in results for i in result.get("invocations", [])],
         seeds=sorted({s for result in results for s in result["seeds"]}),
         row_settings=row_settings,
-        rows=[r for result in results for r in result["rows"]],
-        # a row that failed in one invocation and was measured in another: its failure kept, as a rerun's cause
-        failed=[f for f in failed if (f["trainer"], f["seed"]) not in measured],
-        reruns=[f for f in failed if (f["trainer"], f["seed"]) in measured],
         planned=[job for result in results for job in result.get("planned", [])],
-        wall_seconds=[result.get("wall_seconds") for result in results],
-        jobs={i: result.get("jobs") for result in results for i in result.get("invocations", [])},
-        plans={i: result["plan"] for result in results if "plan" in result for i in result.get("invocations", [])},
-        warm_starts={i: warm_start_of(result, i) for result in results for i in result.get("invocations", [])},
+        warm_starts={i: warm_start_of(result, i) for result in results for i in invocations_of(result)},
     )
     return merged
 

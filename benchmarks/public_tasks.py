@@ -31,7 +31,16 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.harness import ROOT, VENVS, command_line, file_record, new_invocation_id, run_jobs, write_results  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    ROOT,
+    VENVS,
+    command_line,
+    file_record,
+    merge_invocations,
+    new_invocation_id,
+    run_jobs,
+    write_results,
+)
 
 RESULTS = ROOT / "benchmarks" / "results"
 PLAN = ROOT / "benchmarks" / "public_tasks_plan.md"
@@ -456,6 +465,25 @@ def run_rows(specs: list[dict], jobs: int, on_done) -> tuple[list[dict], list[di
     return split(results)
 
 
+# What a row's task and trainer ran at: the same in every invocation of one run (its seed and seconds may differ)
+ROW_GROUND = ("model", "system_prompt", "task_config", "answer_format", "updates", "split", "eval_prompts", "settings")
+
+
+def merge_results(results: list[dict], command: str) -> dict:
+    """One --train result from several invocations (a run a seed an invocation): ``harness.merge_invocations``,
+    refused where a task's trainer ran at other settings in another invocation."""
+    ran_at: dict[tuple, dict] = {}
+    for row in (r for result in results for r in result["rows"]):
+        mine = {k: row.get(k) for k in ROW_GROUND}
+        if ran_at.setdefault((row["task"], row["trainer"]), mine) != mine:
+            raise ValueError(f"{row['trainer']} on {row['task']} ran at other settings in another invocation")
+    merged = merge_invocations(
+        results, command, ("benchmark", "mode", "quick"), lambda r: (r["model"], r["task"], r["trainer"], r["seed"])
+    )
+    merged["not_run"] = [r for result in results for r in result.get("not_run", [])]
+    return merged
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -506,9 +534,23 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--plan", type=Path, default=PLAN, help="the plan this run follows, its hash recorded (default: section 3's)"
     )
+    parser.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="--train results of one run's invocations, as one (needs --out)"
+    )
     parser.add_argument("--row", help=argparse.SUPPRESS)
     parser.add_argument("--row-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.merge:
+        if not args.out:
+            parser.error("--merge needs --out")
+        try:
+            merged = merge_results(
+                [json.loads(Path(f).read_text()) for f in args.merge], command_line("benchmarks/public_tasks.py", argv)
+            )
+        except (ValueError, OSError) as err:
+            parser.error(str(err))
+        write_results_and_table(Path(args.out), merged)
+        return 0
     if args.row:
         run_row(json.loads(Path(args.row).read_text()), Path(args.row_out))
         return 0
@@ -533,6 +575,7 @@ def main(argv=None) -> int:
         "invocation": invocation,
         "plan": file_record(args.plan),
         "machine": info,
+        "jobs": args.jobs,
         "base_panel": {},
         "rows": [],
         "failed": [],

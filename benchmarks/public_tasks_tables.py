@@ -18,7 +18,9 @@ def _source(data: dict, json_name: str) -> str:
     machine = ", ".join(p for p in parts if p)
     return (
         f"*Source: [`benchmarks/results/{json_name}`](../benchmarks/results/{json_name}), made by "
-        f"`{data['command']}`; {machine or 'machine not recorded'}.*"
+        + "; ".join(f"`{c}`" for c in data.get("commands") or [data["command"]])
+        + (f", merged by `{data['command']}`" if data.get("commands") else "")
+        + f"; {machine or 'machine not recorded'}.*"
     )
 
 

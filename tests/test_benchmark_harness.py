@@ -119,3 +119,36 @@ def test_the_results_json_and_its_table_are_written_together_from_the_file(tmp_p
     (tmp_path / "out" / "r.md").unlink()
     harness.rewrite_table(tmp_path / "out" / "r.json", render)
     assert (tmp_path / "out" / "r.md").read_text() == "| ünï | ['a', 1] |\n"
+
+
+def test_a_merged_result_merges_again_keeping_each_invocations_plan_jobs_and_failures():
+    from benchmarks.harness import merge_invocations
+
+    def result(invocation, rows, failed=(), jobs=2):
+        return dict(
+            mode="train",
+            command=f"run {invocation}",
+            invocation=invocation,
+            plan={"sha256": invocation},
+            jobs=jobs,
+            wall_seconds=10.0,
+            rows=[{"trainer": t, "seed": s, "invocation": invocation} for t, s in rows],
+            failed=[{"trainer": t, "seed": s, "error": "killed"} for t, s in failed],
+        )
+
+    def identity(row):
+        return row["trainer"], row["seed"]
+
+    first = merge_invocations(
+        [result("a", [("ppo", 1)], failed=[("grpo", 1)]), result("b", [("ppo", 2)])], "m", ("mode",), identity
+    )
+    assert first["failed"] == [{"trainer": "grpo", "seed": 1, "error": "killed"}] and first["reruns"] == []
+    again = merge_invocations([first, result("c", [("grpo", 1)], jobs=1)], "m2", ("mode",), identity)
+    assert again["invocations"] == ["a", "b", "c"] and again["commands"] == ["run a", "run b", "run c"]
+    assert again["plans"] == {i: {"sha256": i} for i in "abc"} and again["jobs"] == {"a": 2, "b": 2, "c": 1}
+    assert again["wall_seconds"] == [10.0, 10.0, 10.0]
+    assert again["failed"] == [] and again["reruns"] == [{"trainer": "grpo", "seed": 1, "error": "killed"}]
+    with pytest.raises(ValueError, match="differ in \\['mode'\\]"):
+        merge_invocations([first, dict(result("d", []), mode="select")], "m3", ("mode",), identity)
+    with pytest.raises(ValueError, match="measured twice: \\[\\('ppo', 1\\)\\]"):
+        merge_invocations([first, result("d", [("ppo", 1)])], "m3", ("mode",), identity)

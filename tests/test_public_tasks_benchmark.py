@@ -184,3 +184,58 @@ def test_the_summary_pairs_each_trainer_with_trls_grpo_seed_by_seed():
     # without TRL's rows at those seeds there is nothing to be above: "-", not "0 of 0"
     alone = summary_table([r for r in rows if r["trainer"] == "ppo"]).splitlines()
     assert alone[2] == "| `t` | ppo | 1,2 | 0.150 | 0.400 | 0.250 | 1 of 2 | - | 0.400 | 10.0 |"
+
+
+def test_a_run_a_seed_an_invocation_merges_into_one_judged_result(bench, tmp_path, capsys):
+    settings = {"temperature": 0.7, "batch_size": 16, "response_length": 32}
+
+    def row(trainer, task, seed, after, invocation, **over):
+        found = dict(
+            {k: None for k in ("system_prompt", "task_config", "answer_format", "split")},
+            model="SmolLM2",
+            task=task,
+            trainer=trainer,
+            seed=seed,
+            invocation=invocation,
+            updates=20,
+            eval_prompts=64,
+            settings=settings,
+            before=0.3,
+            after=after,
+            after_greedy=after,
+            seconds_per_update=30.0,
+            peak_rss_mib=6400.0,
+        )
+        return {**found, **over}
+
+    def result(seed, invocation, rows, failed=()):
+        path = tmp_path / f"seed{seed}-{invocation}.json"
+        data = dict(benchmark="public-tasks", mode="train", quick=False, command=f"run {seed}", invocation=invocation)
+        data.update(plan={"path": "plan.md", "sha256": invocation}, machine={}, rows=rows, failed=list(failed))
+        path.write_text(json.dumps(dict(data, wall_seconds=100.0)))
+        return str(path)
+
+    trainers = {"ppo": 0.5, "ppo-combination": 0.7, "grpo": 0.6, "trl-grpo": 0.55}
+    first = result(17, "a", [row(t, task, 17, v, "a") for t, v in trainers.items() for task in ("x", "y")])
+    second = result(18, "b", [row(t, task, 18, v, "b") for t, v in trainers.items() for task in ("x", "y")])
+    stem = tmp_path / "merged"
+    assert bench.main(["--merge", first, second, "--out", str(stem)]) == 0
+    data = json.loads(stem.with_suffix(".json").read_text())
+    assert data["invocations"] == ["a", "b"] and data["commands"] == ["run 17", "run 18"]
+    assert sorted({(r["seed"], r["invocation"]) for r in data["rows"]}) == [(17, "a"), (18, "b")]
+    assert data["plans"] == {"a": {"path": "plan.md", "sha256": "a"}, "b": {"path": "plan.md", "sha256": "b"}}
+    table = stem.with_suffix(".md").read_text()
+    assert "made by `run 17`; `run 18`, merged by" in table
+    assert "| target (issue 51), every task | measured | met |" in table  # judged over both seeds' four pairs
+    assert "| ppo-combination ahead of trl-grpo on at least 3 of 4 task-seed pairs | 4 | yes |" in table
+    assert "| ppo-combination s/update <= 1.25x grpo's, invocation b | 1.00x | yes |" in table
+
+    again = result(17, "c", [row("ppo", "x", 17, 0.5, "c")])  # the same row measured twice: refused
+    with pytest.raises(SystemExit):
+        bench.main(["--merge", first, again, "--out", str(tmp_path / "twice")])
+    assert "rows measured twice" in capsys.readouterr().err
+    other = result(19, "d", [row("ppo", "x", 19, 0.5, "d", eval_prompts=32)])  # another test set: refused
+    with pytest.raises(SystemExit):
+        bench.main(["--merge", first, other, "--out", str(tmp_path / "other")])
+    assert "ppo on x ran at other settings" in capsys.readouterr().err
+    assert not (tmp_path / "twice.json").exists() and not (tmp_path / "other.json").exists()
