@@ -243,9 +243,9 @@ def ground_order(place: tuple) -> tuple:
 
 
 def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
-    """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only (task and seed
-    for task and seed where both ran it): a ratio is never taken across invocations. Rows without an invocation id
-    are left out."""
+    """Per invocation, ``a``'s mean seconds per update over ``b``'s, from that invocation's rows only and over the
+    grounds (task and seed) where both ran: a ratio is never taken across invocations or seed sets. Rows without an
+    invocation id are left out."""
     found = []
     one_task = len({r.get("task") for r in rows}) <= 1
     for invocation in dict.fromkeys(r.get("invocation") for r in rows):
@@ -259,10 +259,11 @@ def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
             }
             for name in (a, b)
         }
-        if not mine[a] or not mine[b]:
-            continue
-        mean = {name: sum(v.values()) / len(v) for name, v in mine.items()}
         both = sorted(set(mine[a]) & set(mine[b]), key=ground_order)
+        if not both:
+            continue
+        # like for like: a ground one side lacks (a row that failed) is in neither mean
+        mean = {name: sum(v[place] for place in both) / len(both) for name, v in mine.items()}
         found.append(
             {
                 "invocation": invocation,

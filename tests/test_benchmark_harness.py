@@ -47,8 +47,9 @@ def test_time_ratios_are_per_invocation_and_never_across():
     found = harness.invocation_ratios(rows, "ours", "theirs")
     assert [f["invocation"] for f in found] == ["A", "B"]
     a, b = found
-    assert a["seconds_per_update"] == {"ours": 11.0, "theirs": 40.0} and a["ratio"] == 0.275
-    assert a["per_seed"] == {"10": 0.25}  # seed 11's rows ran in two invocations: no ratio of them
+    # seed 11's rows ran in two invocations: in no ratio and in neither mean (like for like)
+    assert a["seconds_per_update"] == {"ours": 10.0, "theirs": 40.0} and a["ratio"] == 0.25
+    assert a["per_seed"] == {"10": 0.25} and a["seeds"] == {"ours": [10, 11], "theirs": [10]}
     assert b["seconds_per_update"] == {"ours": 15.0, "theirs": 30.0} and b["ratio"] == 0.5
     assert b["per_seed"] == {"12": 0.5} and b["seeds"] == {"ours": [12], "theirs": [11, 12]}
 
