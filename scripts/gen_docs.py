@@ -8,8 +8,8 @@ docs/commands.md is generated whole, from the commands' option dataclasses: ever
 ``trl_ext.commands.parsing.Command`` combines them), each field's flag, type, default and help
 (``trl_ext.settings.fields.field(help=...)``) and choices, and the defaults a command sets over a dataclass's own.
 
-The result pages (docs/results.md, and docs/critic.md for issue 51's story) are written by hand, except their
-generated blocks, each between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``: the table
+The result pages (docs/results.md; docs/critic.md and critic-selection.md for issue 51) are written by hand, except
+their generated blocks, each between ``<!-- BEGIN generated: NAME -->`` and ``<!-- END generated: NAME -->``: the table
 ``benchmarks/results/NAME.md`` that a benchmark wrote beside its JSON, pasted as it is, under the source line it
 carries (or, where it carries none, one made here from ``NAME.json``: its command, commit and device).
 ``<!-- BEGIN generated: NAME tables 1,2 -->`` keeps the text but only the tables named (counted from 1), and links
@@ -38,7 +38,7 @@ DOCS = ROOT / "docs"
 RESULTS = ROOT / "benchmarks" / "results"
 COMMANDS_PAGE = DOCS / "commands.md"
 RESULTS_PAGE = DOCS / "results.md"  # the page that holds the other-results block
-RESULT_PAGES = (RESULTS_PAGE, DOCS / "critic.md")
+RESULT_PAGES = (RESULTS_PAGE, DOCS / "critic.md", DOCS / "critic-selection.md")
 REGENERATE = "python scripts/gen_docs.py"
 STALE = 3  # --check's exit code for pages out of date (a crash exits 1)
 
