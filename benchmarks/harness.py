@@ -269,7 +269,8 @@ def invocation_ratios(rows: list[dict], a: str, b: str) -> list[dict]:
                 "invocation": invocation,
                 "seconds_per_update": {k: round(v, 2) for k, v in mean.items()},
                 "ratio": round(mean[a] / mean[b], 3),
-                "seeds": {name: sorted({seed for _, seed in v}) for name, v in mine.items()},
+                "seeds": {name: sorted({seed for _, seed in v}) for name, v in mine.items()},  # each side ran
+                "averaged": [seed if one_task else f"{task}:{seed}" for task, seed in both],  # the means' grounds
                 "per_seed": {
                     (str(seed) if one_task else f"{task}:{seed}"): round(
                         mine[a][(task, seed)] / mine[b][(task, seed)], 3
@@ -320,8 +321,8 @@ def comparisons(rows: list[dict], plan: dict) -> list[dict]:
 
 
 def invocations_of(result: dict) -> list[str]:
-    """The invocations a result holds: one run's id, or a merged result's list."""
-    return result.get("invocations") or [result["invocation"]]
+    """The invocations a result holds: one run's id, a merged result's list, none before ids were kept."""
+    return result.get("invocations") or ([result["invocation"]] if "invocation" in result else [])
 
 
 def merge_invocations(results: list[dict], command: str, shared, identity, same=lambda value: value) -> dict:
@@ -349,7 +350,7 @@ def merge_invocations(results: list[dict], command: str, shared, identity, same=
         rows=[r for result in results for r in result["rows"]],
         failed=[f for f in failed if identity(f) not in measured],
         reruns=[f for f in failed if identity(f) in measured],
-        wall_seconds=[w for result in results for w in _listed(result.get("wall_seconds"))],
+        wall_seconds=[w for result in results for w in as_list(result.get("wall_seconds"))],
         jobs={i: j for result in results for i, j in per_invocation_value(result, "jobs").items()},
         plans={
             i: plan
@@ -368,7 +369,7 @@ def per_invocation_value(result: dict, key: str) -> dict:
     return value if isinstance(value, dict) else {i: value for i in invocations_of(result)}
 
 
-def _listed(value) -> list:
+def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 

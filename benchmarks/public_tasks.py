@@ -447,7 +447,8 @@ def run_rows(specs: list[dict], jobs: int, on_done) -> tuple[list[dict], list[di
         rows = [row for row, _ in results if row]
         failed = [
             {
-                **{k: by_job[job][k] for k in ("model", "task", "trainer", "seed")},
+                **{k: by_job[job][k] for k in ("task", "trainer", "seed")},
+                "model": model_label(by_job[job]["model"]),  # as its row names it: a rerun's row matches it
                 **{k: f[k] for k in ("returncode", "error")},
             }
             for job, (_, f) in zip(by_job, results)
@@ -469,18 +470,27 @@ def run_rows(specs: list[dict], jobs: int, on_done) -> tuple[list[dict], list[di
 ROW_GROUND = ("model", "system_prompt", "task_config", "answer_format", "updates", "split", "eval_prompts", "settings")
 
 
+def row_identity(row: dict) -> tuple:
+    return row.get("model"), row["task"], row["trainer"], row["seed"]
+
+
 def merge_results(results: list[dict], command: str) -> dict:
     """One --train result from several invocations (a run a seed an invocation): ``harness.merge_invocations``,
-    refused where a task's trainer ran at other settings in another invocation."""
+    refused where a result is not --train's or a task's trainer ran at other settings in another invocation."""
+    modes = sorted({str(result.get("mode")) for result in results} - {"train"})
+    if modes:
+        raise ValueError(f"--merge takes --train results only, not {modes}")
     ran_at: dict[tuple, dict] = {}
     for row in (r for result in results for r in result["rows"]):
         mine = {k: row.get(k) for k in ROW_GROUND}
         if ran_at.setdefault((row["task"], row["trainer"]), mine) != mine:
             raise ValueError(f"{row['trainer']} on {row['task']} ran at other settings in another invocation")
-    merged = merge_invocations(
-        results, command, ("benchmark", "mode", "quick"), lambda r: (r["model"], r["task"], r["trainer"], r["seed"])
-    )
-    merged["not_run"] = [r for result in results for r in result.get("not_run", [])]
+    merged = merge_invocations(results, command, ("benchmark", "mode", "quick"), row_identity)
+    # rows an older invocation left out (they name no model): dropped where another invocation measured them
+    measured = {row_identity(r)[1:] for r in merged["rows"]}
+    merged["not_run"] = [
+        r for result in results for r in result.get("not_run", []) if row_identity(r)[1:] not in measured
+    ]
     return merged
 
 

@@ -19,7 +19,7 @@ def _source(data: dict, json_name: str) -> str:
     return (
         f"*Source: [`benchmarks/results/{json_name}`](../benchmarks/results/{json_name}), made by "
         + "; ".join(f"`{c}`" for c in data.get("commands") or [data["command"]])
-        + (f", merged by `{data['command']}`" if data.get("commands") else "")
+        + (f", merged by `{data['command']}`" if "invocations" in data else "")
         + f"; {machine or 'machine not recorded'}.*"
     )
 
@@ -185,6 +185,11 @@ def results_table(data: dict, json_name: str) -> str:
             "Not run: "
             + ", ".join(f"{r['trainer']} `{r['task']}` seed {r['seed']}" for r in data["not_run"])
             + f" ({data['not_run'][0]['reason']})."
+        )
+    if data.get("reruns"):
+        parts.append(
+            "Run again in a later invocation: "
+            + "; ".join(f"{f['trainer']} {f['task']} seed {f['seed']}: {cell(f['error'])}" for f in data["reruns"])
         )
     if data.get("failed"):
         parts.append(

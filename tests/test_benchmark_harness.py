@@ -49,7 +49,7 @@ def test_time_ratios_are_per_invocation_and_never_across():
     a, b = found
     # seed 11's rows ran in two invocations: in no ratio and in neither mean (like for like)
     assert a["seconds_per_update"] == {"ours": 10.0, "theirs": 40.0} and a["ratio"] == 0.25
-    assert a["per_seed"] == {"10": 0.25} and a["seeds"] == {"ours": [10, 11], "theirs": [10]}
+    assert a["per_seed"] == {"10": 0.25} and a["seeds"] == {"ours": [10, 11], "theirs": [10]} and a["averaged"] == [10]
     assert b["seconds_per_update"] == {"ours": 15.0, "theirs": 30.0} and b["ratio"] == 0.5
     assert b["per_seed"] == {"12": 0.5} and b["seeds"] == {"ours": [12], "theirs": [11, 12]}
 
@@ -149,6 +149,10 @@ def test_a_merged_result_merges_again_keeping_each_invocations_plan_jobs_and_fai
     assert again["plans"] == {i: {"sha256": i} for i in "abc"} and again["jobs"] == {"a": 2, "b": 2, "c": 1}
     assert again["wall_seconds"] == [10.0, 10.0, 10.0]
     assert again["failed"] == [] and again["reruns"] == [{"trainer": "grpo", "seed": 1, "error": "killed"}]
+    rerun_kept = merge_invocations([again, result("d", [("ppo", 3)])], "m3", ("mode",), identity)
+    assert rerun_kept["reruns"] == again["reruns"] and rerun_kept["failed"] == []  # a merged input's reruns stay
+    before_ids = {k: v for k, v in result("e", [("ppo", 4)]).items() if k not in ("invocation", "plan", "jobs")}
+    assert merge_invocations([before_ids, result("f", [("ppo", 5)])], "m", ("mode",), identity)["invocations"] == ["f"]
     with pytest.raises(ValueError, match="differ in \\['mode'\\]"):
         merge_invocations([first, dict(result("d", []), mode="select")], "m3", ("mode",), identity)
     with pytest.raises(ValueError, match="measured twice: \\[\\('ppo', 1\\)\\]"):

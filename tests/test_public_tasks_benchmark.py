@@ -239,3 +239,15 @@ def test_a_run_a_seed_an_invocation_merges_into_one_judged_result(bench, tmp_pat
         bench.main(["--merge", first, other, "--out", str(tmp_path / "other")])
     assert "ppo on x ran at other settings" in capsys.readouterr().err
     assert not (tmp_path / "twice.json").exists() and not (tmp_path / "other.json").exists()
+    selection = tmp_path / "select.json"  # only --train results merge
+    selection.write_text(json.dumps(dict(json.loads(Path(first).read_text()), mode="select")))
+    with pytest.raises(SystemExit):
+        bench.main(["--merge", str(selection), second, "--out", str(tmp_path / "select-merged")])
+    assert "--train results only, not ['select']" in capsys.readouterr().err
+    killed = {"model": "SmolLM2", "task": "x", "trainer": "grpo", "seed": 19, "returncode": -9, "error": "update 3"}
+    failed = result(19, "e", [], failed=[killed])
+    rerun = result(19, "f", [row("grpo", "x", 19, 0.6, "f")])
+    assert bench.main(["--merge", failed, rerun, "--out", str(tmp_path / "rerun")]) == 0
+    data = json.loads((tmp_path / "rerun.json").read_text())
+    assert data["failed"] == [] and data["reruns"] == [killed]
+    assert "Run again in a later invocation: grpo x seed 19: update 3" in (tmp_path / "rerun.md").read_text()
