@@ -262,6 +262,7 @@ def test_a_plan_runs_as_written_its_pairs_side_by_side_in_one_invocation(bench, 
             "seconds_per_update": {"scratch-ppo": 10.0, "trl-ppo": 40.0},
             "ratio": 0.25,
             "seeds": {"scratch-ppo": [10], "trl-ppo": [10]},
+            "averaged": [10],
             "per_seed": {"10": 0.25},
         }
     ]
