@@ -142,9 +142,14 @@ def seeds_of(rows: list[dict]) -> list[int]:
     return sorted(r["seed"] for r in rows)
 
 
+def scored_on(result: dict) -> str:
+    """The name of the prompts a result's rows were scored on."""
+    return "test-split" if result.get("split") == "test" else "held-out"
+
+
 def summary_lines(result: dict) -> list[str]:
     """Each trainer's mean over its seeds, against the issue's targets."""
-    rows, measured = result["rows"], result.get("warm_start_measured")
+    rows, measured, scored = result["rows"], result.get("warm_start_measured"), scored_on(result)
     before = measured["warm"]["sampled"]["score"] if measured else None
     by = {}
     for r in rows:
@@ -158,10 +163,10 @@ def summary_lines(result: dict) -> list[str]:
         f"Means over seeds. Warm start before RL (this machine): "
         f"{'not measured here' if before is None else f'{before:.3f} sampled'}; targets (issue 43): "
         f"gain >= +{TARGET_GAIN} on every seed, mean >= TRL's GRPO, s/update <= {TARGET_SPEED}x TRL's in this "
-        f"invocation; episodes to a held-out score >= {REACHED} (evaluations every {result.get('eval_every') or '-'} "
+        f"invocation; episodes to a {scored} score >= {REACHED} (evaluations every {result.get('eval_every') or '-'} "
         "updates and after).",
         "",
-        "| trainer | seeds | held-out after | least gain over the warm start | >= TRL's GRPO | s/update | x TRL's "
+        f"| trainer | seeds | {scored} after | least gain over the warm start | >= TRL's GRPO | s/update | x TRL's "
         "| episodes to >= 0.5, per seed |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -571,7 +576,7 @@ def results_table(result: dict, stem: Path) -> str:
         source_line(stem.with_suffix(".json"), made_by),
         "",
         f"{'QUICK smoke run: ' if result.get('quick') else ''}{result['held_out_prompts']} "
-        f"{'test-split' if result.get('split') == 'test' else 'held-out'} prompts through the tool loop. "
+        f"{scored_on(result)} prompts through the tool loop. "
         f"Score: `right_code` mean, sampled at T={SETTINGS['temperature']} (greedy in "
         "brackets); calls: the share of rollouts whose first turn is a parseable tool call; right lookups: "
         "the share that looked up the asked name.",
@@ -594,7 +599,7 @@ def results_table(result: dict, stem: Path) -> str:
         ]
     if "rows" in result:
         lines += [
-            "| trainer | seed | episodes | held-out after | calls after | right lookups after | s/update | "
+            f"| trainer | seed | episodes | {scored_on(result)} after | calls after | right lookups after | s/update | "
             "answer reward first -> last | tool calls a rollout first -> last |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
