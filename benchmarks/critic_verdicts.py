@@ -12,6 +12,7 @@ from benchmarks.harness import ground, ground_order, invocation_ratios
 
 SELECTION_MARGIN = 0.02  # amendment 1: a technique wins at its baseline's mean + this, ahead on more than half
 COST_LIMIT = 1.25  # issue 51: PPO's seconds an update at most 1.25x trl-ext GRPO's in the same invocation
+KEEP_UP_MARGIN = 0.05  # public-tasks plan amendment 2c: the critic's adapter learns the shared head's within this
 
 
 def ok(met: bool) -> str:
@@ -55,6 +56,23 @@ def selection_line(rows: list[dict], name: str, baseline: str) -> str | None:
         f"| {name} wins over {baseline}: mean >= {baseline}'s + {SELECTION_MARGIN}, ahead on more than half the "
         f"seeds | {ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)} | "
         f"{ok(wins)} |"
+    )
+
+
+def keeps_up_line(rows: list[dict], name: str, baseline: str) -> str | None:
+    """Issue 51's target for a critic of its own: ``name`` learns at least what ``baseline`` learns, its mean no
+    more than KEEP_UP_MARGIN below on the grounds both ran."""
+    grounds = shared_grounds(rows, (name, baseline))
+    if not grounds:
+        return None
+    after = _scores(rows)
+    ours, theirs = (round(fmean(after[(n, g)] for g in grounds), 6) for n in (name, baseline))
+    ahead = sum(after[(name, g)] > after[(baseline, g)] for g in grounds)
+    where, unit = grounds_label(grounds)
+    return (
+        f"| {name} learns at least {baseline}'s: mean >= {baseline}'s - {KEEP_UP_MARGIN}, {where} | "
+        f"{ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)} | "
+        f"{ok(ours >= round(theirs - KEEP_UP_MARGIN, 6))} |"
     )
 
 

@@ -67,6 +67,8 @@ ROWS = {  # name -> (virtual environment, advantage estimator, generations per p
     "ppo-final-positive-lm": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0, **POSITIVE_LM}),
     "ppo-final-combination": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0, "critic_lam": 1.0, **POSITIVE_LM}),
     "trl-grpo-default": (".venv-latest", "trl", 4, "SecretCodes", {"kl_coef": 0.0, "scale_rewards": "group"}),
+    # Issue 51: the critic as a second LoRA adapter on the shared frozen base, against the shared head (kl0).
+    "ppo-final-critic-adapter": (".venv", "gae", 1, "SecretCodes", {"kl_coef": 0.0, "critic_adapter": True}),
 }
 # Fixed before the runs (benchmarks/multi_turn_plan.md): the real-model benchmark's settings where they apply,
 # 64 tokens for all turns (a call ~25, the result ~15, the answer ~5), one round of tool calls.
@@ -245,8 +247,8 @@ def critic_lines(result: dict) -> list[str]:
     names (selection): each technique against ``ppo-final-kl0`` by amendment 1's rule. On the test split
     (judgement): each PPO row's mean at least the better of trl-ext's and TRL's GRPO, ahead of TRL's on 3 of every
     4 seeds (no count where TRL's row has not run), and its seconds an update at most 1.25x trl-ext GRPO's within
-    each invocation."""
-    from benchmarks.critic_verdicts import judgement_lines, selection_line
+    each invocation. On either split: the critic's own adapter learns at least the shared head's (kl0's)."""
+    from benchmarks.critic_verdicts import judgement_lines, keeps_up_line, selection_line
 
     rows = result["rows"]
     names = list(dict.fromkeys(r["trainer"] for r in rows))
@@ -259,6 +261,8 @@ def critic_lines(result: dict) -> list[str]:
         trl = next((n for n in groups if n.startswith("trl")), None)
         cost = "grpo" if "grpo" in names else None
         lines = [line for n in ppo for line in judgement_lines(rows, n, groups, (3, 4), trl, cost)]
+    adapter = keeps_up_line(rows, "ppo-final-critic-adapter", "ppo-final-kl0")
+    lines += [adapter] if adapter else []
     return ["", "| target (issue 51) | measured | met |", "|---|---|---|", *lines] if lines else []
 
 

@@ -243,6 +243,18 @@ def test_issue_51_selection_needs_the_margin_and_most_seeds(bench):
     assert "0.510 vs 0.500 (+0.010), ahead on 3 of 3 | no |" in lines  # ahead everywhere, by less than the margin
 
 
+def test_issue_51_critic_adapter_keeps_up_with_the_shared_head_within_the_margin(bench):
+    rows = [_row("ppo-final-kl0", s, a, [None]) for s, a in ((6, 0.6), (7, 0.2), (8, 0.9))]
+    rows += [_row("ppo-final-critic-adapter", s, a, [None]) for s, a in ((6, 0.5), (7, 0.25), (8, 0.8))]
+    line = "| ppo-final-critic-adapter learns at least ppo-final-kl0's: mean >= ppo-final-kl0's - 0.05, seeds 6,7,8 |"
+    lines = "\n".join(bench.critic_lines({"split": "test", "rows": rows}))
+    assert f"{line} 0.517 vs 0.567 (-0.050), ahead on 1 of 3 | yes |" in lines  # at the margin: met
+    rows[3]["after"] = 0.49
+    lines = "\n".join(bench.critic_lines({"split": "heldout", "rows": rows}))
+    assert f"{line} 0.513 vs 0.567 (-0.053), ahead on 1 of 3 | no |" in lines
+    assert bench.settings_of("ppo-final-critic-adapter")["critic_adapter"] is True
+
+
 def test_merging_invocations_keeps_each_rows_invocation_and_refuses_a_mismatch(bench):
     def result(seeds, invocation, **over):
         rows = [_timed(_row("grpo", s, 0.5, [None]), invocation) for s in seeds]
