@@ -42,37 +42,44 @@ def _scores(rows: list[dict]) -> dict:
     return {(r["trainer"], ground(r)): r["after"] for r in rows}
 
 
-def selection_line(rows: list[dict], name: str, baseline: str) -> str | None:
-    """Amendment 1's rule: ``name`` wins over ``baseline`` at its mean + SELECTION_MARGIN and ahead on more than
-    half the grounds both ran (a larger mean one seed carries is no win)."""
+def _paired(rows: list[dict], name: str, baseline: str) -> tuple[list[tuple], float, float, int] | None:
+    """Two rows on the grounds both ran: the grounds, ``name``'s mean, ``baseline``'s, how often ``name`` is ahead."""
     grounds = shared_grounds(rows, (name, baseline))
     if not grounds:
         return None
     after = _scores(rows)
     ours, theirs = (round(fmean(after[(n, g)] for g in grounds), 6) for n in (name, baseline))
-    ahead = sum(after[(name, g)] > after[(baseline, g)] for g in grounds)
+    return grounds, ours, theirs, sum(after[(name, g)] > after[(baseline, g)] for g in grounds)
+
+
+def _pair_cell(ours: float, theirs: float, ahead: int, grounds: list[tuple]) -> str:
+    return f"{ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)}"
+
+
+def selection_line(rows: list[dict], name: str, baseline: str) -> str | None:
+    """Amendment 1's rule: ``name`` wins over ``baseline`` at its mean + SELECTION_MARGIN and ahead on more than
+    half the grounds both ran (a larger mean one seed carries is no win)."""
+    paired = _paired(rows, name, baseline)
+    if paired is None:
+        return None
+    grounds, ours, theirs, ahead = paired
     wins = ours >= theirs + SELECTION_MARGIN and 2 * ahead > len(grounds)
     return (
         f"| {name} wins over {baseline}: mean >= {baseline}'s + {SELECTION_MARGIN}, ahead on more than half the "
-        f"seeds | {ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)} | "
-        f"{ok(wins)} |"
+        f"seeds | {_pair_cell(ours, theirs, ahead, grounds)} | {ok(wins)} |"
     )
 
 
 def keeps_up_line(rows: list[dict], name: str, baseline: str) -> str | None:
     """Issue 51's target for a critic of its own: ``name`` learns at least what ``baseline`` learns, its mean no
     more than KEEP_UP_MARGIN below on the grounds both ran."""
-    grounds = shared_grounds(rows, (name, baseline))
-    if not grounds:
+    paired = _paired(rows, name, baseline)
+    if paired is None:
         return None
-    after = _scores(rows)
-    ours, theirs = (round(fmean(after[(n, g)] for g in grounds), 6) for n in (name, baseline))
-    ahead = sum(after[(name, g)] > after[(baseline, g)] for g in grounds)
-    where, unit = grounds_label(grounds)
+    grounds, ours, theirs, ahead = paired
     return (
-        f"| {name} learns at least {baseline}'s: mean >= {baseline}'s - {KEEP_UP_MARGIN}, {where} | "
-        f"{ours:.3f} vs {theirs:.3f} ({ours - theirs:+.3f}), ahead on {ahead} of {len(grounds)} | "
-        f"{ok(ours >= round(theirs - KEEP_UP_MARGIN, 6))} |"
+        f"| {name} learns at least {baseline}'s: mean >= {baseline}'s - {KEEP_UP_MARGIN}, {grounds_label(grounds)[0]} "
+        f"| {_pair_cell(ours, theirs, ahead, grounds)} | {ok(ours >= round(theirs - KEEP_UP_MARGIN, 6))} |"
     )
 
 
