@@ -212,9 +212,19 @@ def warm_start_of(result: dict, invocation: str | None) -> str | None:
     return result.get("warm_starts", {}).get(invocation, result.get("warm_start_sha256"))
 
 
-def merge_results(results: list[dict], command: str) -> dict:
+def of_seeds(result: dict, seeds: list[int]) -> dict:
+    """A result cut to some of its seeds: their rows, failures and planned jobs, nothing of the others."""
+    keep = set(seeds)
+    cut = {key: [x for x in result.get(key, []) if x["seed"] in keep] for key in ("rows", "failed", "reruns")}
+    planned = [job for job in result.get("planned", []) if job[1] in keep]
+    return {**result, **cut, "planned": planned, "seeds": [s for s in result["seeds"] if s in keep]}
+
+
+def merge_results(results: list[dict], command: str, seeds: list[int] | None = None) -> dict:
     """One result from several invocations' results of the same settings (``harness.merge_invocations``), and
-    the tool task's own checks: a row's settings the same in every invocation, a seed's rows from one warm start."""
+    the tool task's own checks: a row's settings the same in every invocation, a seed's rows from one warm start.
+    With ``seeds``, only those seeds' rows (a comparison the other seeds' warm starts would mix)."""
+    results = [of_seeds(result, seeds) for result in results] if seeds else results
     row_settings = {}
     for result in results:  # an invocation may run some of the rows; a row's own settings the same in every one
         for name, settings in result.get("row_settings", {}).items():
@@ -643,7 +653,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 seed, 1 update, the first 4 held-out prompts")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated, of " + ", ".join(ROWS))
     parser.add_argument("--updates", type=int)
-    parser.add_argument("--seeds", help="comma-separated")
+    parser.add_argument("--seeds", help="comma-separated (with --merge: only these seeds' rows)")
     parser.add_argument("--heldout", type=int, help="the first N prompts of the split (default 32: all)")
     parser.add_argument(
         "--split",
@@ -684,7 +694,8 @@ def main(argv=None) -> int:
         if not args.out:
             parser.error("--merge needs --out")
         try:
-            merged = merge_results([json.loads(Path(f).read_text()) for f in args.merge], command)
+            results = [json.loads(Path(f).read_text()) for f in args.merge]
+            merged = merge_results(results, command, seeds if args.seeds else None)
         except ValueError as err:
             parser.error(str(err))
         write_table(merged, Path(args.out))

@@ -296,6 +296,15 @@ def test_a_seeds_rows_come_from_one_warm_start(bench, tmp_path):
         bench.merge_results([result("grpo", 7, "a", "beef"), result("trl-grpo", 7, "b", "f00d")], "merge")
     merged_again = bench.merge_results([merged, result("trl-grpo", 7, "c", "f00d")], "merge")  # a merged result
     assert merged_again["warm_starts"] == {"a": None, "b": "f00d", "c": "f00d"}
+    # a seed whose rows mix warm starts is left out by naming the others: their rows alone are merged
+    first, rebuilt = result("grpo", 6, "a", None), result("ppo", 6, "b", "f00d")
+    rebuilt["rows"].append(_timed(_row("ppo", 7, 0.5, [None]), "b"))
+    rebuilt.update(seeds=[6, 7], planned=[["ppo", 6], ["ppo", 7]])
+    with pytest.raises(ValueError, match="seeds \\[6\\] have rows from different warm starts"):
+        bench.merge_results([first, rebuilt], "merge")
+    cut = bench.merge_results([first, rebuilt], "merge", seeds=[7])
+    assert [(r["trainer"], r["seed"]) for r in cut["rows"]] == [("ppo", 7)]
+    assert cut["seeds"] == [7] and cut["planned"] == [["ppo", 7]]
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors weights"):
         bench.warm_start_identity(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"weights")
