@@ -11,8 +11,9 @@ transformers' static cache, which compiles the forward itself), ``trl-ext/vllm``
 sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep`` the same with ``vllm_enable_sleep_mode``),
 ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo`` (the newest TRL's ``GRPOTrainer``, 8 completions per prompt);
 ``--lora`` adds each with LoRA (r 16, all linear layers). A row name takes options after ``+``: ``lora``, ``gc``
-(activation checkpointing), ``critic`` (the critic as a second LoRA adapter), ``mbN`` (N rows a forward pass) and
-``freeze`` (``gc.freeze()`` after the untimed updates; every row reports Python's collection pauses per update).
+(activation checkpointing), ``critic`` (the critic as a second LoRA adapter), ``mbN`` (N rows a forward pass),
+``adam8`` (torchao's 8-bit AdamW) and ``freeze`` (``gc.freeze()`` after the untimed updates; every row reports
+Python's collection pauses per update).
 ``--model 7b`` makes the policy Qwen2.5-7B-shaped (built on the GPU) and the reward model Qwen2.5-0.5B-shaped;
 ``--deadline S`` starts no row after S seconds. Each row runs in a fresh process, so peak memory and compiled graphs
 are its own, with the Python of a virtual environment or a ``pip install --target`` folder put first on
@@ -65,8 +66,9 @@ DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
 # checkpointing), "critic" (the critic as a second LoRA adapter, ``critic_adapter``; needs "lora") and "mbN"
 # (trl-ext rows: N rows per forward pass of the experience phase and per forward/backward of the update, in place
 # of the automatic size); "freeze" (any row: ``gc.freeze()`` once the untimed updates are done, so Python's full
-# collections no longer walk the objects compiling and loading made: the test of one cause of a slow update).
-OPTION = re.compile(r"lora|gc|critic|freeze|mb[1-9]\d*")
+# collections no longer walk the objects compiling and loading made: the test of one cause of a slow update);
+# "adam8" (any row: ``optim="adamw_torch_8bit"``, torchao's 8-bit AdamW, TRL's trainers by the same name).
+OPTION = re.compile(r"lora|gc|critic|freeze|adam8|mb[1-9]\d*")
 MODELS = ("0.5b", "7b")
 
 
@@ -77,7 +79,7 @@ def row_parts(row: str) -> tuple[str, set[str], int]:
         raise ValueError(f"unknown row {row!r}: choose from {', '.join(ROWS)}")
     bad = [o for o in options if not OPTION.fullmatch(o)]
     if bad:
-        raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, freeze, mbN)")
+        raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, freeze, adam8, mbN)")
     trl_only = [o for o in options if o in ("gc", "critic") or o.startswith("mb")]
     if trl_only and not name.startswith("trl-ext/"):
         raise ValueError(
@@ -330,6 +332,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         micro_batch_size=micro,
         gradient_checkpointing="gc" in options,
         critic_adapter="critic" in options,
+        optim="adamw_torch_8bit" if "adam8" in options else "adamw_torch_fused",
         **vllm_options,
     )
     peft_config = None
@@ -387,6 +390,8 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
             else:
                 from trl import GRPOConfig, GRPOTrainer
 
+                from trl_ext.ppo.optimizers import optimizer_training_argument
+
                 grpo_args = GRPOConfig(
                     output_dir=out,
                     per_device_train_batch_size=batch_size,
@@ -403,6 +408,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
                     disable_tqdm=True,
                     gradient_checkpointing="gc" in options,
                     disable_dropout=True,
+                    **optimizer_training_argument(cfg.optim),
                     **sampling,
                 )
                 trainer = GRPOTrainer(

@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--download" ]]; then
               --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
     # shellcheck disable=SC2086
     python -m pip download -q $platform -d "$WHEELS/common" transformers==5.24.0 tokenizers==0.23.3 \
-        datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 peft==0.21.2 gguf==0.19.0
+        datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 peft==0.21.2 gguf==0.19.0 torchao==0.18.0
     # shellcheck disable=SC2086
     python -m pip download -q $platform -d "$WHEELS/trl112" trl==1.12.0
     # shellcheck disable=SC2086

@@ -113,7 +113,7 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
             "--warmup",
             "1",
             "--rows",
-            "trl-ext/static,trl-ext/loop+mb2+freeze",
+            "trl-ext/static,trl-ext/loop+mb2+freeze+adam8",
         ],
         capture_output=True,
         text=True,
@@ -123,8 +123,8 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("trl-ext/") and ": {" in line}
-    assert set(rows) == {"trl-ext/static", "trl-ext/loop+mb2+freeze"}
-    assert "'rows_per_pass': 2" in rows["trl-ext/loop+mb2+freeze"]
+    assert set(rows) == {"trl-ext/static", "trl-ext/loop+mb2+freeze+adam8"}
+    assert "'rows_per_pass': 2" in rows["trl-ext/loop+mb2+freeze+adam8"]
     assert all("'gc_seconds_each_update': [" in line for line in rows.values())
     result = {
         "rows": [
@@ -171,7 +171,7 @@ def test_the_gpu_benchmark_reads_a_rows_options_and_names_a_bad_one():
 
     assert row_parts("trl-ext/static+lora+critic+gc+mb8") == ("trl-ext/static", {"lora", "critic", "gc"}, 8)
     assert row_parts("trl-grpo") == ("trl-grpo", set(), 0)
-    assert row_parts("trl-grpo+lora+freeze") == ("trl-grpo", {"lora", "freeze"}, 0)
+    assert row_parts("trl-grpo+lora+freeze+adam8") == ("trl-grpo", {"lora", "freeze", "adam8"}, 0)
     for bad, words in [
         ("trl-ext/fast", "unknown row"),
         ("trl-ext/static+qlora", "qlora"),

@@ -153,7 +153,7 @@ def test_the_optimizer_is_fused_on_a_gpu_and_foreach_elsewhere():
     """transformers' default on a GPU (so TRL's): fused AdamW, whose step makes no full-size temporaries; on CPU
     foreach, as every CPU result was measured. The device is only read at the first step, so a CUDA one can be
     named here."""
-    from trl_ext.ppo.builder import build_optimizer
+    from trl_ext.ppo.optimizers import build_optimizer
 
     model = torch.nn.Linear(3, 2)
     on_gpu = build_optimizer(model, 1e-3, torch.device("cuda")).defaults

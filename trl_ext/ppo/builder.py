@@ -1,6 +1,6 @@
 """What the scratch trainer trains: the policy and its tokenizer, the frozen reference, the actor-critic
-(value head, a separate critic, or a critic adapter) with float32 master weights, the optimizer and the
-learning-rate schedule.
+(value head, a separate critic, or a critic adapter) with float32 master weights. (The optimizer and the
+learning-rate schedule: ``trl_ext.ppo.optimizers``.)
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from trl_ext.errors import InputError
@@ -117,20 +116,3 @@ def recompute_under_own_adapter(model: ActorCritic) -> None:
         model.policy.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
     else:
         model.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
-
-
-def build_optimizer(model: nn.Module, learning_rate: float, device: torch.device) -> torch.optim.Optimizer:
-    """TRL's optimizer settings (AdamW, no weight decay, eps 1e-8), so the backends differ in the loop only. On a GPU
-    the fused kernel, transformers' default there (so TRL's): foreach's step makes full-size temporaries, gigabytes
-    for a fully fine-tuned 0.5B policy. Elsewhere foreach, which every CPU result was measured with."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    fused = device.type == "cuda"
-    return torch.optim.AdamW(trainable, lr=learning_rate, eps=1e-8, weight_decay=0.0, foreach=not fused, fused=fused)
-
-
-def build_lr_scheduler(optimizer, schedule: str, total_updates: int):
-    """Stepped once per update, as TRL does: 'linear' falls to 0 at the end of the run; 'constant' stays."""
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
-    if schedule == "linear":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1.0 - step / total_updates))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)

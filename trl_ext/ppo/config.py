@@ -10,6 +10,7 @@ from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.config_checks import check_config
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
+from trl_ext.ppo.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
 from trl_ext.rollouts import ROLLOUTS
 from trl_ext.settings.fields import field
 
@@ -42,6 +43,12 @@ class PPOConfig:
     )
     lr_scheduler_type: str = field(
         "linear", help="'linear': decay to 0 over the run (TRL's default); 'constant'", choices=LR_SCHEDULES
+    )
+    optim: str = field(
+        DEFAULT_OPTIMIZER,
+        help="transformers' name of the optimizer: 'adamw_torch_fused': torch's AdamW (fused on a GPU); "
+        "'adamw_torch_8bit': torchao's AdamW8bit, moments in 8 bits (pip install torchao)",
+        choices=tuple(OPTIMIZERS),
     )
     max_grad_norm: float = field(0.0, help="gradient clipping norm; 0 turns clipping off (TRL's PPO never clips)")
     seed: int = field(0, help="seed for prompt order, sampling and initialisation")

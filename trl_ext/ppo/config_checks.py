@@ -7,6 +7,7 @@ from dataclasses import fields
 from trl_ext.errors import InputError
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import check_policy_loss_settings
+from trl_ext.ppo.optimizers import check_optimizer
 from trl_ext.ppo.rollout import samplers
 from trl_ext.settings.fields import require_positive
 from trl_ext.settings.registry import Registry
@@ -77,6 +78,7 @@ def check_config(config) -> None:
             f"need 0 < top_p <= 1, top_k >= 0, repetition_penalty > 0; got top_p={config.top_p}, "
             f"top_k={config.top_k}, repetition_penalty={config.repetition_penalty}"
         )
+    check_optimizer(config.optim)
     if config.max_staleness not in (0, 1):
         raise InputError(
             f"max_staleness must be 0 (on-policy) or 1 (one step off-policy); got {config.max_staleness!r}"

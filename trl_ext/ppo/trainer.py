@@ -23,7 +23,7 @@ from torch import nn
 from trl_ext.data.prompt_dataset import prepare_prompt_dataset
 from trl_ext.data.sequences import completion_token_ids
 from trl_ext.errors import InputError, RolloutEngineError, TrainingError
-from trl_ext.ppo import builder, checkpoint, core, precision
+from trl_ext.ppo import builder, checkpoint, core, optimizers, precision
 from trl_ext.ppo.config import PPOConfig, num_updates
 from trl_ext.ppo.config_checks import trackers
 from trl_ext.ppo.experience import Experience, ExperienceOptions, make_experience
@@ -107,7 +107,7 @@ class PPOTrainer:
         # its first call imports DeepSpeed where it is installed (a second), which would land in the first update.
         self._actor_critic = acc.unwrap_model(self.model)
         total = num_updates(config, acc.num_processes)
-        self.lr_scheduler = builder.build_lr_scheduler(self.optimizer, config.lr_scheduler_type, total)
+        self.lr_scheduler = optimizers.build_lr_scheduler(self.optimizer, config.lr_scheduler_type, total)
         for fn in self.rewards.funcs:  # a reward model scores where the policy runs
             place_reward(fn, acc.device)
         self.sampler_name = resolve_sampler(config, acc.device, self.policy)
@@ -167,7 +167,7 @@ class PPOTrainer:
         return self.accelerator.prepare(model, self._optimizer(model))
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return builder.build_optimizer(model, self.config.learning_rate, self.accelerator.device)
+        return optimizers.build_optimizer(model, self.config.learning_rate, self.accelerator.device, self.config.optim)
 
     def _backward(self, loss: torch.Tensor) -> None:
         """Gradients of a micro-batch's share of the loss, added to the minibatch's (a critic apart: two calls)."""
@@ -352,7 +352,7 @@ class PPOTrainer:
         metrics.update(
             episode=self.episode,
             update=self.update_index,
-            lr=self.lr_scheduler.get_last_lr()[0],
+            lr=float(self.lr_scheduler.get_last_lr()[0]),  # a tensor for torchao's
             **{"objective/kl_coef": self.kl_coef},
         )
         if warming_up and self.config.critic_warmup_patience:  # the mean over processes: every rank stops alike

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from trl_ext.errors import InputError
 from trl_ext.models.activation_checkpointing import checkpointing_training_argument
+from trl_ext.ppo.optimizers import optimizer_training_argument
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 
@@ -53,6 +54,7 @@ def group_trainer_arguments(kind: str, cfg) -> dict:
         epsilon=cfg.cliprange,
         temperature=cfg.temperature,
         max_completion_length=cfg.response_length,
+        **optimizer_training_argument(cfg.optim),
     )
     if kind == "grpo":
         return dict(common, beta=cfg.beta, scale_rewards=cfg.scale_rewards, loss_type=cfg.loss_type)

@@ -17,6 +17,7 @@ from torch import nn
 from trl_ext.errors import InputError
 from trl_ext.models.activation_checkpointing import checkpointing_training_argument, enable_activation_checkpointing
 from trl_ext.ppo.model import base_backbone
+from trl_ext.ppo.optimizers import optimizer_training_argument
 from trl_ext.ppo.precision import launch_training_arguments
 from trl_ext.rewards.base import place_reward
 from trl_ext.trl_compat.reward_model import as_ppo_reward_model
@@ -109,6 +110,7 @@ def trl_ppo_config(cfg, output_dir: str | Path):
         stop_token="eos",
         **launch_training_arguments(),  # the launch's mixed precision and device
         **checkpointing_training_argument(cfg.gradient_checkpointing),  # recorded: train() never reads it
+        **optimizer_training_argument(cfg.optim),
         num_sample_generations=0,
         save_strategy="steps" if cfg.save_steps else "no",
         save_steps=cfg.save_steps or 500,
