@@ -289,6 +289,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     from datasets import Dataset
 
     from trl_ext.ppo import PPOConfig
+    from trl_ext.ppo.optimizers import optimizer_state_bytes
     from trl_ext.rewards import ClassifierReward
 
     gpu = torch.cuda.is_available()
@@ -470,6 +471,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
         "peak_gpu_reserved_mb": round(torch.cuda.max_memory_reserved() / 2**20, 1) if gpu else None,
         "trainable_parameters": trainable,
+        "optimizer_state_mb": round(optimizer_state_bytes(trainer.optimizer) / 2**20, 1),
         "versions": versions(),
         # the trainer's own phases (synchronised on a GPU): their sum should be the update's wall time
         "timing_phases_per_update": phases,

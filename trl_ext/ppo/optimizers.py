@@ -55,6 +55,14 @@ def build_lr_scheduler(optimizer, schedule: str, total_updates: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 
 
+def optimizer_state_bytes(optimizer) -> int:
+    """The bytes ``optimizer``'s state holds (an 8-bit moment: its codes, a scale per block and its code map)."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    tensors = [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+    parts = [p for t in tensors for p in ((t.codes, t.scale, t.qmap) if hasattr(t, "codes") else (t,))]
+    return sum(p.numel() * p.element_size() for p in parts)
+
+
 def optimizer_training_argument(optim: str) -> dict:
     """The ``optim`` of a TRL config (a ``TrainingArguments``) for ours: nothing for the default, which is
     transformers' own (so TRL's); transformers builds the same torchao optimizer for ``adamw_torch_8bit``."""
