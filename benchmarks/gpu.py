@@ -6,7 +6,8 @@
 Same models, reward, prompts, batch and response length for every row: a Qwen2.5-0.5B-shaped policy and a
 DeBERTa-v3-base-shaped reward model (``num_labels=1``), built from configs with random weights (no download), bf16;
 top-k 50, top-p 0.95, temperature 1; shapes (prompts per update / response tokens) 16/64, 64/128 and 256/128. Rows:
-``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/generate``, ``trl-ext/generate-static`` (``generate`` with
+``trl-ext/loop``, ``trl-ext/static``, ``trl-ext/static-copy`` (the static sampler over a bf16 copy of the policy, LoRA
+merged), ``trl-ext/generate``, ``trl-ext/generate-static`` (``generate`` with
 transformers' static cache, which compiles the forward itself), ``trl-ext/vllm`` (the scratch trainer with each
 sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep`` the same with ``vllm_enable_sleep_mode``),
 ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo`` (the newest TRL's ``GRPOTrainer``, 8 completions per prompt);
@@ -15,7 +16,9 @@ sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep`` the same
 ``adam8`` (torchao's 8-bit AdamW) and ``freeze`` (``gc.freeze()`` after the untimed updates; every row reports
 Python's collection pauses per update).
 ``--model 7b`` makes the policy Qwen2.5-7B-shaped (built on the GPU) and the reward model Qwen2.5-0.5B-shaped;
-``--deadline S`` starts no row after S seconds. Each row runs in a fresh process, so peak memory and compiled graphs
+``--deadline S`` starts no row after S seconds; ``--profile`` runs one more update after the timed ones, its phases
+profiled (``benchmarks/gpu_profile.py``: busiest kernels, device time, memory held and peak per phase), reported
+apart under ``profile``. Each row runs in a fresh process, so peak memory and compiled graphs
 are its own, with the Python of a virtual environment or a ``pip install --target`` folder put first on
 ``PYTHONPATH``: ``--trl-ppo`` for the TRL-1.12 row, ``--vllm-env`` for the vLLM rows (an environment with CUDA vLLM:
 ``pip install 'trl-ext[vllm]'``; default: ``--trl-latest``), ``--trl-latest`` for the others (default: this Python). A
@@ -49,11 +52,13 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository root on the path, for `benchmarks.*`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.gpu_profile import summary as profile_summary  # noqa: E402
 from benchmarks.harness import ROOT, git_commit, rewrite_table, write_results  # noqa: E402
 
 ROWS = (
     "trl-ext/loop",
     "trl-ext/static",
+    "trl-ext/static-copy",
     "trl-ext/generate",
     "trl-ext/generate-static",
     "trl-ext/vllm",
@@ -215,10 +220,11 @@ class Clock:
     """Update boundaries and generation time, each read after a device synchronisation; Python's garbage
     collections (their pauses, and how many were full) between boundaries."""
 
-    def __init__(self, gpu: bool, eos_token_id: int, warmup: int, freeze: bool = False):
+    def __init__(self, gpu: bool, eos_token_id: int, warmup: int, freeze: bool = False, profiler=None, timed=0):
         import gc
 
         self.gpu, self.eos_token_id, self.warmup, self.freeze = gpu, eos_token_id, warmup, freeze
+        self.profiler, self.timed = profiler, timed  # profiled: the update after the ``timed`` ones
         self.gc_seconds, self.full_collections, self._gc_began = 0.0, 0, 0.0
         gc.callbacks.append(self._collecting)
         self.clocks_at_start: dict | None = None  # nvidia-smi's reading as the timed updates begin
@@ -255,6 +261,8 @@ class Clock:
                 import gc
 
                 gc.freeze()
+        if self.profiler is not None and len(self.stamps) == self.warmup + self.timed:
+            self.profiler.start()
         self.stamps.append(
             (self.now(), self.generate_seconds, self.steps, self.tokens, graphs, self.gc_seconds, self.full_collections)
         )
@@ -288,6 +296,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     import torch
     from datasets import Dataset
 
+    from benchmarks.gpu_profile import PhaseProfiler
     from trl_ext.ppo import PPOConfig
     from trl_ext.ppo.optimizers import optimizer_state_bytes
     from trl_ext.rewards import ClassifierReward
@@ -299,7 +308,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     policy, reward_model = build_models(args.tiny, args.model, dtype)
     tokenizer = char_tokenizer()
     reward = ClassifierReward(reward_model, tokenizer, pair=True, name="deberta_rm")
-    updates = args.warmup + args.updates
+    updates = args.warmup + args.updates + args.profile  # the profiled update last, apart
     episodes = batch_size * updates
     prompts = [f"Question {i}: what is {i} times {i + 3}? Answer briefly." for i in range(episodes)]
     data = Dataset.from_dict({"prompt": prompts, "input_ids": tokenizer(prompts)["input_ids"]})
@@ -341,7 +350,8 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
-    clock = Clock(gpu, tokenizer.eos_token_id, args.warmup, freeze="freeze" in options)
+    profiler = PhaseProfiler(gpu) if args.profile else None
+    clock = Clock(gpu, tokenizer.eos_token_id, args.warmup, "freeze" in options, profiler, args.updates)
     if gpu:
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as out:
@@ -363,13 +373,19 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
             trainer.sampling.completions = clock.timing(
                 trainer.sampling.completions, lambda completions, *a, **k: completions.ids
             )
+            if profiler is not None:
+                trainer.rollout.rollout = profiler.wrap("generate", trainer.rollout.rollout)
+                trainer.rewards.score = profiler.wrap("reward", trainer.rewards.score)
+                trainer._experience = profiler.wrap("experience", trainer._experience)
+                trainer._update = profiler.wrap("update", trainer._update)
             model, run = trainer.model, lambda: trainer.train(clock.update_done)
         else:
             from transformers import TrainerCallback
 
             # Both TRL trainers sample with the policy's own generate (through PEFT's when wrapped).
+            generate = profiler.wrap("generate", policy.generate) if profiler is not None else policy.generate
             policy.generate = clock.timing(  # TRL's PPO asks for a dict output, GRPO for the ids
-                policy.generate, lambda out, *a, **k: getattr(out, "sequences", out)[:, k["input_ids"].shape[1] :]
+                generate, lambda out, *a, **k: getattr(out, "sequences", out)[:, k["input_ids"].shape[1] :]
             )
 
             class Boundaries(TrainerCallback):
@@ -428,10 +444,10 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     clocks_at_end = gpu_clocks() if gpu else None
     if len(clock.stamps) != updates + 1:
         raise SystemExit(f"{row}: {len(clock.stamps) - 1} update boundaries seen, expected {updates}")
-    start, end = clock.stamps[args.warmup], clock.stamps[-1]
+    start, end = clock.stamps[args.warmup], clock.stamps[args.warmup + args.updates]
     seconds, generate_seconds = end[0] - start[0], end[1] - start[1]
     steps, tokens = end[2] - start[2], end[3] - start[3]
-    timed_phases = clock.phases[args.warmup :]
+    timed_phases = clock.phases[args.warmup : args.warmup + args.updates]
     phases = (
         {k: round(sum(p[k] for p in timed_phases) / len(timed_phases), 3) for k in timed_phases[0]}
         if timed_phases
@@ -440,7 +456,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
     # Tokens through one whole update, as the field counts them: each episode's prompt (its mean length) and its
     # sampled response tokens (up to and including the first eos).
     prompt_tokens = args.updates * batch_size * sum(map(len, prompts)) / len(prompts)
-    timed_stamps = clock.stamps[args.warmup :]
+    timed_stamps = clock.stamps[args.warmup : args.warmup + args.updates + 1]
 
     def each_update(field: int) -> list:
         """A stamp field's change over each timed update."""
@@ -468,7 +484,9 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         "first_update_seconds": round(clock.stamps[1][0] - clock.stamps[0][0], 2),
         "graphs_compiled": end[4],
         "graphs_compiled_while_timed": end[4] - start[4],
-        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if gpu else None,
+        "peak_gpu_mb": (profiler.peak_mb() if profiler else round(torch.cuda.max_memory_allocated() / 2**20, 1))
+        if gpu
+        else None,
         "peak_gpu_reserved_mb": round(torch.cuda.max_memory_reserved() / 2**20, 1) if gpu else None,
         "trainable_parameters": trainable,
         "optimizer_state_mb": round(optimizer_state_bytes(trainer.optimizer) / 2**20, 1),
@@ -484,6 +502,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         "allocator_while_timed": allocator,
         "gpu_clocks": {"timed_start": clock.clocks_at_start, "end": clocks_at_end},
         **vllm_measures(trainer if name.startswith("trl-ext/vllm") else None, cfg, gpu),
+        **({"profile": profiler.phases} if profiler is not None else {}),
     }
 
 
@@ -545,22 +564,26 @@ def run_row(row: str, shape: str, args) -> tuple[dict | None, str | None]:
     else:
         spec = args.trl_latest
     python, env = environment(spec)
-    cmd = [
-        python,
-        str(Path(__file__).resolve()),
-        "--one",
-        row,
-        "--shapes",
-        shape,
-        "--updates",
-        str(args.updates),
-        "--warmup",
-        str(args.warmup),
-        "--vllm-gpu-memory-utilization",
-        str(args.vllm_gpu_memory_utilization),
-        "--model",
-        args.model,
-    ] + (["--tiny"] if args.tiny else [])
+    cmd = (
+        [
+            python,
+            str(Path(__file__).resolve()),
+            "--one",
+            row,
+            "--shapes",
+            shape,
+            "--updates",
+            str(args.updates),
+            "--warmup",
+            str(args.warmup),
+            "--vllm-gpu-memory-utilization",
+            str(args.vllm_gpu_memory_utilization),
+            "--model",
+            args.model,
+        ]
+        + (["--tiny"] if args.tiny else [])
+        + (["--profile"] if args.profile else [])
+    )
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.row_timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -627,6 +650,8 @@ def summary(results: list[dict]) -> str:
     lines = ["row shape " + " ".join(keys)]
     for r in results:
         lines.append(f"{r['row']} {r['batch_size']}x{r['response_length']} " + " ".join(str(r[k]) for k in keys))
+        if r.get("profile"):
+            lines.append(profile_summary(r["profile"]))
     return "\n".join(lines)
 
 
@@ -660,6 +685,9 @@ def main(argv=None) -> int:
     parser.add_argument("--lora", action="store_true", help="also each row with LoRA (r 16, all linear layers)")
     parser.add_argument("--updates", type=int, default=5, help="timed updates per row")
     parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (compiling happens there)")
+    parser.add_argument(
+        "--profile", action="store_true", help="one more update after the timed ones, its phases profiled apart"
+    )
     parser.add_argument("--trl-ppo", help="virtual environment or --target folder with TRL 1.12 (trl-ppo row)")
     parser.add_argument("--trl-latest", help="the same with the newest TRL (every other row)")
     parser.add_argument("--row-timeout", type=int, default=1200, help="seconds a row may take")

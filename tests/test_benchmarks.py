@@ -3,6 +3,7 @@ throughput.py's code path on a tiny budget."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,7 +114,8 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
             "--warmup",
             "1",
             "--rows",
-            "trl-ext/static,trl-ext/loop+mb2+freeze+adam8",
+            "trl-ext/static-copy+lora,trl-ext/loop+mb2+freeze+adam8",
+            "--profile",
         ],
         capture_output=True,
         text=True,
@@ -123,9 +125,13 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("trl-ext/") and ": {" in line}
-    assert set(rows) == {"trl-ext/static", "trl-ext/loop+mb2+freeze+adam8"}
+    assert set(rows) == {"trl-ext/static-copy+lora", "trl-ext/loop+mb2+freeze+adam8"}
     assert "'rows_per_pass': 2" in rows["trl-ext/loop+mb2+freeze+adam8"]
     assert all("'gc_seconds_each_update': [" in line for line in rows.values())
+    for line in rows.values():  # the profiled update comes after the one timed update, apart from it
+        assert re.search(r"'seconds_each_update': \[[0-9.]+\]", line)
+        assert re.search(r"'profile': \{'generate': \{'seconds': [0-9.]+, 'device_ms': [0-9.]+, 'kernels': \[\{", line)
+        assert all(f"'{phase}': {{'seconds'" in line for phase in ("reward", "experience", "update"))
     result = {
         "rows": [
             {

@@ -224,27 +224,34 @@ def test_pick_tokens_draws_as_multinomial_does():
     assert torch.equal(pick_tokens(logits, noise, temperature=1.0, top_k=0, top_p=1e-6), top)
 
 
-def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer):
+def trained_history(tokenizer, sampler: str, total_episodes: int = 8) -> list[dict]:
+    """The stats of a short doubling-task run with ``sampler`` (timings dropped): runs that sample the same train
+    to the same numbers."""
     from datasets import Dataset
 
     from trl_ext.ppo import PPOTrainer
     from trl_ext.tasks.doubling.models import build_policy
 
     prompts = Dataset.from_dict({"input_ids": [tokenizer(f"S数字:{1000 + 7 * i}x2=")["input_ids"] for i in range(8)]})
-    histories = {}
-    for sampler in ("loop", "static"):
-        trainer = PPOTrainer(
-            build_policy(tokenizer, seed=3),
-            _length,
-            processing_class=tokenizer,
-            train_dataset=prompts,
-            args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1, top_k=8, sampler=sampler),
-        )
-        assert trainer.sampler_name == sampler
-        histories[sampler] = [
-            {k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"} for h in trainer.train()
-        ]
-    assert histories["static"] == histories["loop"]  # same rollouts, so the same updates, to the last bit
+    trainer = PPOTrainer(
+        build_policy(tokenizer, seed=3),
+        _length,
+        processing_class=tokenizer,
+        train_dataset=prompts,
+        args=doubling_ppo_config(
+            batch_size=4, total_episodes=total_episodes, num_ppo_epochs=1, top_k=8, sampler=sampler
+        ),
+    )
+    assert trainer.sampler_name == sampler
+    return [{k: v for k, v in h.items() if not k.startswith("timing/") and k != "eps"} for h in trainer.train()]
+
+
+def test_the_trainer_samples_with_the_static_sampler_as_with_the_loop(tokenizer):
+    from trl_ext.ppo import PPOTrainer
+    from trl_ext.tasks.doubling.models import build_policy
+
+    # same rollouts, so the same updates, to the last bit
+    assert trained_history(tokenizer, "static") == trained_history(tokenizer, "loop")
     assert (
         PPOTrainer(build_policy(tokenizer), _length, processing_class=tokenizer).sampler_name == "loop"
     )  # 'auto', CPU

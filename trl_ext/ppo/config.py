@@ -68,7 +68,8 @@ class PPOConfig:
         "auto",
         help="rollout engine, by its name in trl_ext.ppo.rollout.samplers.SAMPLERS or "
         "your own as module:name: 'loop': the KV-cache loop; 'generate': model.generate "
-        "(repetition_penalty); 'static': static KV cache, decode step compiled to a CUDA graph; "
+        "(repetition_penalty); 'static': static KV cache, decode step compiled to a CUDA graph; 'static-copy': "
+        "the same over a copy of the policy in the forward's dtype, LoRA merged (one more set of weights); "
         "'vllm': vLLM, colocated in each training process or a server (vllm_mode); 'auto': the one measured "
         "fastest here (static on a GPU; vLLM on CPU for large policies where installed; else loop)",
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from trl_ext.ppo.rollout.decode_copy import DecodeCopy, forward_dtype
 from trl_ext.ppo.rollout.interface import Completions, Sampler, SamplingOptions, trimmed
 from trl_ext.ppo.rollout.loop import generate_responses, sample_responses
 from trl_ext.ppo.rollout.static_sampler import StaticDecoder
@@ -50,6 +51,24 @@ class StaticCacheSampler(Sampler):
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
         return Completions(self.engine(model, query_ids, query_mask, options, generator))
+
+
+@SAMPLERS.register("static-copy")
+class StaticCopySampler(StaticCacheSampler):
+    """The static sampler over a copy of the policy in the forward's dtype, LoRA adapters merged
+    (``decode_copy.DecodeCopy``), synced before a rollout whose policy moved."""
+
+    def __init__(self):
+        super().__init__()
+        self.copy = DecodeCopy()
+
+    def policy_changed(self) -> None:
+        self.copy.stale = True
+
+    def sample(self, model, query_ids, query_mask, options, generator=None):
+        return super().sample(
+            self.copy.of(model, forward_dtype(model, query_ids.device)), query_ids, query_mask, options, generator
+        )
 
 
 # Where vLLM was measured to win on CPU (docs/vllm.md): SmolLM2-135M rollouts 4.9-6.2x faster than the loop; on the
