@@ -13,8 +13,8 @@ sampler; ``--sampler vllm`` runs that row alone, ``trl-ext/vllm-sleep`` the same
 ``trl-ppo`` (TRL 1.12's ``PPOTrainer``) and ``trl-grpo`` (the newest TRL's ``GRPOTrainer``, 8 completions per prompt);
 ``--lora`` adds each with LoRA (r 16, all linear layers). A row name takes options after ``+``: ``lora``, ``gc``
 (activation checkpointing), ``critic`` (the critic as a second LoRA adapter), ``mbN`` (N rows a forward pass),
-``adam8`` (torchao's 8-bit AdamW) and ``freeze`` (``gc.freeze()`` after the untimed updates; every row reports
-Python's collection pauses per update).
+``adam8`` (torchao's 8-bit AdamW), ``chunked`` (``chunked_lm_head``) and ``freeze`` (``gc.freeze()`` after the
+untimed updates; every row reports Python's collection pauses per update).
 ``--model 7b`` makes the policy Qwen2.5-7B-shaped (built on the GPU) and the reward model Qwen2.5-0.5B-shaped;
 ``--deadline S`` starts no row after S seconds; ``--profile`` runs one more update after the timed ones, its phases
 profiled (``benchmarks/gpu_profile.py``: busiest kernels, device time, memory held and peak per phase), reported
@@ -72,8 +72,9 @@ DEFAULT_ROWS = tuple(r for r in ROWS if r != "trl-ext/vllm-sleep")
 # (trl-ext rows: N rows per forward pass of the experience phase and per forward/backward of the update, in place
 # of the automatic size); "freeze" (any row: ``gc.freeze()`` once the untimed updates are done, so Python's full
 # collections no longer walk the objects compiling and loading made: the test of one cause of a slow update);
-# "adam8" (any row: ``optim="adamw_torch_8bit"``, torchao's 8-bit AdamW, TRL's trainers by the same name).
-OPTION = re.compile(r"lora|gc|critic|freeze|adam8|mb[1-9]\d*")
+# "adam8" (any row: ``optim="adamw_torch_8bit"``, torchao's 8-bit AdamW, TRL's trainers by the same name);
+# "chunked" (trl-ext rows: ``chunked_lm_head``, log-probs from the hidden states without the whole logits).
+OPTION = re.compile(r"lora|gc|critic|freeze|adam8|chunked|mb[1-9]\d*")
 MODELS = ("0.5b", "7b")
 
 
@@ -84,8 +85,10 @@ def row_parts(row: str) -> tuple[str, set[str], int]:
         raise ValueError(f"unknown row {row!r}: choose from {', '.join(ROWS)}")
     bad = [o for o in options if not OPTION.fullmatch(o)]
     if bad:
-        raise ValueError(f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, freeze, adam8, mbN)")
-    trl_only = [o for o in options if o in ("gc", "critic") or o.startswith("mb")]
+        raise ValueError(
+            f"row {row!r}: unknown option(s) {', '.join(bad)} (lora, gc, critic, freeze, adam8, chunked, mbN)"
+        )
+    trl_only = [o for o in options if o in ("gc", "critic", "chunked") or o.startswith("mb")]
     if trl_only and not name.startswith("trl-ext/"):
         raise ValueError(
             f"row {row!r}: {', '.join(trl_only)} are trl-ext's settings; TRL's trainers here take lora only"
@@ -342,6 +345,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         micro_batch_size=micro,
         gradient_checkpointing="gc" in options,
         critic_adapter="critic" in options,
+        chunked_lm_head="chunked" in options,
         optim="adamw_torch_8bit" if "adam8" in options else "adamw_torch_fused",
         **vllm_options,
     )

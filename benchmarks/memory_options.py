@@ -9,7 +9,13 @@ by default) runs ``--updates`` PPO updates with a scalar reward function under e
 * ``full + gradient checkpointing``: the same with ``gradient_checkpointing=True``;
 * ``LoRA + reference copy``: LoRA, and a second full copy of the base model as the reference (what
   trl-ext did before the reference became the adapters-off model);
-* ``LoRA + adapters-off reference``: LoRA, the reference is the same model with its adapters disabled.
+* ``LoRA + adapters-off reference``: LoRA, the reference is the same model with its adapters disabled;
+* ``full + chunked LM head`` and ``full + gradient checkpointing + chunked LM head``: ``chunked_lm_head=True``, the
+  log-probs from the hidden states without a ``(rows, tokens, vocabulary)`` logits tensor.
+
+``--settings`` runs some of them; ``--rows-per-pass N`` sets the experience and update passes' rows (0: automatic,
+which on CPU already keeps a pass's logits under 2**27 values; the whole batch, as a GPU's automatic size takes it,
+shows what the logits cost); ``--out`` names the results file.
 
 On CPU the figure is the process's peak resident set (``ru_maxrss``), on a GPU the peak allocated
 GPU memory. Each setting runs in its own process so that peaks do not mix.
@@ -30,6 +36,13 @@ SETTINGS = {
     "full + gradient checkpointing": {"lora": False, "checkpointing": True, "reference_copy": True},
     "LoRA + reference copy": {"lora": True, "checkpointing": False, "reference_copy": True},
     "LoRA + adapters-off reference": {"lora": True, "checkpointing": False, "reference_copy": False},
+    "full + chunked LM head": {"lora": False, "checkpointing": False, "reference_copy": True, "chunked": True},
+    "full + gradient checkpointing + chunked LM head": {
+        "lora": False,
+        "checkpointing": True,
+        "reference_copy": True,
+        "chunked": True,
+    },
 }
 
 
@@ -84,6 +97,9 @@ def one_setting(name: str, args) -> dict:
             num_ppo_epochs=1,
             learning_rate=1e-5,
             gradient_checkpointing=setting["checkpointing"],
+            chunked_lm_head=setting.get("chunked", False),
+            local_rollout_forward_batch_size=args.rows_per_pass,
+            micro_batch_size=args.rows_per_pass,
         ),
         processing_class=tokenizer,
         train_dataset=prompts,
@@ -133,14 +149,21 @@ def main(argv=None) -> int:
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--response-length", type=int, default=64)
     parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--rows-per-pass", type=int, default=0, help="rows a forward pass (0: automatic)")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="some of the settings, comma-separated")
+    parser.add_argument("--out", help="results file (default: benchmarks/results/memory-options-<device>.json)")
     parser.add_argument("--setting", choices=list(SETTINGS), help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.settings.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SETTINGS]
+    if unknown or not chosen:
+        parser.error(f"--settings: unknown {', '.join(unknown) or 'nothing'}; choose from {', '.join(SETTINGS)}")
     sys.path.insert(0, str(ROOT))
     if args.setting:
         print(json.dumps(one_setting(args.setting, args)))
         return 0
     rows = []
-    for name in SETTINGS:
+    for name in chosen:
         child = [sys.executable, __file__, "--setting", name, *(argv if argv is not None else sys.argv[1:])]
         run = subprocess.run(
             child, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -160,11 +183,11 @@ def main(argv=None) -> int:
     result = {
         "benchmark": "ppo-memory-options",
         "machine": info,
-        "settings": {k: v for k, v in vars(args).items() if k != "setting"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("setting", "settings", "out")},
         "measure": "peak GPU memory allocated (MB)" if device == "gpu" else "peak resident set size (MB)",
         "rows": rows,
     }
-    out = ROOT / "benchmarks" / "results" / f"memory-options-{device}.json"
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"memory-options-{device}.json"
     from benchmarks.harness import write_results
     from benchmarks.tables import invocation
 
@@ -182,8 +205,8 @@ def results_table(name, made_by: str) -> str:
     lines = [
         source_line(name, made_by) + f" A Qwen2-architecture policy built from a config (hidden {s['hidden']}, "
         f"{s['layers']} layers, vocabulary {s['vocab']:,}), batch {s['batch_size']}, {s['prompt_length']}-token "
-        f"prompts and {s['response_length']}-token responses, {s['updates']} updates, each setting in a fresh "
-        f"process; {data['measure']}.",
+        f"prompts and {s['response_length']}-token responses, {s['updates']} updates, "
+        f"{s.get('rows_per_pass') or 'automatic'} rows a pass, each setting in a fresh process; {data['measure']}.",
         "",
         "| setting | peak MB | trainable parameters | saved vs full + reference copy (MB) |",
         "|---|---|---|---|",

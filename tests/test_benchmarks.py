@@ -114,7 +114,7 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
             "--warmup",
             "1",
             "--rows",
-            "trl-ext/static-copy+lora,trl-ext/loop+mb2+freeze+adam8",
+            "trl-ext/static-copy+lora,trl-ext/loop+mb2+freeze+adam8+chunked",
             "--profile",
         ],
         capture_output=True,
@@ -125,8 +125,8 @@ def test_the_gpu_benchmark_runs_its_rows_on_cpu_and_writes_a_table_of_a_results_
     )
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("trl-ext/") and ": {" in line}
-    assert set(rows) == {"trl-ext/static-copy+lora", "trl-ext/loop+mb2+freeze+adam8"}
-    assert "'rows_per_pass': 2" in rows["trl-ext/loop+mb2+freeze+adam8"]
+    assert set(rows) == {"trl-ext/static-copy+lora", "trl-ext/loop+mb2+freeze+adam8+chunked"}
+    assert "'rows_per_pass': 2" in rows["trl-ext/loop+mb2+freeze+adam8+chunked"]
     assert all("'gc_seconds_each_update': [" in line for line in rows.values())
     for line in rows.values():  # the profiled update comes after the one timed update, apart from it
         assert re.search(r"'seconds_each_update': \[[0-9.]+\]", line)
@@ -176,6 +176,7 @@ def test_the_gpu_benchmark_reads_a_rows_options_and_names_a_bad_one():
     from benchmarks.gpu import row_parts
 
     assert row_parts("trl-ext/static+lora+critic+gc+mb8") == ("trl-ext/static", {"lora", "critic", "gc"}, 8)
+    assert row_parts("trl-ext/static-copy+gc+adam8+chunked") == ("trl-ext/static-copy", {"gc", "adam8", "chunked"}, 0)
     assert row_parts("trl-grpo") == ("trl-grpo", set(), 0)
     assert row_parts("trl-grpo+lora+freeze+adam8") == ("trl-grpo", {"lora", "freeze", "adam8"}, 0)
     for bad, words in [
@@ -183,6 +184,7 @@ def test_the_gpu_benchmark_reads_a_rows_options_and_names_a_bad_one():
         ("trl-ext/static+qlora", "qlora"),
         ("trl-ext/static+critic", "needs 'lora'"),
         ("trl-grpo+gc", "trl-ext's settings"),
+        ("trl-ppo+chunked", "trl-ext's settings"),
     ]:
         with pytest.raises(ValueError, match=words):
             row_parts(bad)

@@ -87,18 +87,12 @@ def test_automatic_rows_bound_the_logits_of_one_pass():
         PPOConfig(micro_batch_size=-1)
 
 
-def _update(tokenizer, policy, options, forwards=None):
+def _update(tokenizer, policy, options, forwards=None, **trainer_options):
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
-    cfg = PPOConfig(
-        batch_size=len(RESPONSES),
-        num_mini_batches=2,
-        num_ppo_epochs=2,
-        learning_rate=1e-3,
-        response_length=7,
-        **options,
-    )
-    trainer = PPOTrainer(policy, args=cfg, processing_class=tokenizer)
+    defaults = dict(batch_size=len(RESPONSES), num_mini_batches=2, num_ppo_epochs=2, learning_rate=1e-3)
+    cfg = PPOConfig(**{**defaults, "response_length": 7, **options})
+    trainer = PPOTrainer(policy, args=cfg, processing_class=tokenizer, **trainer_options)
     if forwards is not None:
         trainer.policy.register_forward_hook(lambda module, args, out: forwards.append(1))
     queries = ppo_prompt_dataset(tokenizer, len(RESPONSES), seed=0)["input_ids"]

@@ -312,6 +312,12 @@ class PPOConfig:
         "minibatch (same result, less memory); 0: sized like the experience passes",
     )
     gradient_checkpointing: bool = field(False, help="recompute activations in the backward pass (less memory)")
+    chunked_lm_head: bool = field(
+        False,
+        help="log-probs from the last hidden states, the LM head applied to chunks of positions and recomputed "
+        "in the backward pass: no (rows, tokens, vocabulary) logits in memory (gpt2, llama, mistral, qwen2, "
+        "qwen3 models; one process or DDP)",
+    )
 
     # Checkpoints and trackers
     save_steps: int = field(0, help="write a checkpoint every N updates and at the end (0: never)")

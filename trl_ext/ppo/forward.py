@@ -9,7 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
+from trl_ext.errors import InputError
 from trl_ext.ppo import core
+from trl_ext.ppo.lm_head import TokenLogprobs, check_plain_head, response_logprobs
+from trl_ext.ppo.model import base_backbone
 from trl_ext.ppo.rollout.loop import last_positions
 from trl_ext.ppo.sharding import gathered_for_rollout
 
@@ -59,6 +62,20 @@ def critic_apart(model, accelerator) -> bool:
     return one_process and accelerator.unwrap_model(model).critic_has_backbone
 
 
+def check_chunked_head(policy, accelerator) -> None:
+    """``chunked_lm_head`` where it computes what the model would: a plain linear head (``lm_head.py``), and a launch
+    whose parameters are whole inside a forward (one process or DDP: FSDP and ZeRO-3 shard the head, which the
+    backward pass's recomputation would find gathered no longer)."""
+    from accelerate.utils import DistributedType
+
+    check_plain_head(policy)
+    if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise InputError(
+            f"chunked_lm_head runs on one process or under DDP; this launch is {accelerator.distributed_type.value}: "
+            "leave chunked_lm_head off"
+        )
+
+
 class ForwardPasses:
     """``model`` is the prepared actor-critic (maybe DDP/FSDP-wrapped), ``policy`` the causal LM inside it;
     ``ref_policy`` the frozen reference, or None when it is ``policy`` with its LoRA adapters off."""
@@ -67,6 +84,9 @@ class ForwardPasses:
         self.model, self.policy, self.ref_policy = model, policy, ref_policy
         self.accelerator, self.config, self.vocab_size = accelerator, config, vocab_size
         self.critic_apart = critic_apart(model, accelerator)
+        self.chunked_head = config.chunked_lm_head
+        if self.chunked_head:
+            check_chunked_head(policy, accelerator)
 
     @staticmethod
     def logits_to_keep(responses: torch.Tensor) -> int:
@@ -95,16 +115,20 @@ class ForwardPasses:
         """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up); the
         critic's values too unless it runs apart (``value_pass``)."""
         cfg = self.config
+        request = TokenLogprobs(responses, cfg.temperature, entropy=True, entropy_grad=cfg.ent_coef > 0)
         with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
-            logits, values = self.model(
+            first, values = self.model(
                 query_response,
                 attention_mask,
                 position_ids,
                 logits_to_keep=self.kept_positions(query_response, responses),
                 critic_only=critic_only,
                 outputs="logits" if self.critic_apart else "both",
+                logprobs_of=request if self.chunked_head else None,
             )
-        response_logits = logits[:, :-1]
+        if self.chunked_head:
+            return PolicyOutput(*first, values)
+        response_logits = first[:, :-1]
         logprobs = core.logprobs_from_logits(response_logits, responses, cfg.temperature)
         with torch.set_grad_enabled(cfg.ent_coef > 0):
             entropy = core.entropy_from_logits(response_logits, cfg.temperature)
@@ -129,38 +153,57 @@ class ForwardPasses:
         length, keep = inputs[0].shape[1] - responses.shape[1], self.kept_positions(inputs[0], responses)
         old_logprobs, values = [], []
         for part in self.parts(responses):
+            request = TokenLogprobs(responses[part], self.config.temperature) if self.chunked_head else None
             with self.accelerator.autocast():
-                logits, part_values = self.model(*(x[part] for x in inputs), logits_to_keep=keep)
-            old_logprobs.append(core.logprobs_from_logits(logits[:, :-1], responses[part], self.config.temperature))
-            del logits  # before the next pass's own logits exist
+                first, part_values = self.model(*(x[part] for x in inputs), logits_to_keep=keep, logprobs_of=request)
+            if request is not None:
+                old_logprobs.append(first[0])
+            else:
+                old_logprobs.append(core.logprobs_from_logits(first[:, :-1], responses[part], self.config.temperature))
+            del first  # before the next pass's own logits exist
             if part_values is not None:
                 values.append(part_values[:, length - 1 : -1].float())
         return torch.cat(old_logprobs), torch.cat(values) if values else None
 
     def reference_logits(
-        self, query_response, attention_mask, position_ids, logits_to_keep: int | torch.Tensor = 0
+        self,
+        query_response,
+        attention_mask,
+        position_ids,
+        logits_to_keep: int | torch.Tensor = 0,
+        logprobs_of: TokenLogprobs | None = None,
     ) -> torch.Tensor:
+        """The reference's logits, or with ``logprobs_of`` (``chunked_lm_head``) the log-probs of its tokens."""
         inputs = dict(
-            input_ids=query_response,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
-            logits_to_keep=logits_to_keep,
+            input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         )
+        reference = self.ref_policy if self.ref_policy is not None else self.policy
+
+        def run():
+            if logprobs_of is None:
+                return reference(**inputs, logits_to_keep=logits_to_keep).logits
+            hidden = base_backbone(reference)(**inputs).last_hidden_state
+            return response_logprobs(reference, hidden, logits_to_keep, logprobs_of)[0]
+
         with self.accelerator.autocast():
             if self.ref_policy is not None:
-                return self.ref_policy(**inputs).logits
+                return run()
             # The base model under the LoRA adapters is the reference; the policy is a child of the
             # (maybe sharded) root, so its parameters are gathered for the call.
             with gathered_for_rollout(self.model), self.policy.disable_adapter():
-                return self.policy(**inputs).logits
+                return run()
 
     @torch.no_grad()
     def reference(self, inputs, responses) -> torch.Tensor:
         """Log-probs of the reference ``(B, R)``."""
         keep, logprobs = self.kept_positions(inputs[0], responses), []
         for part in self.parts(responses):
-            ref_logits = self.reference_logits(*(x[part] for x in inputs), logits_to_keep=keep)
-            logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], responses[part], self.config.temperature))
-            del ref_logits
+            part_inputs, tokens = [x[part] for x in inputs], responses[part]
+            if self.chunked_head:
+                request = TokenLogprobs(tokens, self.config.temperature)
+                logprobs.append(self.reference_logits(*part_inputs, keep, request))
+            else:
+                ref_logits = self.reference_logits(*part_inputs, logits_to_keep=keep)
+                logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], tokens, self.config.temperature))
+                del ref_logits
         return torch.cat(logprobs)

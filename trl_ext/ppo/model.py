@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from trl_ext.errors import InputError
+from trl_ext.ppo.lm_head import TokenLogprobs, response_logprobs
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 CRITIC_ADAPTER = "critic"  # the critic's LoRA adapter, beside the policy's (peft's "default")
@@ -150,9 +151,12 @@ class ActorCritic(nn.Module):
         logits_to_keep: int | torch.Tensor = 0,
         critic_only: bool = False,
         outputs: str = "both",
+        logprobs_of: TokenLogprobs | None = None,
     ):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
         ``logits_to_keep`` positions or of those indices (0: all, ``K = L``; HF's option), values of every position.
+        ``logprobs_of`` (``chunked_lm_head``; ``logits_to_keep`` then indices): ``(log-probs, entropy or None)`` of its
+        tokens in place of the logits, the LM head applied in chunks (``lm_head.py``), no ``(B, K, V)`` logits made.
         ``critic_only`` (critic warm-up): the policy runs without gradients, so its graph is never built and the
         values' gradients reach the value function alone, not a shared backbone. ``outputs``: ``"both"``,
         ``"logits"`` (no critic pass, values None) or ``"values"`` (the critic's own pass alone, logits None: a
@@ -168,10 +172,15 @@ class ActorCritic(nn.Module):
         with_values = outputs == "both" and self.value_head is not None
         shared = with_values and not self.critic_has_backbone
         with torch.set_grad_enabled(torch.is_grad_enabled() and not critic_only):
-            out = self.policy(**inputs, output_hidden_states=shared, logits_to_keep=logits_to_keep)
+            if logprobs_of is None:
+                out = self.policy(**inputs, output_hidden_states=shared, logits_to_keep=logits_to_keep)
+                first, hidden = out.logits, (out.hidden_states[-1] if shared else None)
+            else:
+                hidden = base_backbone(self.policy)(**inputs).last_hidden_state
+                first = response_logprobs(self.policy, hidden, logits_to_keep, logprobs_of)
         if not with_values:
-            return out.logits, None
-        return out.logits, self._values(out.hidden_states[-1] if shared else self._critic_hidden(inputs))
+            return first, None
+        return first, self._values(hidden if shared else self._critic_hidden(inputs))
 
     def _critic_hidden(self, inputs: dict) -> torch.Tensor:
         """The last hidden states of the critic's own backbone: the copy, or the base under the critic's adapter."""

@@ -186,6 +186,8 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
             "TRL 1.12's PPO has no critic adapter (its value model is a separate model): "
             "critic_adapter needs the scratch backend"
         )
+    if cfg.chunked_lm_head:
+        raise InputError("TRL 1.12's PPO computes whole logits: chunked_lm_head needs the scratch backend")
     # transformers' Trainer seeds python, numpy and torch in its __init__; TRL 1.12's PPOTrainer skips
     # that __init__ and shuffles minibatches with the global numpy RNG, so without this a run cannot
     # be repeated (measured: sampled exact 0.977 in one run, 0.992 in the next, same seed).
