@@ -24,7 +24,11 @@ HIDDEN_LOG_LINES = re.compile(
     r"|`loss_type=None` was set in the config"  # transformers, about the tiny models' saved config
     r"|We strongly recommend passing in an `attention_mask`"  # generate on left-padded prompts: it is passed
     r"|Passing `generation_config` together with generation-related arguments"  # TRL 1.12's own generate call
+    r"|Failed to load .*torchao"  # torchao's CUDA kernels, on a machine without them (transformers imports it)
+    r"|is an Enum subclass and is now natively supported by torch\.compile"  # torch, of torchao's enums
 )
+# Loggers that print at import, each with its own name: a filter on a logger survives the import.
+IMPORT_LOGGERS = ("DeepSpeed", "torchao", "torch.utils._pytree")
 
 
 def _keep(record: logging.LogRecord) -> bool:
@@ -34,8 +38,8 @@ def _keep(record: logging.LogRecord) -> bool:
 def quiet() -> None:
     for message in HIDDEN_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
-    # DeepSpeed makes its logger at import, with its own handler: a filter on the logger survives that.
-    logging.getLogger("DeepSpeed").addFilter(_keep)
+    for name in IMPORT_LOGGERS:  # DeepSpeed makes its logger at import, with its own handler
+        logging.getLogger(name).addFilter(_keep)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # "Writing model shards", "Loading weights"
