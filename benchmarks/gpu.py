@@ -467,7 +467,10 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         return [b[field] - a[field] for a, b in zip(timed_stamps[:-1], timed_stamps[1:], strict=True)]
 
     allocator = (
-        {k: clock.allocator[-1][k] - clock.allocator[args.warmup][k] for k in ALLOCATOR_COUNTERS}
+        {
+            k: clock.allocator[args.warmup + args.updates][k] - clock.allocator[args.warmup][k]
+            for k in ALLOCATOR_COUNTERS
+        }
         if clock.allocator
         else None
     )
@@ -488,10 +491,15 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         "first_update_seconds": round(clock.stamps[1][0] - clock.stamps[0][0], 2),
         "graphs_compiled": end[4],
         "graphs_compiled_while_timed": end[4] - start[4],
-        "peak_gpu_mb": (profiler.peak_mb() if profiler else round(torch.cuda.max_memory_allocated() / 2**20, 1))
+        # the timed rows' peaks: the profiled update resets them, so with --profile they are read as it begins
+        "peak_gpu_mb": (profiler.peaks_before[0] if profiler else round(torch.cuda.max_memory_allocated() / 2**20, 1))
         if gpu
         else None,
-        "peak_gpu_reserved_mb": round(torch.cuda.max_memory_reserved() / 2**20, 1) if gpu else None,
+        "peak_gpu_reserved_mb": (
+            profiler.peaks_before[1] if profiler else round(torch.cuda.max_memory_reserved() / 2**20, 1)
+        )
+        if gpu
+        else None,
         "trainable_parameters": trainable,
         "optimizer_state_mb": round(optimizer_state_bytes(trainer.optimizer) / 2**20, 1),
         "versions": versions(),

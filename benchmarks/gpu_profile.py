@@ -21,32 +21,20 @@ def _device_time(event, gpu: bool) -> float:
 class PhaseProfiler:
     """``wrap(name, function)``: ``function`` profiled as phase ``name`` while ``active``, else called as it is.
     ``phases``: each profiled phase's wall seconds, device milliseconds, its ``TOP_KERNELS`` busiest kernels
-    (milliseconds, calls), memory allocated at its start and its peak (MiB, GPU only). ``peak_before_mb``: the
-    allocator's peak when profiling began (each phase resets the peak; the row's own peak is the larger)."""
+    (milliseconds, calls), memory allocated at its start and its peak (MiB, GPU only). ``peaks_before``: the
+    allocator's allocated and reserved peaks (MiB) as profiling began, the row's own (each phase resets them)."""
 
     def __init__(self, gpu: bool):
         self.gpu, self.active, self.phases = gpu, False, {}
-        self.peak_before_mb: float | None = None
+        self.peaks_before: tuple[float, float] | None = None
 
     def start(self) -> None:
         if self.gpu:
             import torch
 
-            self.peak_before_mb = torch.cuda.max_memory_allocated() / 2**20
+            allocated, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+            self.peaks_before = (round(allocated / 2**20, 1), round(reserved / 2**20, 1))
         self.active = True
-
-    def stop(self) -> None:
-        self.active = False
-
-    def peak_mb(self) -> float | None:
-        """The allocator's peak over the whole row (before and while profiling)."""
-        if not self.gpu:
-            return None
-        import torch
-
-        peaks = [torch.cuda.max_memory_allocated() / 2**20, self.peak_before_mb or 0.0]
-        peaks += [p["peak_mb"] for p in self.phases.values()]
-        return round(max(peaks), 1)
 
     def wrap(self, name: str, function):
         def wrapped(*args, **kwargs):

@@ -188,3 +188,21 @@ def test_the_gpu_benchmark_reads_a_rows_options_and_names_a_bad_one():
     ]:
         with pytest.raises(ValueError, match=words):
             row_parts(bad)
+
+
+def test_the_memory_options_benchmark_runs_the_settings_asked_for_and_names_an_unknown_one(tmp_path):
+    """benchmarks/memory_options.py on a tiny policy: the chosen settings, each in its own process, into --out."""
+    script, env = str(ROOT / "benchmarks" / "memory_options.py"), dict(os.environ, OMP_NUM_THREADS="1")
+    out = tmp_path / "memory.json"
+    tiny = ["--hidden", "32", "--layers", "1", "--vocab", "512", "--batch-size", "4", "--prompt-length", "4"]
+    tiny += ["--response-length", "4", "--updates", "2", "--rows-per-pass", "4", "--out", str(out)]
+    chosen = "full + reference copy,full + chunked LM head"
+    done = subprocess.run(
+        [sys.executable, script, *tiny, "--settings", chosen], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [r["setting"] for r in data["rows"]] == chosen.split(",") and data["settings"]["rows_per_pass"] == 4
+    assert all(r["peak_mb"] > 0 for r in data["rows"]) and (tmp_path / "memory.md").exists()
+    bad = subprocess.run([sys.executable, script, "--settings", "full,bogus"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "unknown full, bogus; choose from full + reference copy" in bad.stderr

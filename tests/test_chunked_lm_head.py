@@ -125,7 +125,43 @@ def test_a_model_whose_logits_are_more_than_its_head_is_refused_in_one_line():
     adapted = get_peft_model(_tiny("qwen2"), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
     with pytest.raises(InputError, match="plain nn.Linear; it is a Linear"):
         check_plain_head(adapted)
-    with pytest.raises(InputError, match="chunked_lm_head needs the scratch backend"):
-        from trl_ext.trl_compat.backend import build_trl_trainer
 
+
+@pytest.mark.needs_trl_ppo
+def test_trls_ppo_refuses_the_chunked_head():
+    from trl_ext.trl_compat.backend import build_trl_trainer
+
+    with pytest.raises(InputError, match="chunked_lm_head needs the scratch backend"):
         build_trl_trainer(PPOConfig(chunked_lm_head=True), None, None, None, None, None)
+
+
+def test_a_reference_of_its_own_and_the_launch_are_checked_too():
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from trl_ext.ppo.forward import check_chunked_head
+
+    one_process = SimpleNamespace(distributed_type=DistributedType.NO)
+    check_chunked_head([_tiny("qwen2"), _tiny("llama")], one_process)
+    with pytest.raises(InputError, match="'gemma2' model"):
+        check_chunked_head([_tiny("qwen2"), _tiny("gemma2")], one_process)  # a reference given by the user
+    with pytest.raises(InputError, match="one process or under DDP; this launch is FSDP"):
+        check_chunked_head([_tiny("qwen2")], SimpleNamespace(distributed_type=DistributedType.FSDP))
+
+
+def test_with_the_chunked_head_a_pass_takes_the_whole_batch(tokenizer, monkeypatch):
+    """The automatic pass size bounds a pass's logits; the chunked head makes none."""
+    from trl_ext.ppo import forward
+    from trl_ext.ppo.trainer import PPOTrainer
+    from trl_ext.tasks.doubling.models import build_policy
+
+    monkeypatch.setattr(forward, "LOGITS_BUDGET", 10)  # one row's logits are over it
+    responses = torch.zeros(8, 5, dtype=torch.long)
+    for chunked, rows in ((False, 1), (True, 8)):
+        cfg = PPOConfig(batch_size=8, response_length=5, chunked_lm_head=chunked)
+        trainer = PPOTrainer(build_policy(tokenizer), args=cfg, processing_class=tokenizer)
+        assert trainer.passes.rows(0, 8, responses) == rows
+        assert trainer.passes.rows(3, 8, responses) == 3  # a size set is kept
+    with pytest.raises(InputError, match="indices"):
+        trainer.actor_critic(responses, torch.ones_like(responses), None, logits_to_keep=2, logprobs_of=object())

@@ -3,6 +3,7 @@ after the policy moved (CPU, eager)."""
 
 import copy
 
+import pytest
 import torch
 from test_static_sampler import _queries, _qwen2, trained_history
 
@@ -82,3 +83,20 @@ def test_the_trainer_trains_the_same_with_the_copy_as_with_the_policy(tokenizer)
     with_copy = trained_history(tokenizer, "static-copy", total_episodes=12)
     assert len(with_copy) == 3
     assert with_copy == trained_history(tokenizer, "static", total_episodes=12)
+
+
+def test_tied_weights_that_an_adapter_makes_differ_are_refused():
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from trl_ext.errors import InputError
+
+    torch.manual_seed(0)
+    sizes = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2
+    )
+    tied = Qwen2ForCausalLM(Qwen2Config(vocab_size=96, tie_word_embeddings=True, **sizes)).eval()
+    _draw(build_sampler("static-copy"), tied)  # tied and equal: one weight, written twice
+    adapted = get_peft_model(tied, LoraConfig(r=2, target_modules=["embed_tokens"], init_lora_weights=False)).eval()
+    with pytest.raises(InputError, match="ties model.embed_tokens.weight and lm_head.weight but they differ"):
+        _draw(build_sampler("static-copy"), adapted)

@@ -62,13 +62,15 @@ def critic_apart(model, accelerator) -> bool:
     return one_process and accelerator.unwrap_model(model).critic_has_backbone
 
 
-def check_chunked_head(policy, accelerator) -> None:
-    """``chunked_lm_head`` where it computes what the model would: a plain linear head (``lm_head.py``), and a launch
-    whose parameters are whole inside a forward (one process or DDP: FSDP and ZeRO-3 shard the head, which the
-    backward pass's recomputation would find gathered no longer)."""
+def check_chunked_head(models, accelerator) -> None:
+    """``chunked_lm_head`` where it computes what the models (the policy, a reference of its own) would: a plain
+    linear head (``lm_head.py``), and a launch whose parameters are whole inside a forward (one process or DDP: FSDP
+    and DeepSpeed shard or partition the head, which the backward pass's recomputation would find gathered no
+    longer)."""
     from accelerate.utils import DistributedType
 
-    check_plain_head(policy)
+    for model in models:
+        check_plain_head(model)
     if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         raise InputError(
             f"chunked_lm_head runs on one process or under DDP; this launch is {accelerator.distributed_type.value}: "
@@ -86,7 +88,7 @@ class ForwardPasses:
         self.critic_apart = critic_apart(model, accelerator)
         self.chunked_head = config.chunked_lm_head
         if self.chunked_head:
-            check_chunked_head(policy, accelerator)
+            check_chunked_head([m for m in (policy, ref_policy) if m is not None], accelerator)
 
     @staticmethod
     def logits_to_keep(responses: torch.Tensor) -> int:
@@ -99,7 +101,10 @@ class ForwardPasses:
         return last_positions(query_response.shape[1], self.logits_to_keep(responses), query_response.device)
 
     def rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
-        """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget."""
+        """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget; with the chunked head,
+        which makes no logits, the whole batch."""
+        if self.chunked_head and option == 0:
+            return batch
         return rows_per_pass(
             option, batch, self.logits_to_keep(responses), self.vocab_size, logits_budget(self.accelerator.device)
         )

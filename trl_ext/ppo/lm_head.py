@@ -19,9 +19,9 @@ from trl_ext.ppo import core
 
 # Causal LMs whose logits are exactly ``lm_head(last_hidden_state)``.
 PLAIN_HEAD_MODELS = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
-# Logits a chunk of the head holds: a few hundred positions of a 150k vocabulary on a GPU (a small matmul costs what
-# a large one does there), a hundred on CPU.
-CHUNK_ELEMENTS = {"cuda": 2**26, "cpu": core.CHUNK_ELEMENTS}
+# Logits a chunk of the head holds: about 220 positions of a 150k vocabulary on a GPU (a small matmul costs nearly
+# what a large one does there; its float32 working copies stay near 0.5 GB), about 110 on CPU.
+CHUNK_ELEMENTS = {"cuda": 2**25, "cpu": core.CHUNK_ELEMENTS}
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,8 @@ class ActorCritic(nn.Module):
                 out = self.policy(**inputs, output_hidden_states=shared, logits_to_keep=logits_to_keep)
                 first, hidden = out.logits, (out.hidden_states[-1] if shared else None)
             else:
+                if not isinstance(logits_to_keep, torch.Tensor):
+                    raise InputError("logprobs_of takes logits_to_keep as the kept positions' indices")
                 hidden = base_backbone(self.policy)(**inputs).last_hidden_state
                 first = response_logprobs(self.policy, hidden, logits_to_keep, logprobs_of)
         if not with_values:

@@ -5,8 +5,9 @@ eps 1e-8), so the backends differ in the loop only. ``optim`` takes transformers
   foreach's step makes full-size temporaries, gigabytes for a fully fine-tuned 0.5B policy. Elsewhere foreach,
   which every CPU result was measured with.
 - ``adamw_torch_8bit``: torchao's ``AdamW8bit``: both moments in 8 bits with a scale per block of 256 values, a
-  quarter of float32's memory (8 bytes a weight become about 2); a tensor under 4,096 values keeps float32 moments.
-  Its step is compiled (on CPU, a C++ compiler is needed, and the first step takes seconds).
+  quarter of float32's memory (8 bytes a weight become about 2); a tensor under 4,096 values, or not a multiple of
+  256, keeps float32 moments. Its step is compiled (on CPU, a C++ compiler is needed, and the first step takes
+  seconds).
 """
 
 from __future__ import annotations

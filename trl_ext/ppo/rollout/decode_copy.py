@@ -56,12 +56,21 @@ class DecodeCopy:
     @torch.no_grad()
     def _sync(self, policy) -> None:
         targets = self._model.state_dict()  # each shares its parameter's storage: copy_ writes the parameter
-        written = set()
-        for name, tensor in policy_weights(policy, self._key[1]):
-            if name not in targets:
-                raise InputError(f"the decode copy of {type(self._model).__name__} has no weight {name!r}")
-            targets[name].copy_(tensor)
-            written.add(name)
+        written, storages = set(), {}  # storage -> the first name written into it (tied weights share one)
+        device = self._key[2]
+        with torch.autocast(device.type, enabled=False):  # LoRA deltas merged at full precision, then rounded
+            for name, tensor in policy_weights(policy, self._key[1]):
+                if name not in targets:
+                    raise InputError(f"the decode copy of {type(self._model).__name__} has no weight {name!r}")
+                target, storage = targets[name], targets[name].untyped_storage().data_ptr()
+                if storage in storages and not torch.equal(target, tensor.to(target.device)):
+                    raise InputError(
+                        f"the policy ties {storages[storage]} and {name} but they differ (an adapter on one of "
+                        "them): a decode copy holds one; use sampler 'static'"
+                    )
+                target.copy_(tensor)
+                written.add(name)
+                storages.setdefault(storage, name)
         unwritten = sorted(set(targets) - written)
         if unwritten:
             raise InputError(f"the policy gave the decode copy no value for {', '.join(unwritten[:3])}")

@@ -45,7 +45,9 @@ def _merged_weight(module, weight: torch.Tensor, name: str) -> torch.Tensor:
     if not adapters:
         return weight
     if any(module.use_dora.get(a, False) for a in adapters):
-        raise InputError(f"sampler 'vllm' merges plain LoRA adapters only; {name} uses DoRA (use_dora=True)")
+        raise InputError(
+            f"samplers 'vllm' and 'static-copy' merge plain LoRA adapters only; {name} uses DoRA (use_dora=True)"
+        )
     merged = weight.float()
     for adapter in adapters:
         merged = merged + module.get_delta_weight(adapter).float()  # scaling, fan_in_fan_out (GPT-2) included
