@@ -12,7 +12,7 @@ from weight_gaps import assert_same_adam_steps
 from trl_ext.errors import InputError
 from trl_ext.ppo import core
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.lm_head import check_plain_head
+from trl_ext.ppo.lm_head import check_plain_head, logprobs_from_hidden
 
 
 @pytest.mark.parametrize("chunk_elements", [50 * 2, 50 * 7, 10**6], ids=["2-rows", "7-rows", "one-chunk"])
@@ -24,7 +24,7 @@ def test_log_probs_from_hidden_states_equal_the_whole_logits(chunk_elements):
     logits = torch.nn.functional.linear(hidden, weight, bias)
     expected = core.logprobs_from_logits(logits, tokens, 0.7)
     expected_entropy = core.entropy_from_logits(logits, 0.7)
-    logprobs, entropy = core.logprobs_from_hidden(
+    logprobs, entropy = logprobs_from_hidden(
         hidden, weight, bias, tokens, 0.7, entropy=True, entropy_grad=True, chunk_elements=chunk_elements
     )
     assert torch.allclose(logprobs, expected, atol=1e-6) and torch.allclose(entropy, expected_entropy, atol=1e-6)
@@ -34,7 +34,7 @@ def test_log_probs_from_hidden_states_equal_the_whole_logits(chunk_elements):
         torch.autograd.grad((1.3 * expected + expected_entropy).sum(), leaves),
     ):
         assert torch.allclose(ours, theirs, atol=1e-5)
-    _, no_grad_entropy = core.logprobs_from_hidden(hidden, weight, bias, tokens, entropy=True)
+    _, no_grad_entropy = logprobs_from_hidden(hidden, weight, bias, tokens, entropy=True)
     assert not no_grad_entropy.requires_grad  # without entropy_grad the entropy is a statistic
 
 
@@ -57,7 +57,7 @@ def test_the_graph_keeps_the_hidden_states_not_the_logits():
     weight = torch.randn(1000, 8, requires_grad=True)
     tokens = torch.randint(0, 1000, (4, 16))
     whole = _stored_bytes(lambda: core.logprobs_from_logits(torch.nn.functional.linear(hidden, weight), tokens))
-    chunked = _stored_bytes(lambda: core.logprobs_from_hidden(hidden, weight, None, tokens, chunk_elements=8000)[0])
+    chunked = _stored_bytes(lambda: logprobs_from_hidden(hidden, weight, None, tokens, chunk_elements=8000)[0])
     assert whole >= 4 * 16 * 1000 * 4  # the logits, float32 here
     assert chunked <= (hidden.numel() + weight.numel()) * 4 + tokens.numel() * 8  # the inputs and the ids alone
 

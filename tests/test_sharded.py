@@ -8,7 +8,7 @@ import torch
 from datasets import Dataset
 from launch import run_two_ranks
 
-from trl_ext.ppo import PPOConfig, PPOTrainer
+from trl_ext.ppo import PPOConfig, PPOTrainer, core
 from trl_ext.ppo.rollout.interface import SamplingOptions
 from trl_ext.ppo.rollout.loop import filter_logits, sample_responses
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
@@ -112,12 +112,12 @@ def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
     trainer.step([query, query], trainer.generate([query, query]), [1.0, -1.0])  # the adapter moves off zero
     ids = torch.tensor([query])
     inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(ids.shape[1])[None])
+    tokens, every_position = ids[:, 1:], torch.arange(ids.shape[1])  # each next token, from each position before it
     with torch.no_grad():
-        reference = trainer.passes.reference_logits(
-            inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"]
-        )
-        assert torch.allclose(reference, base(**inputs, use_cache=False).logits, atol=1e-5)
-        policy = trainer.policy(**inputs, use_cache=False).logits
+        reference = trainer.passes.reference_logprobs(*inputs.values(), every_position, trainer.passes.request(tokens))
+        base_logprobs = core.logprobs_from_logits(base(**inputs, use_cache=False).logits[:, :-1], tokens)
+        assert torch.allclose(reference, base_logprobs, atol=1e-5)
+        policy = core.logprobs_from_logits(trainer.policy(**inputs, use_cache=False).logits[:, :-1], tokens)
     assert not torch.allclose(policy, reference, atol=1e-5)  # the adapted policy differs from it
 
 

@@ -58,13 +58,13 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperature
     for chunk, ids in zip(chunks, tokens.reshape(-1).split([_positions(c) for c in chunks])):
         ids = ids.reshape(chunk.shape[:-1])
         if chunk.requires_grad:
-            picked.append(checkpoint(_selected_logprobs, chunk, ids, temperature, use_reentrant=False).reshape(-1))
+            picked.append(checkpoint(selected_logprobs, chunk, ids, temperature, use_reentrant=False).reshape(-1))
         else:
-            picked.append(_selected_logprobs(chunk, ids, temperature).reshape(-1))
+            picked.append(selected_logprobs(chunk, ids, temperature).reshape(-1))
     return torch.cat(picked).reshape(tokens.shape)
 
 
-def _selected_logprobs(chunk: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+def selected_logprobs(chunk: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
     chunk = chunk.float() / temperature
     return chunk.gather(-1, ids[..., None]).squeeze(-1) - torch.logsumexp(chunk, dim=-1)
 
@@ -74,51 +74,15 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
     entropies = []
     for chunk in _row_chunks(logits):
         if chunk.requires_grad:  # recomputed in the backward pass, as the log-probs above
-            entropies.append(checkpoint(_entropy, chunk, temperature, use_reentrant=False).reshape(-1))
+            entropies.append(checkpoint(token_entropy, chunk, temperature, use_reentrant=False).reshape(-1))
         else:
-            entropies.append(_entropy(chunk, temperature).reshape(-1))
+            entropies.append(token_entropy(chunk, temperature).reshape(-1))
     return torch.cat(entropies).reshape(logits.shape[:-1])
 
 
-def _entropy(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
+def token_entropy(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
     log_p = torch.log_softmax(chunk.float() / temperature, dim=-1)
     return -(log_p.exp() * log_p).sum(-1)
-
-
-def logprobs_from_hidden(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    tokens: torch.Tensor,
-    temperature: float = 1.0,
-    *,
-    entropy: bool = False,
-    entropy_grad: bool = False,
-    chunk_elements: int = CHUNK_ELEMENTS,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``logprobs_from_logits(hidden @ weight.T + bias, tokens, temperature)`` and, with ``entropy``, the per-token
-    entropy: ``(B, T, H), (V, H), (B, T) -> (B, T)`` each in float32, without the ``(B, T, V)`` logits. The linear
-    head runs on rows of positions at a time (``chunk_elements`` logits); with gradients each chunk's logits are
-    recomputed in the backward pass, so the graph holds the hidden states alone. The entropy's gradient is kept only
-    with ``entropy_grad``."""
-    rows = max(1, chunk_elements // weight.shape[0])
-    flat = hidden.reshape(-1, hidden.shape[-1])
-    parts = []
-    for chunk, ids in zip(flat.split(rows), tokens.reshape(-1).split(rows)):
-        grad = torch.is_grad_enabled() and (chunk.requires_grad or weight.requires_grad)
-        step = (lambda *a: checkpoint(_head_chunk, *a, use_reentrant=False)) if grad else _head_chunk
-        parts.append(step(chunk, weight, bias, ids, temperature, entropy, entropy_grad))
-    logprobs = torch.cat([p[0] for p in parts]).reshape(tokens.shape)
-    return logprobs, torch.cat([p[1] for p in parts]).reshape(tokens.shape) if entropy else None
-
-
-def _head_chunk(chunk, weight, bias, ids, temperature, entropy, entropy_grad):
-    logits = torch.nn.functional.linear(chunk, weight, bias)
-    picked = _selected_logprobs(logits, ids, temperature)
-    if not entropy:
-        return picked, None
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        return picked, _entropy(logits, temperature)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from trl_ext.errors import InputError
-from trl_ext.ppo import core
-from trl_ext.ppo.lm_head import TokenLogprobs, check_plain_head, response_logprobs
-from trl_ext.ppo.model import base_backbone
+from trl_ext.ppo.lm_head import TokenLogprobs, check_plain_head, token_logprobs
 from trl_ext.ppo.rollout.loop import last_positions
 from trl_ext.ppo.sharding import gathered_for_rollout
 
@@ -119,25 +117,24 @@ class ForwardPasses:
     ) -> PolicyOutput:
         """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up); the
         critic's values too unless it runs apart (``value_pass``)."""
-        cfg = self.config
-        request = TokenLogprobs(responses, cfg.temperature, entropy=True, entropy_grad=cfg.ent_coef > 0)
+        request = self.request(responses, entropy=True)
         with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
-            first, values = self.model(
+            (logprobs, entropy), values = self.model(
                 query_response,
                 attention_mask,
                 position_ids,
                 logits_to_keep=self.kept_positions(query_response, responses),
                 critic_only=critic_only,
                 outputs="logits" if self.critic_apart else "both",
-                logprobs_of=request if self.chunked_head else None,
+                logprobs_of=request,
             )
-        if self.chunked_head:
-            return PolicyOutput(*first, values)
-        response_logits = first[:, :-1]
-        logprobs = core.logprobs_from_logits(response_logits, responses, cfg.temperature)
-        with torch.set_grad_enabled(cfg.ent_coef > 0):
-            entropy = core.entropy_from_logits(response_logits, cfg.temperature)
         return PolicyOutput(logprobs, entropy, values)
+
+    def request(self, responses: torch.Tensor, entropy: bool = False) -> TokenLogprobs:
+        """What a pass computes of ``responses``: their log-probs (and the entropy, its gradient with an entropy
+        bonus), through the model's head or the chunked one."""
+        cfg = self.config
+        return TokenLogprobs(responses, cfg.temperature, entropy, cfg.ent_coef > 0, self.chunked_head)
 
     def value_pass(self, query_response, attention_mask, position_ids) -> torch.Tensor:
         """The critic's own pass, with gradients (``critic_apart``): values ``(B, P + R)``."""
@@ -158,57 +155,38 @@ class ForwardPasses:
         length, keep = inputs[0].shape[1] - responses.shape[1], self.kept_positions(inputs[0], responses)
         old_logprobs, values = [], []
         for part in self.parts(responses):
-            request = TokenLogprobs(responses[part], self.config.temperature) if self.chunked_head else None
+            request = self.request(responses[part])
             with self.accelerator.autocast():
-                first, part_values = self.model(*(x[part] for x in inputs), logits_to_keep=keep, logprobs_of=request)
-            if request is not None:
-                old_logprobs.append(first[0])
-            else:
-                old_logprobs.append(core.logprobs_from_logits(first[:, :-1], responses[part], self.config.temperature))
-            del first  # before the next pass's own logits exist
+                (logprobs, _), part_values = self.model(
+                    *(x[part] for x in inputs), logits_to_keep=keep, logprobs_of=request
+                )
+            old_logprobs.append(logprobs)
             if part_values is not None:
                 values.append(part_values[:, length - 1 : -1].float())
         return torch.cat(old_logprobs), torch.cat(values) if values else None
 
-    def reference_logits(
-        self,
-        query_response,
-        attention_mask,
-        position_ids,
-        logits_to_keep: int | torch.Tensor = 0,
-        logprobs_of: TokenLogprobs | None = None,
+    def reference_logprobs(
+        self, query_response, attention_mask, position_ids, logits_to_keep: torch.Tensor, request: TokenLogprobs
     ) -> torch.Tensor:
-        """The reference's logits, or with ``logprobs_of`` (``chunked_lm_head``) the log-probs of its tokens."""
+        """The reference's log-probs of ``request.tokens`` ``(B, R)``."""
         inputs = dict(
             input_ids=query_response, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         )
-        reference = self.ref_policy if self.ref_policy is not None else self.policy
-
-        def run():
-            if logprobs_of is None:
-                return reference(**inputs, logits_to_keep=logits_to_keep).logits
-            hidden = base_backbone(reference)(**inputs).last_hidden_state
-            return response_logprobs(reference, hidden, logits_to_keep, logprobs_of)[0]
-
         with self.accelerator.autocast():
             if self.ref_policy is not None:
-                return run()
+                return token_logprobs(self.ref_policy, inputs, logits_to_keep, request)[0]
             # The base model under the LoRA adapters is the reference; the policy is a child of the
             # (maybe sharded) root, so its parameters are gathered for the call.
             with gathered_for_rollout(self.model), self.policy.disable_adapter():
-                return run()
+                return token_logprobs(self.policy, inputs, logits_to_keep, request)[0]
 
     @torch.no_grad()
     def reference(self, inputs, responses) -> torch.Tensor:
         """Log-probs of the reference ``(B, R)``."""
-        keep, logprobs = self.kept_positions(inputs[0], responses), []
-        for part in self.parts(responses):
-            part_inputs, tokens = [x[part] for x in inputs], responses[part]
-            if self.chunked_head:
-                request = TokenLogprobs(tokens, self.config.temperature)
-                logprobs.append(self.reference_logits(*part_inputs, keep, request))
-            else:
-                ref_logits = self.reference_logits(*part_inputs, logits_to_keep=keep)
-                logprobs.append(core.logprobs_from_logits(ref_logits[:, :-1], tokens, self.config.temperature))
-                del ref_logits
-        return torch.cat(logprobs)
+        keep = self.kept_positions(inputs[0], responses)
+        return torch.cat(
+            [
+                self.reference_logprobs(*(x[part] for x in inputs), keep, self.request(responses[part]))
+                for part in self.parts(responses)
+            ]
+        )

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from trl_ext.errors import InputError
-from trl_ext.ppo.lm_head import TokenLogprobs, response_logprobs
+from trl_ext.ppo.lm_head import TokenLogprobs, token_logprobs
+from trl_ext.ppo.lm_head import backbone as base_backbone
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 CRITIC_ADAPTER = "critic"  # the critic's LoRA adapter, beside the policy's (peft's "default")
@@ -26,14 +27,6 @@ CRITIC_ADAPTER_FILE = "critic_adapter.safetensors"
 
 def hidden_size(model) -> int:
     return model.get_input_embeddings().embedding_dim
-
-
-def base_backbone(model):
-    """The transformer under the LM head (``model.transformer`` for GPT-2, ``model.model`` for Qwen), a PEFT model's
-    LoRA layers included (its own ``base_model_prefix`` attribute would be the whole causal LM)."""
-    if hasattr(model, "get_base_model"):
-        model = model.get_base_model()
-    return getattr(model, model.base_model_prefix)
 
 
 VALUE_HEAD_INITS = ("linear", "zero")
@@ -155,8 +148,8 @@ class ActorCritic(nn.Module):
     ):
         """Return ``(logits (B, K, V), values (B, L) or None without a critic)``: logits of the last
         ``logits_to_keep`` positions or of those indices (0: all, ``K = L``; HF's option), values of every position.
-        ``logprobs_of`` (``chunked_lm_head``; ``logits_to_keep`` then indices): ``(log-probs, entropy or None)`` of its
-        tokens in place of the logits, the LM head applied in chunks (``lm_head.py``), no ``(B, K, V)`` logits made.
+        ``logprobs_of`` (``logits_to_keep`` then indices): ``(log-probs, entropy or None)`` of its tokens in place of
+        the logits (``lm_head.token_logprobs``: through the model's head, or chunked, no ``(B, K, V)`` logits made).
         ``critic_only`` (critic warm-up): the policy runs without gradients, so its graph is never built and the
         values' gradients reach the value function alone, not a shared backbone. ``outputs``: ``"both"``,
         ``"logits"`` (no critic pass, values None) or ``"values"`` (the critic's own pass alone, logits None: a
@@ -176,10 +169,8 @@ class ActorCritic(nn.Module):
                 out = self.policy(**inputs, output_hidden_states=shared, logits_to_keep=logits_to_keep)
                 first, hidden = out.logits, (out.hidden_states[-1] if shared else None)
             else:
-                if not isinstance(logits_to_keep, torch.Tensor):
-                    raise InputError("logprobs_of takes logits_to_keep as the kept positions' indices")
-                hidden = base_backbone(self.policy)(**inputs).last_hidden_state
-                first = response_logprobs(self.policy, hidden, logits_to_keep, logprobs_of)
+                logprobs, entropy, hidden = token_logprobs(self.policy, inputs, logits_to_keep, logprobs_of, shared)
+                first = (logprobs, entropy)
         if not with_values:
             return first, None
         return first, self._values(hidden if shared else self._critic_hidden(inputs))
