@@ -304,7 +304,7 @@ class PPOConfig:
         0,
         help="rows per forward pass of the experience phase (policy, "
         "reference, critic); 0: as many as keep one pass's logits under "
-        "2**27 values (TRL's name)",
+        "2**27 values on CPU, one per 64 bytes of a GPU's memory (TRL's name)",
     )
     micro_batch_size: int = field(
         0,

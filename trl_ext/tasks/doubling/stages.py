@@ -173,7 +173,7 @@ class RewardModelConfig:
     )
     steps: int = field(
         4800,
-        help="optimizer steps (the doubling pairs: wrong values judged 0.91-0.96 at 1,200 steps, 0.98-1.00 at 4,800)",
+        help="optimizer steps (docs/decisions.md: what the doubling pairs need)",
     )
     batch_size: int = field(32, help="pairs a step")
     lr: float = field(1e-3, help="peak learning rate (cosine decay; 3e-3 diverged on the doubling pairs)")
