@@ -91,7 +91,10 @@ def _load_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from err
+        mark = getattr(err, "problem_mark", None)  # the one line an error shows names where the problem is
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}: {problem}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of option: value")
     return data

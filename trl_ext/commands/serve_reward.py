@@ -71,8 +71,21 @@ def build_reward(opts: ServeOptions):
 
     device = ("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device
     for fn in rewards:
-        place_reward(fn, torch.device(device))
+        place_reward(fn, _device(device))
     return reward
+
+
+def _device(name: str):
+    """``--device`` as a torch device this machine has."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(f"--device {name!r} is not a device: give auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise InputError(f"--device {name!r}: this machine has {torch.cuda.device_count()} CUDA devices")
+    return device
 
 
 def serve_reward(opts, print_fn=print) -> CommandResult:

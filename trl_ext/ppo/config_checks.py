@@ -39,8 +39,6 @@ def check_config(config) -> None:
         "cliprange_value",
         "vf_coef",
         "ent_coef",
-        "gamma",
-        "lam",
         "beta",
         "cliprange_high",
         "positive_lm_coef",
@@ -49,7 +47,7 @@ def check_config(config) -> None:
     ):
         if getattr(config, name) is not None and getattr(config, name) < 0:
             raise InputError(f"{name} must not be negative, got {getattr(config, name)}")
-    for name in ("critic_lam", "critic_warmup_lam"):
+    for name in ("gamma", "lam", "critic_lam", "critic_warmup_lam"):
         if getattr(config, name) is not None and not 0 <= getattr(config, name) <= 1:
             raise InputError(f"{name} must be within [0, 1], got {getattr(config, name)}")
     if config.lam_length_alpha is not None and config.lam_length_alpha <= 0:
@@ -62,6 +60,11 @@ def check_config(config) -> None:
         raise InputError(
             f"kl_target needs a positive target and a positive starting kl_coef to adapt; got "
             f"kl_target={config.kl_target}, kl_coef={config.kl_coef}"
+            + (
+                ""
+                if config.kl_coef > 0
+                else " (no KL in the reward to adapt, as GRPO's presets set it: give kl_coef a start)"
+            )
         )
     if config.max_tool_calling_iterations is not None and config.max_tool_calling_iterations < 0:
         raise InputError(f"max_tool_calling_iterations must not be negative, got {config.max_tool_calling_iterations}")
@@ -94,6 +97,12 @@ def check_config(config) -> None:
         raise InputError(
             f"need vllm_tensor_parallel_size >= 1 and 0 < vllm_gpu_memory_utilization <= 1; got "
             f"{config.vllm_tensor_parallel_size}, {config.vllm_gpu_memory_utilization}"
+        )
+    low, high = config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max
+    if not high > 0 or (low is not None and not 0 <= low <= high):
+        raise InputError(
+            f"the importance-sampling bounds need 0 <= vllm_importance_sampling_clip_min <= "
+            f"vllm_importance_sampling_clip_max and a positive maximum; got {low} and {high}"
         )
     if config.repetition_penalty != 1.0 and config.sampler != "generate":
         raise InputError("repetition_penalty needs sampler='generate' (the other samplers have none)")

@@ -143,6 +143,11 @@ class LoRAOptions:
     lora_dropout: float = field(0.05, help="LoRA dropout")
     lora_target_modules: str = field("all-linear", help="LoRA targets: 'all-linear' or comma-separated names")
 
+    def __post_init__(self):
+        require_positive(self, "lora_r", "lora_alpha")
+        if not 0 <= self.lora_dropout < 1:
+            raise InputError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+
 
 RLHF_BACKENDS = ("scratch", "trl")
 

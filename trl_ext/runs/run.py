@@ -50,7 +50,14 @@ def train_options(opts) -> PPOConfig:
 
 
 def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = ()) -> Path:
-    """Refuse a directory that holds anything but our own outputs unless ``overwrite``; never delete."""
+    """``check_out_dir``, then the directory made."""
+    path = check_out_dir(path, overwrite, owned)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = ()) -> Path:
+    """Refuse a file, or a directory that holds anything but our own outputs unless ``overwrite``; never delete."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"output path {str(path)!r} is a file")
@@ -60,7 +67,6 @@ def prepare_out_dir(path: str | Path, overwrite: bool, owned: tuple[str, ...] = 
             raise FileExistsError(
                 f"output directory {str(path)!r} already holds {foreign[:5]}: pass --overwrite to write into it"
             )
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -26,7 +26,7 @@ def field(default=dataclasses.MISSING, help: str = "", choices=None, cli: bool =
 def require_positive(options, *names: str) -> None:
     """Refuse (``InputError``, naming it) the first of ``names`` whose value in ``options`` is not above zero."""
     for name in names:
-        if getattr(options, name) <= 0:
+        if not getattr(options, name) > 0:  # nan too
             raise InputError(f"{name} must be positive, got {getattr(options, name)}")
 
 

@@ -42,8 +42,8 @@ def import_callable(spec: str, what: str, error: type[Exception] = InputError):
 def _module(spec: str, source: str, what: str, error):
     try:
         return importlib.import_module(source)
-    except ImportError as err:
-        raise error(f"{what} {spec!r}: cannot import {source!r} ({err})") from None
+    except (ImportError, SyntaxError) as err:
+        raise error(f"{what} {spec!r}: cannot import {source!r} ({_import_failure(err)})") from None
 
 
 def _file_module(spec: str, source: str, what: str, error):
@@ -57,7 +57,18 @@ def _file_module(spec: str, source: str, what: str, error):
         sys.modules[key] = module
         try:
             loader_spec.loader.exec_module(module)
+        except (ImportError, SyntaxError) as err:
+            del sys.modules[key]
+            raise error(f"{what} {spec!r}: cannot import {source!r} ({_import_failure(err)})") from None
         except BaseException:
             del sys.modules[key]
             raise
     return sys.modules[key]
+
+
+def _import_failure(err: ImportError | SyntaxError) -> str:
+    """What stopped an import, where a syntax error names its file and line (an exception the user's code raises
+    itself keeps its traceback: it is a bug of that code, not bad input)."""
+    if isinstance(err, SyntaxError):
+        return f"{type(err).__name__} at {err.filename}:{err.lineno}: {err.msg}"
+    return str(err)

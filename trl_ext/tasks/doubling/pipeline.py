@@ -214,12 +214,31 @@ def _ppo_stages(opts: DemoOptions, out: Path, runs: list[PPORun], say, workers) 
     return [p.get() for p in pending]
 
 
+def _unavailable(backend: str) -> bool:
+    """On TRL >= 1.13 the ``trl`` backend cannot run (its row says why instead)."""
+    from trl_ext.runs.runners import RUNNERS
+    from trl_ext.trl_compat import trl_ppo_available
+
+    return RUNNERS[BACKENDS[backend].runner].needs_trl_ppo and not trl_ppo_available()
+
+
+def _check_rows(opts: DemoOptions) -> None:
+    """Every row's options (its preset's config checks) and its backend's needs, before any stage trains: a row that
+    cannot run fails in a second, not after minutes of pretraining."""
+    from trl_ext.runs.runners import check_runnable
+
+    for reward in opts.pipeline.reward_list:
+        for backend in opts.pipeline.backend_list:
+            if not _unavailable(backend):
+                run = PPORun(backend, reward, opts.train.seed, folder="")
+                check_runnable(BACKENDS[backend].runner, row_options(opts, Path(opts.output.out), run).train, backend)
+
+
 def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list, say) -> bool:
     """On TRL >= 1.13 the ``trl`` backend cannot run: record a row that says why and how to get it."""
-    from trl_ext.runs.runners import RUNNERS
-    from trl_ext.trl_compat import trl_ppo_available, trl_ppo_unavailable_reason
+    from trl_ext.trl_compat import trl_ppo_unavailable_reason
 
-    if not RUNNERS[BACKENDS[backend].runner].needs_trl_ppo or trl_ppo_available():
+    if not _unavailable(backend):
         return False
     reason = trl_ppo_unavailable_reason()
     if label not in results["backends"]:
@@ -339,6 +358,7 @@ def run_pipeline(
         from trl_ext.rewards.loading import connect_reward
 
         connect_reward(pipeline.reward_url)
+    _check_rows(opts)
     out = prepare_out_dir(opts.output.out, opts.output.overwrite, owned=DEMO_FILES + layout.folders(opts.train.seed))
     with worker_pool(pipeline.jobs, pipeline.backend_list, worker_setup) as workers:
         results = {

@@ -112,6 +112,8 @@ def load_inputs(opts: PPORunOptions):
     tokenizer = check_model_dir(models.policy, "policy")
     if models.reward:
         check_model_dir(models.reward, "reward model", **REWARD_DIR_LABELS)
+    if opts.train.critic_init:
+        check_model_dir(opts.train.critic_init, "critic_init", labels=1)
     # then the reward: a bad server or file fails fast
     reward_fn = reward_of(models.reward, models.reward_fn, models.reward_url, load_doubling_reward)
     policy, tokenizer = load_policy(opts.models.policy, tokenizer=tokenizer)

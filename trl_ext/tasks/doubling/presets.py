@@ -109,7 +109,10 @@ BACKEND_NAMES = tuple(BACKENDS)
 
 
 def preset_for(backend: str, advantage_estimator: str) -> Layer | None:
-    """The preset a doubling run starts from: its backend's, or, on plain ``scratch``, its estimator's."""
+    """The preset a doubling run starts from: its backend's, or, on plain ``scratch``, its estimator's (none for a
+    backend name that is not one: the backend option refuses it)."""
+    if backend not in BACKENDS:
+        return None
     name = BACKENDS[backend].preset
     if name is None and backend == "scratch":
         name = ESTIMATOR_PRESETS.get(advantage_estimator)

@@ -27,6 +27,21 @@ class PretrainConfig:
 
     def __post_init__(self):
         require_positive(self, "steps", "batch_size", "lr", "eval_n")
+        _check_warmup(self)
+        _check_held_out("eval_n", self.eval_n)
+
+
+def _check_warmup(cfg) -> None:
+    if cfg.warmup_steps < 0:
+        raise InputError(f"warmup_steps must not be negative, got {cfg.warmup_steps}")
+
+
+def _check_held_out(name: str, n: int) -> None:
+    """``n`` held-out questions exist (checked before a stage trains, not after)."""
+    from trl_ext.tasks.doubling.task import HELD_OUT_SIZE  # here: the command line imports no datasets to parse
+
+    if not 0 < n <= HELD_OUT_SIZE:
+        raise InputError(f"{name} must be in 1..{HELD_OUT_SIZE} (the held-out questions), got {n}")
 
 
 @dataclass
@@ -41,6 +56,7 @@ class RewardConfig:
 
     def __post_init__(self):
         require_positive(self, "steps", "batch_size", "lr", "eval_n")
+        _check_warmup(self)
 
 
 @dataclass
@@ -52,8 +68,7 @@ class EvalConfig:
     out: str | None = field(None, help="JSON file for the report (default: POLICY/eval.json)")
 
     def __post_init__(self):
-        if not 0 < self.n <= 1000:
-            raise InputError(f"n must be in 1..1000, got {self.n}")
+        _check_held_out("n", self.n)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -72,9 +87,9 @@ def _train_stage(
     rank: int = 0,
     world_size: int = 1,
 ) -> dict | None:
-    """Build, train with ``supervised_loop``, evaluate, save; ``metrics.json`` is written last (the stage's
-    "finished" marker for the demo). Data parallel (``world_size > 1``): rank 0 evaluates and saves, the
-    others return None."""
+    """Build, train with ``supervised_loop``, save, evaluate; ``metrics.json`` is written last (the stage's
+    "finished" marker for the demo), and a failed evaluation loses no trained model. Data parallel
+    (``world_size > 1``): rank 0 saves and evaluates, the others return None."""
     from trl_ext.tasks.doubling.artifacts import save_artifact
     from trl_ext.tasks.doubling.supervised import supervised_loop
     from trl_ext.tasks.doubling.tokenizer import build_tokenizer
@@ -98,6 +113,7 @@ def _train_stage(
     )
     if rank != 0:
         return None
+    save_artifact(model, tokenizer, cfg.out)
     summary = {
         "stage": stage,
         "config": asdict(cfg),
@@ -108,7 +124,6 @@ def _train_stage(
         "parameters": sum(p.numel() for p in model.parameters()),
         **evaluate(model, tokenizer),
     }
-    save_artifact(model, tokenizer, cfg.out)
     _write_json(Path(cfg.out) / "metrics.json", summary)
     return summary
 
@@ -190,6 +205,7 @@ class RewardModelConfig:
 
     def __post_init__(self):
         require_positive(self, "steps", "batch_size", "lr", "eval_n")
+        _check_warmup(self)
         if self.center_rewards_coefficient is not None and self.center_rewards_coefficient < 0:
             raise InputError(f"center_rewards_coefficient must be >= 0, got {self.center_rewards_coefficient}")
 
