@@ -43,8 +43,10 @@ class WatchOptions:
     stop_at_target: bool = field(False, help="stop once the probe's greedy exact-match reaches 0.99")
 
     def __post_init__(self):
-        if not 0 < self.eval_n <= 1000 or not 0 < self.probe_n <= 1000:
-            raise InputError("eval_n and probe_n must be in 1..1000")
+        from trl_ext.tasks.doubling.task import check_held_out  # here: parsing the command imports no datasets
+
+        check_held_out("eval_n", self.eval_n)
+        check_held_out("probe_n", self.probe_n)
         if self.probe_every < 0:
             raise InputError(f"probe_every must not be negative, got {self.probe_every}")
 

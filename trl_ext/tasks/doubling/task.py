@@ -104,10 +104,15 @@ def generate_samples(n: int, seed: int, split: str = "train", prefixed: bool = F
     return [Sample(rng.choice(pool), rng.randrange(len(CHARSETS)), prefixed) for _ in range(n)]
 
 
+def check_held_out(name: str, n: int) -> None:
+    """Refuse ``n`` (the option ``name``) unless that many held-out questions exist."""
+    if not 0 < n <= HELD_OUT_SIZE:
+        raise InputError(f"{name} must be in 1..{HELD_OUT_SIZE} (the held-out questions), got {n}")
+
+
 def heldout_prompts(n: int = HELD_OUT_SIZE, seed: int = 0) -> list[Sample]:
     """The first ``n`` held-out questions, each once, with seeded labels: the evaluation set."""
-    if not 0 < n <= HELD_OUT_SIZE:
-        raise InputError(f"n must be in 1..{HELD_OUT_SIZE}, got {n}")
+    check_held_out("n", n)
     rng = random.Random(seed)
     questions = list(HELD_OUT_QUESTIONS)
     rng.shuffle(questions)
