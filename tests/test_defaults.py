@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from trl_ext.commands import demo, ppo
+from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.tasks.doubling.ppo_settings import DOUBLING_COMMAND_PPO, DOUBLING_PPO, doubling_ppo_config
 
@@ -107,8 +108,10 @@ def test_the_estimator_picks_its_doubling_preset(estimator):
     )
     assert opts.train == expected
     assert opts.sources["learning_rate"] == f"preset {ESTIMATOR_PRESETS[estimator]}"
-    plain = _options("ppo", *DOUBLING_RUN, "--advantage-estimator", estimator, "--backend", "trl")
+    plain = _options("ppo", *DOUBLING_RUN, "--backend", "trl")
     assert plain.train.learning_rate == ppo.COMMAND.defaults["learning_rate"]  # TRL's PPO takes no preset
+    with pytest.raises(InputError, match="--advantage-estimator acts only with backend 'scratch'"):
+        _options("ppo", *DOUBLING_RUN, "--advantage-estimator", estimator, "--backend", "trl")  # TRL's PPO: GAE
 
 
 def test_compare_rows_take_their_preset_under_what_the_user_gave():

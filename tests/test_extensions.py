@@ -150,7 +150,7 @@ def test_the_correction_is_refused_for_an_engine_named_that_returns_no_log_probs
 
 
 def test_the_correction_warns_where_auto_picked_an_engine_without_log_probs(tokenizer):
-    with pytest.warns(UserWarning, match="'auto' picked it on this machine"):
+    with pytest.warns(UserWarning, match="'auto' chose that engine on this machine"):
         _trainer(tokenizer, vllm_importance_sampling_correction=True)
 
 
@@ -165,3 +165,19 @@ def test_the_correction_applies_to_any_engine_that_returns_log_probs(tokenizer):
         (stats,) = trainer.train()
     assert stats["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-3)  # same weights
     assert stats["sampling/sampling_logp_difference/max"] < 1e-3
+
+
+def test_a_module_in_the_current_folder_imports_as_python_m_finds_it(tmp_path, monkeypatch):
+    """The installed ``trl-ext`` script's ``sys.path`` lacks the current folder, where ``python -m`` has it."""
+    import sys
+
+    from trl_ext.settings.user_code import import_callable
+
+    (tmp_path / "beside_the_user.py").write_text("def score(completions, **kw):\n    return [1.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert import_callable("beside_the_user:score", "reward function")(["a", "b"]) == [1.0, 1.0]
+        assert sys.path[-1] == str(tmp_path)  # appended: an installed package of the same name comes first
+    finally:
+        sys.modules.pop("beside_the_user", None)

@@ -119,7 +119,7 @@ def test_cli_end_to_end_tiny(tmp_path):
     "args, message",
     [
         (["eval", "--policy", "/nonexistent/dir"], "does not exist"),
-        (["pretrain", "--out", "x", "--config", "CFG"], "unknown option 'stepz'"),
+        (["pretrain", "--out", "x", "--config", "CFG"], "unknown option 'stepz' (did you mean steps?)"),
         (["pretrain", "--out", "x", "--steps", "0"], "steps must be positive"),
         (["eval", "--policy", "REWARD_DIR"], "not a causal LM"),
     ],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import types
 import typing
@@ -190,13 +191,14 @@ def build_options(command: Command, namespace: argparse.Namespace):
         for key, value in _load_yaml(namespace.config).items():
             name = str(key).replace("-", "_")
             if name not in known:
-                raise ConfigError(
-                    f"config file {str(namespace.config)!r}: unknown option {key!r} (known: {', '.join(sorted(known))})"
-                )
+                close = difflib.get_close_matches(name, known, n=3)
+                hint = f"did you mean {' or '.join(close)}?" if close else "`--help` lists the options"
+                raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} ({hint})")
             given[name] = convert_value(str(key), value, known[name][2])
     flags = {name: getattr(namespace, name) for name in known if getattr(namespace, name) is not None}
     layers = [Layer(COMMAND, command.defaults), Layer(YAML, given), Layer(FLAG, flags)]
     values, sources = resolve(layers)
+    preset = None
     if command.preset is not None:  # the preset may hang on options the file or the flags set: read them first
         preset = command.preset({n: values.get(n, command.default(n, f)) for n, (_, f, _) in known.items()})
         if preset is not None:
@@ -208,4 +210,28 @@ def build_options(command: Command, namespace: argparse.Namespace):
         part: cls(**{n: values[n] for n, (p, _, _) in known.items() if p == part and n in values})
         for part, cls in command.parts.items()
     }
-    return command.options(**parts, sources={n: sources.get(n, DEFAULT) for n in known})
+    options = command.options(**parts, sources={n: sources.get(n, DEFAULT) for n in known})
+    if hasattr(options, "inert_options"):  # the command knows which of its options its backend reads
+        below = preset.values if preset is not None else {}
+        changed = [  # what the user gave another value than the defaults and the preset had
+            n
+            for n, (_, f, _) in known.items()
+            if sources.get(n) in (YAML, FLAG) and values[n] != below.get(n, command.default(n, f))
+        ]
+        refuse_inert(options.inert_options(changed), sources)
+    return options
+
+
+def refuse_inert(inert: dict[str, str], sources: dict) -> None:
+    """One line naming each option the user gave that would change nothing (``inert``: name -> what it acts with),
+    spelt as the user gave it."""
+    if inert:
+        said = [
+            f"{'--' + n.replace('_', '-') if sources[n] == FLAG else n + ' (config file)'} acts only with {needs}"
+            for n, needs in inert.items()
+        ]
+        one = len(said) == 1
+        raise ConfigError(
+            f"{'this option' if one else 'these options'} would change nothing: {'; '.join(said)}; "
+            f"drop {'it' if one else 'them'}"
+        )

@@ -11,6 +11,7 @@ from trl_ext.ppo.config_checks import check_config
 from trl_ext.ppo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from trl_ext.ppo.model import VALUE_HEAD_INITS
 from trl_ext.ppo.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
+from trl_ext.ppo.option_scopes import inert_options
 from trl_ext.rollouts import ROLLOUTS
 from trl_ext.settings.fields import field
 
@@ -333,6 +334,11 @@ class PPOConfig:
 
     def __post_init__(self):
         check_config(self)
+
+    def inert_options(self, names) -> dict[str, str]:
+        """Of ``names``, the options that cannot change this run, each with what it acts with (the command line
+        refuses those the user gave)."""
+        return inert_options(self, names, None if self.sampler == "auto" else self.sampler)
 
 
 def mini_batch_size(config: PPOConfig) -> int:

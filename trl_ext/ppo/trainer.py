@@ -30,8 +30,8 @@ from trl_ext.ppo.experience import Experience, ExperienceOptions, make_experienc
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 from trl_ext.ppo.learner import Learner, warmup_plateaued
 from trl_ext.ppo.model import ActorCritic
+from trl_ext.ppo.option_scopes import check_engine_options
 from trl_ext.ppo.prompt_batches import prompt_batches
-from trl_ext.ppo.rollout.interface import check_correction
 from trl_ext.ppo.rollout.samplers import build_sampler, resolve_sampler, trimmed
 from trl_ext.ppo.rollout_ahead import RolloutAhead, check_staleness
 from trl_ext.ppo.sampling import TrainerSampling
@@ -112,7 +112,7 @@ class PPOTrainer:
             place_reward(fn, acc.device)
         self.sampler_name = resolve_sampler(config, acc.device, self.policy)
         self.sampler = build_sampler(self.sampler_name, config)
-        check_correction(config, self.sampler, self.sampler_name)
+        check_engine_options(config, self.sampler, self.sampler_name)
         self.generator = torch.Generator(device=acc.device).manual_seed(config.seed + 100003 * acc.process_index)
         self.passes = ForwardPasses(self.model, self.policy, self.ref_policy, acc, config, vocab_size)
         # The hooks are looked up at each call: a subclass (or a test) may replace them.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trl_ext.data.sequences import completion_token_ids
+from trl_ext.errors import InputError
 from trl_ext.rewards.scoring import as_completions
 from trl_ext.rollouts.base import ROLLOUTS, Rollout, Sampling
 from trl_ext.rollouts.record import RolloutBatch
@@ -11,6 +12,13 @@ from trl_ext.rollouts.record import RolloutBatch
 @ROLLOUTS.register("single_turn")
 class SingleTurn(Rollout):
     """Prompt in, one completion out (the default): the loss mask is the response mask."""
+
+    def check(self, config, tokenizer) -> None:
+        if config.max_tool_calling_iterations is not None:
+            raise InputError(
+                "max_tool_calling_iterations bounds the tool calls of a multi-turn rollout (tools, "
+                "environment_factory); this run's rollout is single-turn: give tools or drop it"
+            )
 
     def rollout(self, rows: dict, sampling: Sampling) -> RolloutBatch:
         tokenizer = sampling.tokenizer

@@ -10,6 +10,7 @@ from trl_ext.data.prompt_files import CHAT_TEMPLATE_MODES
 from trl_ext.data.reasoning_gym import ANSWER_FORMATS, SPEC_PREFIX
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.option_scopes import single_turn_inert
 from trl_ext.runs.run import ModelOptions, OutputOptions
 from trl_ext.settings.fields import field, require_positive
 from trl_ext.settings.layers import CommandOptions, preset_layer
@@ -202,3 +203,11 @@ class RLHFOptions(CommandOptions):
     agents: AgentOptions
     output: OutputOptions
     run: RLHFBackend
+
+    def inert_options(self, names) -> dict[str, str]:
+        """Of ``names``, the options that would change nothing: for this backend's runner (``runners.inert_options``),
+        and the multi-turn ones without tools or an environment."""
+        from trl_ext.runs.runners import inert_options
+
+        inert = inert_options(self.run.backend, self.train, names)  # rlhf's backends are runners' names
+        return {**inert, **({} if self.agents.multi_turn else single_turn_inert(names))}

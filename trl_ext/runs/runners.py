@@ -267,6 +267,23 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
         )
 
 
+def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
+    """Of ``names``, the options that would not change ``runner``'s run, each with what it acts with: the scratch
+    trainer's scopes (``PPOConfig.inert_options``); for TRL's PPO and GRPO, an option they fix at another value
+    (``TRL_PPO_FIXED``, ``TRL_GRPO_FIXED``). What else TRL's trainers leave unread is not listed."""
+    if runner == "scratch":
+        return cfg.inert_options(names)
+    from trl_ext.runs.group_trainers import TRL_GRPO_FIXED
+    from trl_ext.trl_compat.backend import TRL_PPO_FIXED
+
+    fixed, trainer = {"trl": (TRL_PPO_FIXED, "TRL's PPO"), "grpo": (TRL_GRPO_FIXED, "TRL's GRPO")}.get(runner, ({}, ""))
+    return {
+        name: f"backend 'scratch' ({trainer} runs {fixed[name]!r})"
+        for name in names
+        if name in fixed and getattr(cfg, name) != fixed[name]
+    }
+
+
 def train_and_save(runner: str, inputs: RunInputs, recorder, out: str | Path) -> Runner:
     """Build the runner, train it with ``recorder`` seeing every update, save the policy in ``out``.
     The recorder's clock covers training only: building comes before ``begin()``, saving after ``end()``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def import_callable(spec: str, what: str, error: type[Exception] = InputError):
 
 
 def _module(spec: str, source: str, what: str, error):
+    # A module beside the user, as `python -m` finds it: the installed `trl-ext` script's path lacks the current
+    # folder. Appended, so an installed package of the same name still comes first.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         return importlib.import_module(source)
     except (ImportError, SyntaxError) as err:

@@ -5,7 +5,6 @@ engine knows them, the log-probs it sampled those tokens with."""
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -142,17 +141,3 @@ class EngineSampler(Sampler):
     def check_options(options: SamplingOptions, engine: str) -> None:
         if options.repetition_penalty != 1.0:
             raise InputError(f"repetition_penalty needs sampler='generate' ({engine} has none, as the loop has none)")
-
-
-def check_correction(config, sampler: Sampler, name: str) -> None:
-    """The importance-sampling correction needs the engine's log-probs: an engine named that returns none is
-    refused; one that 'auto' picked (it picks by machine) is a warning, and the run goes on uncorrected."""
-    if not config.vllm_importance_sampling_correction or sampler.returns_logprobs:
-        return
-    message = (
-        f"vllm_importance_sampling_correction needs a rollout engine that returns its log-probs; "
-        f"sampler {name!r} returns none"
-    )
-    if config.sampler != "auto":
-        raise InputError(message)
-    warnings.warn(message + " ('auto' picked it on this machine): the run goes on uncorrected", stacklevel=3)

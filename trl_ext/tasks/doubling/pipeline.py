@@ -13,13 +13,14 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.option_scopes import single_turn_inert
 from trl_ext.runs.recorder import read_history
 from trl_ext.runs.run import OutputOptions, prepare_out_dir
-from trl_ext.settings.fields import field, options_dict, require_positive
+from trl_ext.settings.fields import options_dict
 from trl_ext.settings.layers import CommandOptions
 from trl_ext.stages.reuse import reuse_or_run
+from trl_ext.tasks.doubling.pipeline_options import PipelineOptions
 from trl_ext.tasks.doubling.ppo_run import PPORunOptions, WatchOptions, ppo_options, run_ppo, run_record
 from trl_ext.tasks.doubling.presets import BACKEND_NAMES, BACKENDS, row_config
 from trl_ext.tasks.doubling.report import aggregate_rows, summary_row, text_table, write_report
@@ -34,73 +35,7 @@ from trl_ext.tasks.doubling.stages import (
 from trl_ext.tasks.doubling.workers import cores, pretrain_on, worker_pool
 
 DEMO_FILES = ("policy", "reward", "reward_model", "results.json", "report.md", "curves.png")
-# What PPO is rewarded with: the charset classifier, or the scalar reward model trained on the doubling
-# preference pairs, which also sees wrong values (the classifier sees only the character set).
-REWARDS = ("classifier", "reward_model")
 REWARD_SUFFIX = {"classifier": "", "reward_model": "_rm"}
-
-
-def _names(text: str) -> list[str]:
-    return [b.strip() for b in text.split(",") if b.strip()]
-
-
-@dataclass
-class PipelineOptions:
-    """Which stages and backends the pipeline runs, and whether it may reuse finished stages."""
-
-    backends: str = field(
-        "trl,scratch",
-        help=f"comma-separated, from {', '.join(BACKEND_NAMES)}. A critic-free row "
-        "runs its backend's preset (trl_ext/tasks/doubling/presets.py) over this command's defaults; the "
-        "options you give (YAML, flags) apply to every row, over its preset",
-    )
-    rewards: str = field(
-        "classifier",
-        help="comma-separated, from classifier (the charset classifier's logit) and "
-        "reward_model (a scalar reward model trained on preference pairs, from the pretrained policy)",
-    )
-    pretrain_steps: int = field(PretrainConfig.steps, help="policy pretraining steps")
-    reward_steps: int = field(RewardConfig.steps, help="reward classifier training steps")
-    reward_model_steps: int = field(
-        RewardModelConfig.steps, help="reward model training steps (--rewards reward_model)"
-    )
-    reward_model_temperature: float = field(
-        1.2,
-        help="rollout temperature of the +rm runs (the classifier runs use "
-        "--temperature): a reward model can only punish the wrong values PPO "
-        "samples, and at 1.0 they are rare",
-    )
-    jobs: int = field(
-        2,
-        help="PPO runs at once, each in its own process (the demo command's OMP_NUM_THREADS=1 "
-        "gives each one torch thread), and the processes pretraining runs data parallel on (their "
-        "dropout masks differ from one process's, so the policy does too); 1: all in this process",
-    )
-    fresh: bool = field(False, help="rebuild every stage even where finished results exist")
-    reward_url: str | None = field(
-        None,
-        help="score every PPO run through this reward server (`trl-ext "
-        "serve-reward`'s address) instead of the classifier trained here",
-    )
-
-    def __post_init__(self):
-        unknown = [b for b in self.backend_list if b not in BACKEND_NAMES]
-        if not self.backend_list or unknown:
-            raise InputError(f"unknown backend(s) {unknown or self.backends!r}: choose from {', '.join(BACKEND_NAMES)}")
-        unknown = [r for r in self.reward_list if r not in REWARDS]
-        if not self.reward_list or unknown:
-            raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
-        require_positive(self, "jobs", "reward_model_temperature")
-        if self.reward_url and self.reward_list != ["classifier"]:
-            raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
-
-    @property
-    def backend_list(self) -> list[str]:
-        return _names(self.backends)
-
-    @property
-    def reward_list(self) -> list[str]:
-        return _names(self.rewards)
 
 
 def _supervised_stage(name: str, stage_cfg, run, fresh: bool, say) -> dict:
@@ -222,16 +157,22 @@ def _unavailable(backend: str) -> bool:
     return RUNNERS[BACKENDS[backend].runner].needs_trl_ppo and not trl_ppo_available()
 
 
+def _row_configs(opts: DemoOptions):
+    """(backend, the config its row trains with) for every row that can run here, before anything trains."""
+    for reward in opts.pipeline.reward_list:
+        for backend in opts.pipeline.backend_list:
+            if not _unavailable(backend):
+                run = PPORun(backend, reward, opts.train.seed, folder="")
+                yield backend, row_options(opts, Path(opts.output.out), run).train
+
+
 def _check_rows(opts: DemoOptions) -> None:
     """Every row's options (its preset's config checks) and its backend's needs, before any stage trains: a row that
     cannot run fails in a second, not after minutes of pretraining."""
     from trl_ext.runs.runners import check_runnable
 
-    for reward in opts.pipeline.reward_list:
-        for backend in opts.pipeline.backend_list:
-            if not _unavailable(backend):
-                run = PPORun(backend, reward, opts.train.seed, folder="")
-                check_runnable(BACKENDS[backend].runner, row_options(opts, Path(opts.output.out), run).train, backend)
+    for backend, train in _row_configs(opts):
+        check_runnable(BACKENDS[backend].runner, train, backend)
 
 
 def _skipped_as_unavailable(backend: str, label: str, results: dict, rows: list, say) -> bool:
@@ -386,3 +327,12 @@ class DemoOptions(CommandOptions):
     output: OutputOptions
     watch: WatchOptions
     pipeline: PipelineOptions
+
+    def inert_options(self, names) -> dict[str, str]:
+        """Of ``names``, those that would change no row (each row's preset and runner decide:
+        ``runners.inert_options``); the doubling task has no tools."""
+        from trl_ext.runs.runners import inert_options
+
+        inert = [inert_options(BACKENDS[backend].runner, train, names) for backend, train in _row_configs(self)]
+        in_every_row = set.intersection(*map(set, inert)) if inert else set()
+        return {**{n: inert[0][n] for n in in_every_row}, **single_turn_inert(names)}

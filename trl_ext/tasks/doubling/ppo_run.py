@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
+from trl_ext.ppo.option_scopes import single_turn_inert
 from trl_ext.runs.run import ModelOptions, OutputOptions, train_options
 from trl_ext.settings.fields import field, options_dict
 from trl_ext.settings.layers import CommandOptions
@@ -77,6 +78,13 @@ class PPORunOptions(CommandOptions):
     output: OutputOptions
     watch: WatchOptions
     run: BackendOption
+
+    def inert_options(self, names) -> dict[str, str]:
+        """Of ``names``, the options that would change nothing: for this backend's runner (``runners.inert_options``),
+        and the multi-turn ones (the doubling task has no tools)."""
+        from trl_ext.runs.runners import inert_options
+
+        return {**inert_options(BACKENDS[self.run.backend].runner, self.train, names), **single_turn_inert(names)}
 
 
 def ppo_options(
