@@ -202,6 +202,16 @@ def test_rlhf_refuses_bad_prompts_before_anything_runs(models, tmp_path, capsys)
         (models["plain"], RECIPE / "prompts_plain.txt", ["--chat-template", "always"], "chat_template 'always'"),
         (models["chat"], RECIPE / "prompts.jsonl", ["--chat-template", "never"], "the prompts are conversations"),
     ]
+    # the doubling policy's WordLevel vocabulary has no unknown token: a word outside it cannot be encoded
+    from trl_ext.tasks.doubling.artifacts import save_artifact
+    from trl_ext.tasks.doubling.models import build_policy
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
+
+    doubling = build_tokenizer()
+    save_artifact(build_policy(doubling), doubling, tmp_path / "doubling")
+    capsys.readouterr()  # what saving printed
+    (tmp_path / "words.txt").write_text("S数字:12x2=\nhello\n")
+    cases.append((tmp_path / "doubling", tmp_path / "words.txt", [], f"{tmp_path / 'words.txt'}:2: the tokenizer"))
     for number, (policy, prompts, extra, message) in enumerate(cases):
         out = tmp_path / f"o{number}"
         code = main(

@@ -91,3 +91,18 @@ def test_other_library_errors_keep_their_traceback(monkeypatch):
     _one_command(monkeypatch, lambda opts: peft_model(_two_layers(), LoraConfig(target_modules=["up_proj"])))
     with pytest.raises(ValueError, match="something inside peft went wrong"):
         cli.main(["boom"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["ppo", "--batch-size", "x"], "trl-ext ppo: error: argument --batch-size: invalid int value: 'x'"),
+        (["nope"], "trl-ext: error: argument command: invalid choice: 'nope'"),
+        (["ppo", "--bogus", "1"], "trl-ext ppo: error: unrecognized arguments: --bogus 1 (`trl-ext ppo --help`"),
+    ],
+)
+def test_argparses_errors_are_one_line_pointing_at_help(capsys, argv, message):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1 and err[0].startswith(message) and "--help` lists" in err[0]

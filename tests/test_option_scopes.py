@@ -1,8 +1,10 @@
 """Options that act only with another setting: one the user gives where it would change nothing is refused, naming
 what it acts with; what a command's defaults or a preset set is theirs, and so is a user's value equal to it; TRL's
-trainers' rows are not judged by the scratch trainer's scopes; 'auto' choosing an engine by machine warns."""
+trainers' rows are judged by what those trainers read and fix, not by the scratch trainer's scopes; 'auto' choosing
+an engine by machine warns."""
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -92,20 +94,54 @@ def test_what_defaults_and_presets_set_is_theirs_and_the_preset_decides_the_scop
         _options("ppo", [*PPO, "--backend", "scratch-grpo", "--vf-coef", "0.3"])
 
 
-def test_a_trl_trainers_run_refuses_what_it_fixes_not_the_scratch_trainers_scopes():
-    assert _options("ppo", [*PPO, "--backend", "grpo", "--scale-rewards", "none", "--vf-coef", "0.3"])
-    assert _options("ppo", [*PPO, "--backend", "trl", "--vf-coef", "0.3", "--save-total-limit", "2"])
-    with pytest.raises(InputError, match=r"--advantage-estimator acts only with backend 'scratch' \(TRL's PPO runs"):
-        _options("ppo", [*PPO, "--backend", "trl", "--advantage-estimator", "grpo"])
-    with pytest.raises(InputError, match=r"--max-grad-norm acts only with backend 'scratch' \(TRL's PPO runs 0.0\)"):
-        _options("rlhf", ["--policy", "p", "--prompts", "x", "--out", "o", "--backend", "trl", "--max-grad-norm", "1"])
-    with pytest.raises(InputError, match=r"--kl-coef acts only with backend 'scratch' \(TRL's GRPO runs 0.0\)"):
-        _options("ppo", [*PPO, "--backend", "grpo", "--kl-coef", "0.1"])
+def test_a_trl_trainers_run_takes_what_it_reads_not_judged_by_the_scratch_trainers_scopes():
+    assert _options("ppo", [*PPO, "--backend", "grpo", "--scale-rewards", "none", "--beta", "0.1"])
+    checkpoints = ["--save-steps", "5", "--save-total-limit", "2"]
+    assert _options("ppo", [*PPO, "--backend", "trl", "--vf-coef", "0.3", *checkpoints])
+    rlhf = ["--policy", "p", "--prompts", "x", "--out", "o"]
+    assert _options("rlhf", [*rlhf, "--backend", "trl", "--dtype", "bfloat16"])  # rlhf loads its models in it
+
+
+def test_what_a_trl_trainer_fixes_is_named_with_its_value():
+    from trl_ext.runs.runners import inert_options as runner_inert
+
+    # the doubling command keeps the eos for its classifier; TRL's GRPO strips it (a value, not an option, of TRL's)
+    assert runner_inert("grpo", PPOConfig(skip_special_tokens=False), ["skip_special_tokens"]) == {
+        "skip_special_tokens": "backend 'scratch' (TRL's GRPO runs True)"
+    }
+
+
+@pytest.mark.parametrize(
+    "command, backend, option, value, acts_with",
+    [
+        ("ppo", "grpo", "--vf-coef", "0.3", "backend 'scratch' (TRL's GRPO never reads it)"),
+        ("ppo", "trl", "--num-generations", "4", "backend 'scratch' (TRL's PPO never reads it)"),
+        ("ppo", "rloo", "--chunked-lm-head", "true", "backend 'scratch' (TRL's RLOO never reads it)"),
+        ("ppo", "rloo-tuned", "--scale-rewards", "batch", "backend 'scratch' (TRL's RLOO never reads it)"),
+        ("ppo", "trl", "--beta", "0.1", "backend 'scratch' (TRL's PPO runs 0.0)"),
+        ("ppo", "rloo", "--kl-mode", "token", "backend 'scratch' (TRL's RLOO runs 'sequence')"),
+        ("ppo", "grpo", "--kl-coef", "0.1", "backend 'scratch' (TRL's GRPO runs 0.0)"),
+        ("ppo", "trl", "--advantage-estimator", "grpo", "backend 'scratch' (TRL's PPO runs 'gae')"),
+        ("rlhf", "trl", "--max-grad-norm", "1", "backend 'scratch' (TRL's PPO runs 0.0)"),
+        ("ppo", "trl", "--save-total-limit", "2", "save_steps > 0"),
+        ("ppo", "trl", "--dtype", "bfloat16", "backend 'scratch' (TRL's PPO never reads it)"),  # rlhf's does
+        ("ppo", "trl", "--loss-type", "grpo", "backend 'scratch' (TRL's PPO runs 'bnpo')"),
+    ],
+)
+def test_a_trl_trainers_run_refuses_what_it_never_reads_or_fixes_at_another_value(
+    command, backend, option, value, acts_with
+):
+    args = PPO if command == "ppo" else ["--policy", "p", "--prompts", "x", "--out", "o"]
+    with pytest.raises(InputError, match=re.escape(f"{option} acts only with {acts_with}; drop it")):
+        _options(command, [*args, "--backend", backend, option, value])
 
 
 def test_compare_refuses_only_an_option_no_row_reads():
     _options("compare", ["--backends", "scratch,scratch-grpo", "--scale-rewards", "batch"])
     _options("compare", ["--backends", "scratch,grpo", "--scale-rewards", "batch"])  # TRL's GRPO reads it
+    _options("compare", ["--backends", "scratch,trl", "--micro-batch-size", "2"])  # the scratch row reads it
+    with pytest.raises(InputError, match="--micro-batch-size acts only with backend 'scratch'"):
+        _options("compare", ["--backends", "trl,grpo", "--micro-batch-size", "2"])
     with pytest.raises(InputError, match="--scale-rewards acts only with"):
         _options("compare", ["--backends", "scratch", "--scale-rewards", "batch"])
     with pytest.raises(InputError, match="--max-tool-calling-iterations acts only with tools or an environment"):

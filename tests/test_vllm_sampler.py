@@ -196,7 +196,7 @@ def test_missing_vllm_is_one_cli_error_naming_the_install(tmp_path, monkeypatch,
         ]
     )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-ext: error:")]
-    assert code == 2 and len(errors) == 1 and "would ignore it" in errors[0], errors
+    assert code == 2 and len(errors) == 1 and "--sampler acts only with backend 'scratch'" in errors[0], errors
     assert not (tmp_path / "o").exists()
 
 

@@ -32,6 +32,14 @@ def commands() -> dict:
     }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as one line, as every other error of the command line, pointing at ``--help`` instead of
+    printing the whole usage block first (a subcommand's parser is of its parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def render(result) -> str:
     """The one place a command's result becomes text: its data as JSON when asked, then its headline."""
     lines = [json.dumps(result.data, ensure_ascii=False, indent=2)] if result.print_data else []
@@ -45,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet()
     table = commands()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="trl-ext", description="PPO on TRL and from scratch: the doubling task.", allow_abbrev=False
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -54,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         add_command_arguments(
             sub.add_parser(name, help=command.help, description=command.help, allow_abbrev=False), command
         )
-    namespace = parser.parse_args(argv)
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, whose --help lists its options
+        sub.choices[namespace.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     command = table[namespace.command]
     try:
         result = command.run(build_options(command, namespace))

@@ -7,6 +7,7 @@ or an already tokenized ``input_ids`` column. Other columns go to the reward fun
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from trl_ext.data.sequences import is_conversation
@@ -25,6 +26,22 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+@contextmanager
+def _encoding(tokenizer, where: str, prompt):
+    """Where a prompt is encoded: a tokenizer that cannot encode it (a WordLevel vocabulary without an unknown token
+    raises on any character outside it) is named with the row, not as the tokenizer's traceback."""
+    try:
+        yield
+    except Exception as err:
+        if type(err) is not Exception:  # the tokenizers library raises plain Exceptions; others keep their traceback
+            raise
+        cause = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise DatasetError(
+            f"{where}: the tokenizer {_tokenizer_name(tokenizer)!r} cannot encode the prompt {prompt!r:.80} "
+            f"({cause}); give prompts its vocabulary covers"
+        ) from err
+
+
 def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
     """Token ids of one prompt (text or conversation); errors name the row (an index, or a 'file:line')."""
     where = f"row {row}" if isinstance(row, int) else row
@@ -37,10 +54,12 @@ def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
         for message in prompt:
             if not isinstance(message.get("content"), str):
                 raise DatasetError(f"{where}: message {message!r} has no text 'content'")
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
+        with _encoding(tokenizer, where, prompt):
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = ids["input_ids"]
     elif isinstance(prompt, str):
-        ids = tokenizer(text=prompt)["input_ids"]
+        with _encoding(tokenizer, where, prompt):
+            ids = tokenizer(text=prompt)["input_ids"]
     else:
         raise DatasetError(
             f"{where}: 'prompt' must be text or a list of {{'role', 'content'}} messages, "

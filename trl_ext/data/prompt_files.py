@@ -130,6 +130,21 @@ def uses_chat_template(prompts: PromptFile, tokenizer, chat_template: str = "aut
     return chat_template == "always" or (chat_template == "auto" and has_template)
 
 
+def shown_prompts(prompts: PromptFile, templated: bool) -> list:
+    """The prompts as the policy is given them: text, or conversations (text wrapped as a user turn when
+    templated)."""
+    if templated and not prompts.conversational:
+        return [[{"role": "user", "content": text}] for text in prompts.prompts]
+    return prompts.prompts
+
+
+def check_encodable(prompts: PromptFile, tokenizer, templated: bool) -> None:
+    """Tokenize every prompt as ``prepare_prompts`` will, to refuse one the tokenizer cannot encode before any stage
+    trains (``prompt_ids`` names its line)."""
+    for i, prompt in enumerate(shown_prompts(prompts, templated)):
+        prompt_ids(prompt, tokenizer, prompts.where(i))
+
+
 def describe(prompts: PromptFile, templated: bool, chat_template: str) -> str:
     """One line for the run's log: how many prompts, their format, whether the chat template is applied."""
     head = f"[prompts] {len(prompts.prompts)} {KINDS[prompts.kind]} from {prompts.path}"
@@ -163,9 +178,7 @@ def prepare_prompts(
     if not isinstance(prompts, PromptFile):
         prompts = read_prompt_file(prompts)
     templated = uses_chat_template(prompts, tokenizer, chat_template)
-    shown = prompts.prompts
-    if templated and not prompts.conversational:
-        shown = [[{"role": "user", "content": text}] for text in shown]
+    shown = shown_prompts(prompts, templated)
     ids = [prompt_ids(p, tokenizer, prompts.where(i)) for i, p in enumerate(shown)]
     ids, truncation = truncate_prompts(ids, max_length)
     try:

@@ -63,7 +63,8 @@ def check_config(config) -> None:
             + (
                 ""
                 if config.kl_coef > 0
-                else " (no KL in the reward to adapt, as GRPO's presets set it: give kl_coef a start)"
+                else " (no KL in the reward to adapt, as GRPO's presets set it: give kl_coef a start; only the "
+                "scratch trainer adapts it, TRL's trainers keep theirs fixed)"
             )
         )
     if config.max_tool_calling_iterations is not None and config.max_tool_calling_iterations < 0:

@@ -22,20 +22,64 @@ def group_prompt_count(cfg, num_generations: int = 8) -> int:
     return max(1, cfg.total_episodes // cfg.batch_size) * cfg.batch_size // num_generations + 1
 
 
-# What TRL's GRPOTrainer does, run by ``build_group_trainer``, where our PPOConfig has a choice: a GRPO row of ours
-# with another value is not TRL's method. Our minibatches are its steps_per_generation (one shuffle a generated
-# batch in theirs, one an epoch in ours), no KL in the reward (beta is the loss's), advantages only group-scaled, the
-# per-token clipped ratio, and its sampling defaults (the runner passes temperature and length only).
-TRL_GRPO_FIXED = {
-    "advantage_estimator": "grpo",
-    "kl_coef": 0.0,
-    "whiten_advantages": False,
-    "policy_loss": "clip",
+# What TRL's GRPOTrainer and RLOOTrainer, run by ``build_group_trainer``, do where our PPOConfig has a choice: a row
+# of ours with another value is not TRL's method. Both: no entropy bonus, no missing-eos penalty, advantages not
+# whitened, completions decoded without special tokens, their sampling defaults (the runner passes temperature and
+# length only).
+_TRL_GROUP_FIXED = {
     "ent_coef": 0.0,
     "missing_eos_penalty": None,
+    "whiten_advantages": False,
+    "skip_special_tokens": True,  # the completions the rewards see
     "top_k": 0,
     "top_p": 1.0,
     "repetition_penalty": 1.0,
+}
+# GRPO: our minibatches are its steps_per_generation (one shuffle a generated batch in theirs, one an epoch in
+# ours), no KL in the reward (beta is the loss's), advantages only group-scaled, the per-token clipped ratio.
+TRL_GRPO_FIXED = {
+    **_TRL_GROUP_FIXED,
+    "advantage_estimator": "grpo",
+    "kl_coef": 0.0,
+    "kl_loss_estimator": "k3",
+    "policy_loss": "clip",
+}
+# RLOO: its KL is in the reward (its beta is our kl_coef), k1 summed over the sequence, one ratio a sequence,
+# averaged over sequences.
+TRL_RLOO_FIXED = {
+    **_TRL_GROUP_FIXED,
+    "advantage_estimator": "rloo",
+    "beta": 0.0,
+    "kl_estimator": "k1",
+    "kl_mode": "sequence",
+    "policy_loss": "sequence_clip",
+    "loss_type": "grpo",
+}
+TRL_GROUP_FIXED = {"grpo": TRL_GRPO_FIXED, "rloo": TRL_RLOO_FIXED}
+
+# The options of our config that build_group_trainer and the runner read (tests/test_trl_reads.py records them):
+# any other a user sets would change nothing in TRL's run.
+_READ_BY_BOTH = (
+    "output_dir",
+    "total_episodes",
+    "batch_size",
+    "num_generations",
+    "num_ppo_epochs",
+    "num_mini_batches",
+    "learning_rate",
+    "lr_scheduler_type",
+    "max_grad_norm",
+    "cliprange",
+    "temperature",
+    "response_length",
+    "optim",
+    "seed",
+    "report_to",
+    "gradient_checkpointing",
+)
+TRL_GROUP_READS = {
+    "grpo": frozenset((*_READ_BY_BOTH, "beta", "scale_rewards", "loss_type")),
+    "rloo": frozenset((*_READ_BY_BOTH, "kl_coef")),
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from trl_ext.agents.options import load_agent
-from trl_ext.data.prompt_files import PromptFile, describe, read_prompt_file, uses_chat_template
+from trl_ext.data.prompt_files import PromptFile, check_encodable, describe, read_prompt_file, uses_chat_template
 from trl_ext.errors import InputError
 from trl_ext.runs.rlhf_options import LoRAOptions, PromptOptions, RLHFModels, RLHFOptions, RLHFStages
 from trl_ext.runs.run import train_options
@@ -63,7 +63,9 @@ def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str, seed: int
 
     prompts = task_prompts(data, seed) if data.task else read_prompt_file(data.prompts)
     read_model_config(policy, "policy")
-    templated = uses_chat_template(prompts, load_tokenizer(policy, "policy"), data.chat_template)
+    tokenizer = load_tokenizer(policy, "policy")
+    templated = uses_chat_template(prompts, tokenizer, data.chat_template)
+    check_encodable(prompts, tokenizer, templated)
     lines = [describe(prompts, templated, data.chat_template)]
     # An SFT model or reward model trained on raw text, then prompted through the template (or the other way
     # round), is off its training format: legal, and TRL would not say so, but rarely meant.

@@ -209,5 +209,6 @@ class RLHFOptions(CommandOptions):
         and the multi-turn ones without tools or an environment."""
         from trl_ext.runs.runners import inert_options
 
-        inert = inert_options(self.run.backend, self.train, names)  # rlhf's backends are runners' names
+        # rlhf's backends are runners' names; it loads every backend's models in dtype
+        inert = inert_options(self.run.backend, self.train, [n for n in names if n != "dtype"])
         return {**inert, **({} if self.agents.multi_turn else single_turn_inert(names))}

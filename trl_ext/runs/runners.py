@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -267,21 +267,40 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
         )
 
 
+# What the run reads of the config whatever trains: where it writes, the seed, the checkpoint it resumes
+# (check_runnable refuses one a runner cannot take).
+RUN_READS = frozenset(("output_dir", "seed", "resume_from_checkpoint"))
+
+
+def _trl_trainer(runner: str) -> tuple[str, frozenset, dict]:
+    """TRL's trainer behind ``runner``: its name, the options of ours it reads, those it fixes (at what value)."""
+    if runner == "trl":
+        from trl_ext.trl_compat.backend import TRL_PPO_FIXED, TRL_PPO_READS
+
+        return "TRL's PPO", TRL_PPO_READS, TRL_PPO_FIXED
+    from trl_ext.runs.group_trainers import TRL_GROUP_FIXED, TRL_GROUP_READS
+
+    return f"TRL's {runner.upper()}", TRL_GROUP_READS[runner], TRL_GROUP_FIXED[runner]
+
+
 def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
     """Of ``names``, the options that would not change ``runner``'s run, each with what it acts with: the scratch
-    trainer's scopes (``PPOConfig.inert_options``); for TRL's PPO and GRPO, an option they fix at another value
-    (``TRL_PPO_FIXED``, ``TRL_GRPO_FIXED``). What else TRL's trainers leave unread is not listed."""
+    trainer's scopes (``PPOConfig.inert_options``); for TRL's trainers, an option of ours they never read or fix at
+    another value, and a checkpoint limit without checkpoints."""
     if runner == "scratch":
         return cfg.inert_options(names)
-    from trl_ext.runs.group_trainers import TRL_GRPO_FIXED
-    from trl_ext.trl_compat.backend import TRL_PPO_FIXED
-
-    fixed, trainer = {"trl": (TRL_PPO_FIXED, "TRL's PPO"), "grpo": (TRL_GRPO_FIXED, "TRL's GRPO")}.get(runner, ({}, ""))
-    return {
-        name: f"backend 'scratch' ({trainer} runs {fixed[name]!r})"
-        for name in names
-        if name in fixed and getattr(cfg, name) != fixed[name]
-    }
+    trainer, reads, fixed = _trl_trainer(runner)
+    ours = {f.name for f in fields(PPOConfig)} - RUN_READS
+    inert = {}
+    for name in names:
+        if name in fixed:
+            if getattr(cfg, name) != fixed[name]:
+                inert[name] = f"backend 'scratch' ({trainer} runs {fixed[name]!r})"
+        elif name in ours and name not in reads:
+            inert[name] = f"backend 'scratch' ({trainer} never reads it)"
+    if "save_total_limit" in names and "save_total_limit" in reads and not cfg.save_steps:
+        inert["save_total_limit"] = "save_steps > 0"
+    return inert
 
 
 def train_and_save(runner: str, inputs: RunInputs, recorder, out: str | Path) -> Runner:

@@ -76,6 +76,7 @@ TRL_PPO_FIXED = {
     "score_position": "after_last_token",
     "kl_mode": "token",
     "policy_loss": "clip",
+    "loss_type": "bnpo",  # the token losses' mean over the minibatch
     "beta": 0.0,
     "ent_coef": 0.0,
     "max_grad_norm": 0.0,
@@ -85,6 +86,24 @@ TRL_PPO_FIXED = {
     "top_p": 1.0,
     "repetition_penalty": 1.0,
 }
+
+
+# The options of our config that build_trl_trainer and the runner read besides those (tests/test_trl_reads.py
+# records them): any other a user sets would change nothing in TRL's run.
+TRL_PPO_READS = frozenset(
+    (
+        *SHARED_WITH_TRL,
+        "output_dir",
+        "batch_size",
+        "optim",
+        "gradient_checkpointing",
+        "save_steps",
+        "save_total_limit",
+        "report_to",
+        "separate_critic",
+        "value_head_init",
+    )
+)
 
 
 def settings_trl_ppo_cannot_express(cfg) -> dict[str, tuple]:
