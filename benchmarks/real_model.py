@@ -200,15 +200,9 @@ def row_config(kind: str, settings: dict, updates: int, seed: int = 0, output_di
 
 def fixed_by_runner(runner: str) -> dict:
     """What the trainer behind ``runner`` does where our PPOConfig has a choice (TRL's; ours: nothing fixed)."""
-    if runner == "trl":
-        from trl_ext.trl_compat.backend import TRL_PPO_FIXED
+    from trl_ext.runs.runners import trl_trainer
 
-        return dict(TRL_PPO_FIXED)
-    if runner == "grpo":
-        from trl_ext.runs.group_trainers import TRL_GRPO_FIXED
-
-        return dict(TRL_GRPO_FIXED)
-    return {}
+    return {} if runner == "scratch" else dict(trl_trainer(runner)[2])
 
 
 def resolved_settings(kind: str, settings: dict, updates: int) -> tuple[dict, dict, dict]:

@@ -142,6 +142,9 @@ def test_compare_refuses_only_an_option_no_row_reads():
     _options("compare", ["--backends", "scratch,trl", "--micro-batch-size", "2"])  # the scratch row reads it
     with pytest.raises(InputError, match="--micro-batch-size acts only with backend 'scratch'"):
         _options("compare", ["--backends", "trl,grpo", "--micro-batch-size", "2"])
+    both = r"--cliprange-value acts only with backend 'scratch' \(TRL's GRPO never reads it\) or, in another row, an"
+    with pytest.raises(InputError, match=both):  # each row's reason, once
+        _options("compare", ["--backends", "grpo,scratch-grpo,grpo-tuned", "--cliprange-value", "0.3"])
     with pytest.raises(InputError, match="--scale-rewards acts only with"):
         _options("compare", ["--backends", "scratch", "--scale-rewards", "batch"])
     with pytest.raises(InputError, match="--max-tool-calling-iterations acts only with tools or an environment"):

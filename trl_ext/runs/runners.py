@@ -272,7 +272,7 @@ def check_runnable(runner: str, cfg: PPOConfig, name: str | None = None) -> None
 RUN_READS = frozenset(("output_dir", "seed", "resume_from_checkpoint"))
 
 
-def _trl_trainer(runner: str) -> tuple[str, frozenset, dict]:
+def trl_trainer(runner: str) -> tuple[str, frozenset, dict]:
     """TRL's trainer behind ``runner``: its name, the options of ours it reads, those it fixes (at what value)."""
     if runner == "trl":
         from trl_ext.trl_compat.backend import TRL_PPO_FIXED, TRL_PPO_READS
@@ -289,7 +289,7 @@ def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
     another value, and a checkpoint limit without checkpoints."""
     if runner == "scratch":
         return cfg.inert_options(names)
-    trainer, reads, fixed = _trl_trainer(runner)
+    trainer, reads, fixed = trl_trainer(runner)
     ours = {f.name for f in fields(PPOConfig)} - RUN_READS
     inert = {}
     for name in names:

@@ -335,4 +335,6 @@ class DemoOptions(CommandOptions):
 
         inert = [inert_options(BACKENDS[backend].runner, train, names) for backend, train in _row_configs(self)]
         in_every_row = set.intersection(*map(set, inert)) if inert else set()
-        return {**{n: inert[0][n] for n in in_every_row}, **single_turn_inert(names)}
+        # each row's reason, once: rows of different trainers need it for different things
+        why = {n: " or, in another row, ".join(dict.fromkeys(row[n] for row in inert)) for n in in_every_row}
+        return {**why, **single_turn_inert(names)}
