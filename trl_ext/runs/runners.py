@@ -298,8 +298,8 @@ def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
                 inert[name] = f"backend 'scratch' ({trainer} runs {fixed[name]!r})"
         elif name in ours and name not in reads:
             inert[name] = f"backend 'scratch' ({trainer} never reads it)"
-    if "save_total_limit" in names and "save_total_limit" in reads and not cfg.save_steps:
-        inert["save_total_limit"] = "save_steps > 0"
+    if "save_total_limit" in reads:  # the checkpoint limit acts with checkpoints there too: the scratch scope's rule
+        inert.update(cfg.inert_options([n for n in names if n == "save_total_limit"]))
     return inert
 
 
