@@ -336,6 +336,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
         total_episodes=episodes,
         response_length=response_length,
         learning_rate=1e-5,
+        lr_scheduler_type="constant",  # so the profiled update, run after the timed ones, changes none of their rates
         num_ppo_epochs=1,
         kl_coef=0.05,
         vf_coef=0.1,
@@ -420,6 +421,7 @@ def measure(row: str, batch_size: int, response_length: int, args) -> dict:
                     max_completion_length=response_length,
                     max_steps=updates,
                     learning_rate=1e-5,
+                    lr_scheduler_type="constant",
                     num_iterations=1,
                     bf16=gpu,
                     use_cpu=not gpu,

@@ -424,6 +424,25 @@ def test_stage_files_in_another_format_than_the_prompts_get_a_note(models, tmp_p
     assert len(lines) == 1
 
 
+def test_the_tool_template_counts_before_any_stage_as_ppo_will_use_it(models):
+    """A policy without a chat template, given one by --tool-template: its conversations are accepted before any
+    stage, and the line printed says they go through the template, as PPO will render them."""
+    from trl_ext.errors import InputError
+    from trl_ext.runs.rlhf import load_prompts
+    from trl_ext.runs.rlhf_options import PromptOptions, RLHFStages
+
+    conversations, text = (
+        PromptOptions(prompts=str(RECIPE / "prompts.jsonl")),
+        PromptOptions(prompts=str(RECIPE / "prompts_plain.txt")),
+    )
+    with pytest.raises(InputError, match="a conversation, but the tokenizer"):
+        load_prompts(conversations, RLHFStages(), str(models["plain"]))
+    _, lines = load_prompts(conversations, RLHFStages(), str(models["plain"]), tool_template="qwen2_5")
+    assert lines[0].endswith("rendered with the policy's chat template (generation prompt added)")
+    _, lines = load_prompts(text, RLHFStages(), str(models["plain"]), tool_template="qwen2_5")
+    assert "wrapped as user turns and rendered with the chat template: chat_template auto" in lines[0]
+
+
 def test_conversational_stage_rows_are_checked_like_prompts():
     from datasets import Dataset
 

@@ -55,15 +55,21 @@ def task_prompts(data: PromptOptions, seed: int) -> PromptFile:
     return PromptFile(data.task, list(range(1, len(dataset) + 1)), dataset["prompt"], columns, "conversational")
 
 
-def load_prompts(data: PromptOptions, stages: RLHFStages, policy: str, seed: int = 0) -> tuple[PromptFile, list[str]]:
-    """The prompt file (or ``--task``'s prompts, of ``seed``), checked against the policy's tokenizer before any
-    stage trains, and the lines saying how it will be used (the tokens are made later, with the tokenizer PPO runs
-    with)."""
+def load_prompts(
+    data: PromptOptions, stages: RLHFStages, policy: str, seed: int = 0, tool_template: str | None = None
+) -> tuple[PromptFile, list[str]]:
+    """The prompt file (or ``--task``'s prompts, of ``seed``), checked against the policy's tokenizer (given
+    ``tool_template`` as PPO will give it) before any stage trains, and the lines saying how it will be used (the
+    tokens are made later, with the tokenizer PPO runs with)."""
     from trl_ext.models.directory import load_tokenizer, read_model_config
 
     prompts = task_prompts(data, seed) if data.task else read_prompt_file(data.prompts)
     read_model_config(policy, "policy")
     tokenizer = load_tokenizer(policy, "policy")
+    if tool_template:
+        from trl_ext.agents.templates import with_tool_template
+
+        with_tool_template(tokenizer, tool_template)
     templated = uses_chat_template(prompts, tokenizer, data.chat_template)
     check_encodable(prompts, tokenizer, templated)
     lines = [describe(prompts, templated, data.chat_template)]
@@ -225,7 +231,9 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
             connect_reward(models.reward_url)
         check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
-        prompt_file, prompt_lines = load_prompts(opts.data, opts.stages, models.policy, opts.train.seed)
+        prompt_file, prompt_lines = load_prompts(
+            opts.data, opts.stages, models.policy, opts.train.seed, opts.agents.tool_template
+        )
         # tools, environment and chat template checked here too; --policy's tokenizer is the SFT model's
         agent = load_agent(opts.agents, models.policy) if opts.agents.multi_turn else None
         for line in prompt_lines if run.is_main else ():
