@@ -125,6 +125,14 @@ def test_compare_grpo_and_rloo_rows(tmp_path):
     # two optimizer steps a generated batch: still one update (and 8 episodes) a batch
     history = [json.loads(x) for x in (out / "grpo-tuned_seed0" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["update"], r["episode"]) for r in history] == [(1, 8), (2, 16)]
+    # TRL's group trainers decode without special tokens, where the doubling commands keep the eos: said, not hidden
+    summary = json.loads((out / "grpo_seed0" / "summary.json").read_text())
+    assert summary["fixed_by_trl"] == {"skip_special_tokens": True}
+    assert "[grpo] TRL's GRPO has no choice in skip_special_tokens (runs True, the settings False)" in run.stdout
+    assert (
+        "rloo: where TRL's RLOO has no choice it differs from the row's settings in skip_special_tokens"
+        in (out / "report.md").read_text()
+    )
 
 
 @pytest.mark.parametrize("backend", ["scratch", pytest.param("trl", marks=pytest.mark.needs_trl_ppo)])

@@ -189,3 +189,17 @@ def test_an_unknown_yaml_key_names_the_nearest_options(tmp_path):
     (tmp_path / "b.yaml").write_text("zzqqxx: 1\n")
     with pytest.raises(InputError, match=r"unknown option 'zzqqxx' \(`--help` lists the options\)"):
         _options("ppo", [*PPO, "--config", str(tmp_path / "b.yaml")])
+
+
+def test_a_compare_report_names_what_trls_group_trainers_run_otherwise_than_their_rows_settings():
+    """The doubling commands keep the eos for their classifier; TRL's GRPO decodes without special tokens, so its
+    row's report says so, and a row of ours at the same preset has nothing to say."""
+    from trl_ext.tasks.doubling.pipeline import group_trainer_notes
+
+    opts = _options("compare", ["--out", "o", "--backends", "grpo,scratch-grpo"])
+    assert group_trainer_notes(opts) == [
+        "grpo: where TRL's GRPO has no choice it differs from the row's settings in skip_special_tokens "
+        "(ours False, TRL's True)."
+    ]
+    opts = _options("compare", ["--out", "o", "--backends", "grpo", "--skip-special-tokens", "true"])
+    assert group_trainer_notes(opts) == []

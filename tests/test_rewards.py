@@ -108,7 +108,7 @@ def test_classifier_reward_rewards_the_requested_set(trained_artifacts):
         doubling_classifier_reward(model, tok, label_score="odds")
 
 
-def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
+def _reward_through_trl(reward_fn, tokenizer, dataset, completions, skip_special_tokens=False):
     from trl.experimental.utils import get_reward
 
     from trl_ext.data.batching import pad_batch
@@ -118,7 +118,7 @@ def _reward_through_trl(reward_fn, tokenizer, dataset, completions):
     responses, _ = pad_batch(
         [tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions], tokenizer.pad_token_id, side="right"
     )
-    module = as_ppo_reward_model(reward_fn, tokenizer, dataset)
+    module = as_ppo_reward_model(reward_fn, tokenizer, dataset, skip_special_tokens)
     from trl.trainer.utils import disable_dropout_in_model
 
     disable_dropout_in_model(module)
@@ -140,6 +140,25 @@ def test_same_reward_through_trl_get_reward(trained_artifacts, tokenizer):
         direct = reward(dataset["prompt"], completions, label=dataset["label"])
         via_trl = _reward_through_trl(reward, tokenizer, dataset, completions)
         assert via_trl == pytest.approx(direct, abs=1e-5)
+
+
+@pytest.mark.parametrize("skip_special_tokens, seen", [(True, "6640"), (False, "6640E")])
+def test_ppo_adapter_decodes_completions_as_the_scratch_trainer_is_told(tokenizer, skip_special_tokens, seen):
+    """The eos E reaches the reward function only where skip_special_tokens is False, as in our trainer."""
+    from trl_ext.tasks.doubling.task import Sample, prompt_dataset
+    from trl_ext.trl_compat.reward_model import as_ppo_reward_model
+
+    received = []
+
+    def record(prompts, completions, **_):
+        received.extend(completions)
+        return [0.0] * len(completions)
+
+    dataset = prompt_dataset(tokenizer, [Sample(3320, 0, True)])
+    module = as_ppo_reward_model(record, tokenizer, dataset, skip_special_tokens)
+    ids = torch.tensor([dataset["input_ids"][0] + tokenizer("6640E", add_special_tokens=False)["input_ids"]])
+    module.reward_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
+    assert received == [seen]
 
 
 def test_ppo_adapter_rejects_unknown_prompt(tokenizer):

@@ -242,13 +242,17 @@ def test_trl_ppo_config_turns_checkpointing_off_without_a_deprecation_warning(tm
 def test_the_settings_trl_ppo_cannot_express_are_named():
     """A comparison with TRL's PPO states where the rows differ: the options TRL's PPO fixes, when ours are set
     otherwise, and nothing at TRL's values (the import needs no TRL)."""
+    from trl_ext.runs.runners import fixed_differences
     from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
-    from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
 
-    assert settings_trl_ppo_cannot_express(doubling_ppo_config(score_position="after_last_token")) == {}
-    differ = settings_trl_ppo_cannot_express(doubling_ppo_config(whiten_advantages=False, beta=0.1))
+    assert fixed_differences("trl", doubling_ppo_config(score_position="after_last_token")) == {}
+    differ = fixed_differences("trl", doubling_ppo_config(whiten_advantages=False, beta=0.1))
     assert differ == {
         "score_position": ("last_token", "after_last_token"),
         "whiten_advantages": (False, True),
         "beta": (0.1, 0.0),
     }
+    # the estimator's own whitening counts where the config leaves it unset: GRPO's rows do not whiten
+    grpo = doubling_ppo_config(advantage_estimator="grpo", kl_coef=0.0, skip_special_tokens=False)
+    assert fixed_differences("grpo", grpo) == {"skip_special_tokens": (False, True)}
+    assert fixed_differences("scratch", grpo) == {}

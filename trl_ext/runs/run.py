@@ -138,13 +138,23 @@ def run_training(
     """
     from trl_ext.ppo.config import num_updates
     from trl_ext.runs.recorder import RunRecorder
-    from trl_ext.runs.runners import check_runnable, train_and_save
+    from trl_ext.runs.runners import check_runnable, fixed_differences, train_and_save, trl_trainer
 
     check_runnable(spec.runner, spec.config, spec.backend)
     run = Run(spec)
     if spec.stop_at_target and run.state.num_processes > 1:
         raise InputError("stop_at_target probes on the main process only: use it with one process")
     inputs = load(run)
+    # what TRL's trainer runs where it has no choice, when the settings say otherwise (a default, not a user's value:
+    # those are refused): said before training and kept in summary.json
+    fixed = {name: theirs for name, (_, theirs) in fixed_differences(spec.runner, spec.config).items()}
+    if fixed and run.is_main:
+        print_fn(
+            f"[{spec.backend}] {trl_trainer(spec.runner)[0]} has no choice in "
+            + ", ".join(
+                f"{name} (runs {value!r}, the settings {getattr(spec.config, name)!r})" for name, value in fixed.items()
+            )
+        )
     probe = None if spec.probe is None else (lambda policy: spec.probe(policy, inputs.tokenizer))
     recorder = RunRecorder(
         backend=spec.backend,
@@ -169,6 +179,7 @@ def run_training(
         "sources": spec.sources,
         "updates": len(history),
         "world_size": runner.accelerator.num_processes,
+        "fixed_by_trl": fixed,
         **summarize(inputs, runner, recorder),
         "samples": history.samples,
     }

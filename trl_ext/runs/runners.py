@@ -283,6 +283,20 @@ def trl_trainer(runner: str) -> tuple[str, frozenset, dict]:
     return f"TRL's {runner.upper()}", TRL_GROUP_READS[runner], TRL_GROUP_FIXED[runner]
 
 
+def fixed_differences(runner: str, cfg: PPOConfig) -> dict[str, tuple]:
+    """``{option: (cfg's value, what TRL's trainer runs)}`` for each option ``runner``'s TRL trainer fixes at another
+    value than ``cfg``'s: where that row of a comparison runs otherwise than its config says (none for scratch)."""
+    if runner == "scratch":
+        return {}
+    from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+
+    _, _, fixed = trl_trainer(runner)
+    ours = {name: getattr(cfg, name) for name in fixed}
+    if ours.get("whiten_advantages", False) is None:  # the estimator's default
+        ours["whiten_advantages"] = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator].whiten
+    return {name: (value, fixed[name]) for name, value in ours.items() if value != fixed[name]}
+
+
 def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
     """Of ``names``, the options that would not change ``runner``'s run, each with what it acts with: the scratch
     trainer's scopes (``PPOConfig.inert_options``); for TRL's trainers, an option of ours they never read or fix at

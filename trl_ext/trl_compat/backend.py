@@ -102,17 +102,9 @@ TRL_PPO_READS = frozenset(
         "report_to",
         "separate_critic",
         "value_head_init",
+        "skip_special_tokens",  # how the reward adapter decodes completions, as our trainer does
     )
 )
-
-
-def settings_trl_ppo_cannot_express(cfg) -> dict[str, tuple]:
-    """``{option: (ours, TRL's)}`` for every option of ``cfg`` that TRL's PPO fixes to another value (the rows of a
-    comparison differ there, and only there)."""
-    ours = {name: getattr(cfg, name) for name in TRL_PPO_FIXED}
-    if ours["whiten_advantages"] is None:  # the estimator's default: GAE whitens
-        ours["whiten_advantages"] = True
-    return {name: (value, TRL_PPO_FIXED[name]) for name, value in ours.items() if value != TRL_PPO_FIXED[name]}
 
 
 def trl_ppo_config(cfg, output_dir: str | Path):
@@ -216,7 +208,7 @@ def build_trl_trainer(cfg, policy, tokenizer, reward_fn, train_dataset, output_d
     if cfg.gradient_checkpointing:  # TRL 1.12's PPOTrainer.train() never enables it from its arguments
         enable_activation_checkpointing(policy)
     tokenizer = pad_outside_queries(left_padded(tokenizer), train_dataset["input_ids"])
-    reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset)
+    reward_model = as_ppo_reward_model(reward_fn, tokenizer, train_dataset, cfg.skip_special_tokens)
     value_model = build_value_model(policy, cfg.separate_critic, cfg.value_head_init)
     ids_only = train_dataset.select_columns(["input_ids"])
     trainer = TRLPPOTrainer(

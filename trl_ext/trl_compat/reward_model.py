@@ -10,8 +10,9 @@ The split point (TRL's ``context_length``) never reaches the backbone, so the ad
 each prompt itself: every sequence must start with one of the prompts it was given (the PPO
 training dataset), and that prompt's other dataset columns are passed to the reward function
 too, as GRPO would pass them. When the dataset's ``prompt`` column holds conversations, the reward
-function gets that conversation and the completion as one assistant message (special tokens dropped),
-as GRPO and the scratch trainer hand them.
+function gets that conversation and the completion as one assistant message, as GRPO and the scratch
+trainer hand them. Completions are decoded as the scratch trainer decodes them: special tokens (the eos)
+dropped unless ``skip_special_tokens`` is False (``PPOConfig.skip_special_tokens``).
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ class PromptIndex:
 
 
 class _RewardBackbone(nn.Module):
-    def __init__(self, reward_fn: Callable, tokenizer, index: PromptIndex):
+    def __init__(self, reward_fn: Callable, tokenizer, index: PromptIndex, skip_special_tokens: bool):
         super().__init__()
         self.reward_fn, self.tokenizer, self.index = reward_fn, tokenizer, index
+        self.skip_special_tokens = skip_special_tokens
         self.register_buffer("anchor", torch.zeros(0), persistent=False)  # follows .to(device)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **_ignored):
@@ -70,14 +72,13 @@ class _RewardBackbone(nn.Module):
         for ids, mask in zip(input_ids.tolist(), attention_mask.bool().tolist()):
             real = [t for t, keep in zip(ids, mask) if keep]  # TRL replaced pads by 0: trust the mask
             length, row = self.index.find(real)
-            if self.index.conversations is not None:  # what the scratch trainer hands: message, no special tokens
+            completion = self.tokenizer.decode(real[length:], skip_special_tokens=self.skip_special_tokens)
+            if self.index.conversations is not None:  # what the scratch trainer hands: one assistant message
                 prompts.append(self.index.conversations[row])
-                completions.append(
-                    [{"role": "assistant", "content": self.tokenizer.decode(real[length:], skip_special_tokens=True)}]
-                )
+                completions.append([{"role": "assistant", "content": completion}])
             else:
                 prompts.append(self.tokenizer.decode(real[:length], skip_special_tokens=False))
-                completions.append(self.tokenizer.decode(real[length:], skip_special_tokens=False))
+                completions.append(completion)
             rows.append(row)
         columns = {name: [values[r] for r in rows] for name, values in self.index.columns.items()}
         rewards = call_reward(self.reward_fn, prompts, completions, **columns)
@@ -90,22 +91,25 @@ class RewardFunctionModel(nn.Module):
 
     base_model_prefix = "reward_backbone"
 
-    def __init__(self, reward_fn: Callable, tokenizer, index: PromptIndex):
+    def __init__(self, reward_fn: Callable, tokenizer, index: PromptIndex, skip_special_tokens: bool = True):
         super().__init__()
-        self.reward_backbone = _RewardBackbone(reward_fn, tokenizer, index)
+        self.reward_backbone = _RewardBackbone(reward_fn, tokenizer, index, skip_special_tokens)
         self.score = nn.Identity()
         self.name = reward_name(reward_fn)
 
 
-def as_ppo_reward_model(reward_fn: Callable, tokenizer, prompts) -> RewardFunctionModel:
+def as_ppo_reward_model(
+    reward_fn: Callable, tokenizer, prompts, skip_special_tokens: bool = True
+) -> RewardFunctionModel:
     """Wrap ``reward_fn`` for ``trl.experimental.ppo.PPOTrainer(reward_model=...)``.
 
     ``prompts``: the PPO ``train_dataset`` (its ``input_ids`` and other columns are indexed)
-    or a list of token-id lists.
+    or a list of token-id lists. ``skip_special_tokens``: completions decoded without the eos and other special
+    tokens (GRPO's way, the default) or with them, for a reward that reads the eos.
     """
     if not callable(reward_fn):
         raise RewardError(f"reward_fn must be callable, got {type(reward_fn).__name__}")
     if tokenizer.pad_token_id is None:
         raise RewardError("the tokenizer needs a pad token: TRL marks padding with it")
     index = PromptIndex.from_dataset(prompts) if hasattr(prompts, "column_names") else PromptIndex(prompts)
-    return RewardFunctionModel(reward_fn, tokenizer, index)
+    return RewardFunctionModel(reward_fn, tokenizer, index, skip_special_tokens)

@@ -17,6 +17,7 @@ from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.option_scopes import single_turn_inert
 from trl_ext.runs.recorder import read_history
 from trl_ext.runs.run import OutputOptions, prepare_out_dir
+from trl_ext.runs.runners import fixed_differences, trl_trainer
 from trl_ext.settings.fields import options_dict
 from trl_ext.settings.layers import CommandOptions
 from trl_ext.stages.reuse import reuse_or_run
@@ -253,6 +254,24 @@ def _collect(layout: Layout, out: Path, runs: list[PPORun], summaries: list[dict
     return histories
 
 
+def _differences(differ: dict[str, tuple]) -> str:
+    return ", ".join(f"{name} (ours {ours}, TRL's {theirs})" for name, (ours, theirs) in differ.items())
+
+
+def group_trainer_notes(opts: DemoOptions) -> list[str]:
+    """A line for each row of TRL's critic-free trainers whose preset sets what that trainer fixes otherwise."""
+    notes = []
+    for backend in opts.pipeline.backend_list:
+        runner = BACKENDS[backend].runner
+        differ = fixed_differences(runner, row_config(opts.train, opts.sources, backend)[0])
+        if runner not in ("scratch", "trl") and differ:
+            notes.append(
+                f"{backend}: where {trl_trainer(runner)[0]} has no choice it differs from the row's settings in "
+                f"{_differences(differ)}."
+            )
+    return notes
+
+
 def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
     watch, notes = opts.watch, []
     if layout.aggregate:
@@ -262,14 +281,11 @@ def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
             "Time-to-0.99 columns average the seeds that reached it (see results.json for each seed).",
         ]
     if {"trl", "scratch"} <= set(opts.pipeline.backend_list):
-        from trl_ext.trl_compat.backend import settings_trl_ppo_cannot_express
-
-        differ = settings_trl_ppo_cannot_express(opts.train)
+        differ = fixed_differences("trl", opts.train)
         notes.append(
             "trl and scratch: one PPOConfig, every option TRL's PPO has given to it alike; "
             + (
-                "where TRL's PPO has no choice they differ in "
-                + ", ".join(f"{name} (ours {ours}, TRL's {theirs})" for name, (ours, theirs) in differ.items())
+                f"where TRL's PPO has no choice they differ in {_differences(differ)}"
                 if differ
                 else "nothing else differs"
             )
@@ -281,6 +297,7 @@ def _notes(opts: DemoOptions, layout: Layout, stages: dict) -> list[str]:
         )
     return (
         notes
+        + group_trainer_notes(opts)
         + _stage_notes(stages)
         + [
             f"Exact-match on {watch.eval_n} held-out prefix prompts; 'to 0.99' is the first greedy probe "
