@@ -212,22 +212,22 @@ def resolved_settings(kind: str, settings: dict, updates: int) -> tuple[dict, di
     value the row asked for that its trainer cannot run."""
     from dataclasses import fields
 
-    from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+    from trl_ext.ppo.advantages import whitens
+    from trl_ext.runs.runners import fixed_differences
 
     cfg = row_config(kind, settings, updates)
     method, implementation = {}, {}
     for f in fields(cfg):
         implemented = f.name in IMPLEMENTATION or f.name.startswith("vllm_")
         (implementation if implemented else method)[f.name] = getattr(cfg, f.name)
-    if method["whiten_advantages"] is None:
-        method["whiten_advantages"] = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator].whiten
+    method["whiten_advantages"] = whitens(cfg)
     for key in NOT_CONFIG:
         if key in settings:
             (implementation if key in IMPLEMENTATION else method)[key] = settings[key]
     method.update(LORA)
-    fixed = fixed_by_runner(ROWS[kind][1])
-    not_expressible = {k: [method.get(k), v] for k, v in fixed.items() if method.get(k) != v}
-    method.update(fixed)
+    runner = ROWS[kind][1]
+    not_expressible = {k: list(v) for k, v in fixed_differences(runner, cfg).items()}
+    method.update(fixed_by_runner(runner))
     return method, implementation, not_expressible
 
 

@@ -598,3 +598,27 @@ def test_trl_backend_without_a_spare_pad_token_says_so(tokenizers):
         ),
     ):
         pad_outside_queries(tok, [every_special])
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_trl_ppos_reward_adapter_decodes_a_conversations_answer_as_told(models, skip_special_tokens):
+    """TRL's PPO row hands the reward one assistant message, its eos kept only where skip_special_tokens is False,
+    as the scratch trainer does."""
+    from transformers import AutoTokenizer
+
+    from trl_ext.data.prompt_files import prepare_prompts
+    from trl_ext.trl_compat.reward_model import as_ppo_reward_model
+
+    tok = AutoTokenizer.from_pretrained(models["chat"])
+    dataset = prepare_prompts(RECIPE / "prompts.jsonl", tok).dataset
+    received = []
+
+    def record(prompts, completions, **_):
+        received.extend(completions)
+        return [0.0] * len(completions)
+
+    ids = torch.tensor([dataset["input_ids"][0] + tok(text="hello", add_special_tokens=False)["input_ids"]])
+    ids = torch.cat([ids, torch.tensor([[tok.eos_token_id]])], 1)
+    module = as_ppo_reward_model(record, tok, dataset, skip_special_tokens)
+    module.reward_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
+    assert received == [[{"role": "assistant", "content": "hello" if skip_special_tokens else "hello" + tok.eos_token}]]

@@ -101,10 +101,19 @@ def test_every_python_example_is_run_or_marked_a_sketch():
 
 
 def test_readme_reward_adapter_example_runs(trained_artifacts, capsys):
+    import torch
+
     block = example("README.md", 'load_classifier("runs/reward")')
-    exec(block.replace('"runs/reward"', repr(str(trained_artifacts["reward"]))), {})
+    scope = {}
+    exec(block.replace('"runs/reward"', repr(str(trained_artifacts["reward"]))), scope)
     high, low = eval(capsys.readouterr().out.strip().splitlines()[-1])
     assert high > 2.0 > low
+    # the adapter it builds for TRL's PPO scores the dataset's expected answer as the reward does (the eos kept)
+    row, tokenizer = scope["train_dataset"][0], scope["tokenizer"]
+    ids = torch.tensor([row["input_ids"] + tokenizer(row["answer"], add_special_tokens=False)["input_ids"]])
+    hidden = scope["reward_model"].reward_backbone(input_ids=ids, attention_mask=torch.ones_like(ids)).hidden_states
+    direct = scope["reward"]([row["prompt"]], [row["answer"]])[0]
+    assert direct > 2.0 and float(hidden[0][0, -1, 0]) == pytest.approx(direct)
 
 
 @pytest.fixture(scope="module")

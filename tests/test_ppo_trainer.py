@@ -214,7 +214,7 @@ def test_trainer_scores_equal_trl_get_reward_on_same_tokens(pieces):
     ).train()
     queries, _ = pad_batch(tok(seen["prompts"], add_special_tokens=False)["input_ids"], tok.pad_token_id, "left")
     responses, _ = pad_batch(tok(seen["completions"], add_special_tokens=False)["input_ids"], tok.pad_token_id)
-    module = as_ppo_reward_model(reward, tok, data)
+    module = as_ppo_reward_model(reward, tok, data, skip_special_tokens=False)  # as the trainer above decodes
     _, via_trl, _ = get_reward(module, torch.cat([queries, responses], 1), tok.pad_token_id, queries.shape[1])
     assert via_trl.tolist() == pytest.approx(seen["scores"], abs=1e-5)
 

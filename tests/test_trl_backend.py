@@ -256,3 +256,10 @@ def test_the_settings_trl_ppo_cannot_express_are_named():
     grpo = doubling_ppo_config(advantage_estimator="grpo", kl_coef=0.0, skip_special_tokens=False)
     assert fixed_differences("grpo", grpo) == {"skip_special_tokens": (False, True)}
     assert fixed_differences("scratch", grpo) == {}
+    # TRL's PPO whitens; a GRPO-estimator config left unset does not
+    assert fixed_differences(
+        "trl", doubling_ppo_config(advantage_estimator="grpo", score_position="after_last_token")
+    ) == {
+        "advantage_estimator": ("grpo", "gae"),
+        "whiten_advantages": (False, True),
+    }

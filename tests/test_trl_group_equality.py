@@ -124,6 +124,11 @@ CASES = {
     # two optimizer steps on one batch (the second one's ratio is not 1, so clipping can act), at a constant
     # rate: a decaying one steps per update in ours, per optimizer step in theirs
     "grpo-2-iterations": ("grpo", dict(GRPO, beta=0.04, loss_type="bnpo", scale_rewards="batch", **TWO_STEPS)),
+    # the KL term without the policy ratio's weight (TRL's default weighs it; the option reaches TRL's GRPO)
+    "grpo-2-iterations-kl-unweighted": (
+        "grpo",
+        dict(GRPO, beta=0.04, use_bias_correction_kl=False, loss_type="bnpo", scale_rewards="batch", **TWO_STEPS),
+    ),
     "rloo-2-iterations": ("rloo", dict(RLOO, **TWO_STEPS)),
 }
 

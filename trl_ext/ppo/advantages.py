@@ -93,6 +93,13 @@ def needs_values(config) -> bool:
     return ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_values
 
 
+def whitens(config) -> bool:
+    """Whether ``config``'s advantages are whitened: its ``whiten_advantages``, else its estimator's default."""
+    if config.whiten_advantages is None:
+        return ADVANTAGE_ESTIMATORS[config.advantage_estimator].whiten
+    return config.whiten_advantages
+
+
 def compute_advantages(
     scores: torch.Tensor,
     logprobs: torch.Tensor,
@@ -175,8 +182,7 @@ def _contiguous_advantages(
     advantages, returns = estimator.fn(
         EstimatorInputs(rewards, values, mask, value_mask, group_ids, critic_lam), config
     )
-    whiten = estimator.whiten if config.whiten_advantages is None else config.whiten_advantages
-    if whiten:
+    if whitens(config):
         advantages = core.masked_whiten(advantages, mask) * mask
     return Advantages(
         advantages=advantages,

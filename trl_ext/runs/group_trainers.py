@@ -78,7 +78,7 @@ _READ_BY_BOTH = (
     "gradient_checkpointing",
 )
 TRL_GROUP_READS = {
-    "grpo": frozenset((*_READ_BY_BOTH, "beta", "scale_rewards", "loss_type")),
+    "grpo": frozenset((*_READ_BY_BOTH, "beta", "use_bias_correction_kl", "scale_rewards", "loss_type")),
     "rloo": frozenset((*_READ_BY_BOTH, "kl_coef")),
 }
 
@@ -87,8 +87,8 @@ def group_trainer_arguments(kind: str, cfg) -> dict:
     """The options of TRL's ``GRPOConfig``/``RLOOConfig`` that carry our ``cfg``: the ones the update-equality test
     (tests/test_trl_group_equality.py) configures TRL with. Our epochs over a batch are their iterations over a
     generation, each ``num_mini_batches`` optimizer steps (their ``steps_per_generation``); GRPO's ``beta`` (a KL
-    in the loss), ``scale_rewards`` and ``loss_type`` are ours; RLOO's ``beta`` is a KL in the reward, our
-    ``kl_coef``, and its advantages are not whitened."""
+    in the loss, and its ``use_bias_correction_kl``), ``scale_rewards`` and ``loss_type`` are ours; RLOO's ``beta``
+    is a KL in the reward, our ``kl_coef``, and its advantages are not whitened."""
     common = dict(
         num_iterations=cfg.num_ppo_epochs,
         steps_per_generation=cfg.num_mini_batches,
@@ -101,7 +101,13 @@ def group_trainer_arguments(kind: str, cfg) -> dict:
         **optimizer_training_argument(cfg.optim),
     )
     if kind == "grpo":
-        return dict(common, beta=cfg.beta, scale_rewards=cfg.scale_rewards, loss_type=cfg.loss_type)
+        return dict(
+            common,
+            beta=cfg.beta,
+            use_bias_correction_kl=cfg.use_bias_correction_kl,
+            scale_rewards=cfg.scale_rewards,
+            loss_type=cfg.loss_type,
+        )
     return dict(common, beta=cfg.kl_coef, normalize_advantages=False)
 
 

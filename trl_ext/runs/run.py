@@ -145,16 +145,12 @@ def run_training(
     if spec.stop_at_target and run.state.num_processes > 1:
         raise InputError("stop_at_target probes on the main process only: use it with one process")
     inputs = load(run)
-    # what TRL's trainer runs where it has no choice, when the settings say otherwise (a default, not a user's value:
-    # those are refused): said before training and kept in summary.json
-    fixed = {name: theirs for name, (_, theirs) in fixed_differences(spec.runner, spec.config).items()}
-    if fixed and run.is_main:
-        print_fn(
-            f"[{spec.backend}] {trl_trainer(spec.runner)[0]} has no choice in "
-            + ", ".join(
-                f"{name} (runs {value!r}, the settings {getattr(spec.config, name)!r})" for name, value in fixed.items()
-            )
-        )
+    # what TRL's trainer runs where it has no choice and the settings say otherwise (a preset's value, or one the
+    # user gave a compare row that reads it): said before training, kept in summary.json
+    differ = fixed_differences(spec.runner, spec.config)
+    if differ and run.is_main:
+        said = ", ".join(f"{name} (runs {theirs!r}, the settings {ours!r})" for name, (ours, theirs) in differ.items())
+        print_fn(f"[{spec.backend}] {trl_trainer(spec.runner)[0]} has no choice in {said}")
     probe = None if spec.probe is None else (lambda policy: spec.probe(policy, inputs.tokenizer))
     recorder = RunRecorder(
         backend=spec.backend,
@@ -179,7 +175,7 @@ def run_training(
         "sources": spec.sources,
         "updates": len(history),
         "world_size": runner.accelerator.num_processes,
-        "fixed_by_trl": fixed,
+        "fixed_by_trl": {name: theirs for name, (_, theirs) in differ.items()},
         **summarize(inputs, runner, recorder),
         "samples": history.samples,
     }

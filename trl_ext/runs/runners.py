@@ -288,12 +288,10 @@ def fixed_differences(runner: str, cfg: PPOConfig) -> dict[str, tuple]:
     value than ``cfg``'s: where that row of a comparison runs otherwise than its config says (none for scratch)."""
     if runner == "scratch":
         return {}
-    from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
+    from trl_ext.ppo.advantages import whitens
 
     _, _, fixed = trl_trainer(runner)
-    ours = {name: getattr(cfg, name) for name in fixed}
-    if ours.get("whiten_advantages", False) is None:  # the estimator's default
-        ours["whiten_advantages"] = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator].whiten
+    ours = {name: whitens(cfg) if name == "whiten_advantages" else getattr(cfg, name) for name in fixed}
     return {name: (value, fixed[name]) for name, value in ours.items() if value != fixed[name]}
 
 
@@ -304,11 +302,11 @@ def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
     if runner == "scratch":
         return cfg.inert_options(names)
     trainer, reads, fixed = trl_trainer(runner)
-    ours = {f.name for f in fields(PPOConfig)} - RUN_READS
+    ours, differ = {f.name for f in fields(PPOConfig)} - RUN_READS, fixed_differences(runner, cfg)
     inert = {}
     for name in names:
         if name in fixed:
-            if getattr(cfg, name) != fixed[name]:
+            if name in differ:
                 inert[name] = f"backend 'scratch' ({trainer} runs {fixed[name]!r})"
         elif name in ours and name not in reads:
             inert[name] = f"backend 'scratch' ({trainer} never reads it)"
