@@ -136,6 +136,14 @@ def test_a_trl_trainers_run_refuses_what_it_never_reads_or_fixes_at_another_valu
         _options(command, [*args, "--backend", backend, option, value])
 
 
+def test_an_option_trls_grpo_reads_acts_as_in_ours_only_with_what_it_needs():
+    """TRL's GRPO reads use_bias_correction_kl only with a KL loss term, as the scratch trainer does."""
+    unweighted = [*PPO, "--backend", "grpo", "--use-bias-correction-kl", "false"]
+    assert _options("ppo", [*unweighted, "--beta", "0.1"])
+    with pytest.raises(InputError, match=re.escape("--use-bias-correction-kl acts only with beta > 0; drop it")):
+        _options("ppo", [*unweighted, "--beta", "0"])
+
+
 def test_compare_refuses_only_an_option_no_row_reads():
     _options("compare", ["--backends", "scratch,scratch-grpo", "--scale-rewards", "batch"])
     _options("compare", ["--backends", "scratch,grpo", "--scale-rewards", "batch"])  # TRL's GRPO reads it

@@ -203,7 +203,7 @@ def test_one_update_equals_trl_grpo_and_rloo(case, tokenizer, tmp_path, monkeypa
     if trl["ref_model"] is not None:
         logged = [entry["kl"] for entry in trl["logs"] if "kl" in entry]  # a log a step
         assert abs(logged[0]) > 1e-3  # the perturbed reference: a KL term that matters
-        if kind == "grpo":  # in the loss (ratio-weighted), at each step; our stats average the epochs
+        if kind == "grpo":  # in the loss, at each step; our stats average the epochs
             assert stats["loss/kl_avg"] == pytest.approx(np.mean(logged), abs=TOLERANCE)
         else:  # in the reward, from the rollout
             assert ours_recorded["kl"] == pytest.approx(logged[0], abs=TOLERANCE)

@@ -183,7 +183,7 @@ class PPOConfig:
     use_bias_correction_kl: bool = field(
         True,
         help="weight the beta KL term by the policy ratio, so that its "
-        "gradient is the unbiased reverse-KL one (TRL 1.16's option and default)",
+        "gradient is the unbiased reverse-KL one (TRL's GRPO option and default)",
     )
 
     # Advantages: the estimator and its normalisation

@@ -145,8 +145,8 @@ def run_training(
     if spec.stop_at_target and run.state.num_processes > 1:
         raise InputError("stop_at_target probes on the main process only: use it with one process")
     inputs = load(run)
-    # what TRL's trainer runs where it has no choice and the settings say otherwise (a preset's value, or one the
-    # user gave a compare row that reads it): said before training, kept in summary.json
+    # what TRL's trainer runs where it has no choice and the settings say otherwise (a default, a preset's value, or
+    # one the user gave a compare whose other rows read it): said before training, kept in summary.json
     differ = fixed_differences(spec.runner, spec.config)
     if differ and run.is_main:
         said = ", ".join(f"{name} (runs {theirs!r}, the settings {ours!r})" for name, (ours, theirs) in differ.items())

@@ -295,6 +295,9 @@ def fixed_differences(runner: str, cfg: PPOConfig) -> dict[str, tuple]:
     return {name: (value, fixed[name]) for name, value in ours.items() if value != fixed[name]}
 
 
+SCOPED_AS_OURS = ("save_total_limit", "use_bias_correction_kl")
+
+
 def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
     """Of ``names``, the options that would not change ``runner``'s run, each with what it acts with: the scratch
     trainer's scopes (``PPOConfig.inert_options``); for TRL's trainers, an option of ours they never read or fix at
@@ -310,8 +313,9 @@ def inert_options(runner: str, cfg: PPOConfig, names) -> dict[str, str]:
                 inert[name] = f"backend 'scratch' ({trainer} runs {fixed[name]!r})"
         elif name in ours and name not in reads:
             inert[name] = f"backend 'scratch' ({trainer} never reads it)"
-    if "save_total_limit" in reads:  # the checkpoint limit acts with checkpoints there too: the scratch scope's rule
-        inert.update(cfg.inert_options([n for n in names if n == "save_total_limit"]))
+    # options TRL reads that act only with another, as in ours (checkpoints, beta's KL term): the scratch scope's rule
+    scoped = [n for n in names if n in SCOPED_AS_OURS and n in reads]
+    inert.update(cfg.inert_options(scoped))
     return inert
 
 
