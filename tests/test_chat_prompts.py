@@ -201,6 +201,13 @@ def test_rlhf_refuses_bad_prompts_before_anything_runs(models, tmp_path, capsys)
         (models["chat"], bad, [], f"{bad}:2: message 0 of 'prompt'"),
         (models["plain"], RECIPE / "prompts_plain.txt", ["--chat-template", "always"], "chat_template 'always'"),
         (models["chat"], RECIPE / "prompts.jsonl", ["--chat-template", "never"], "the prompts are conversations"),
+        # SFT renders conversations with the policy's own template; --tool-template is PPO's
+        (
+            models["plain"],
+            RECIPE / "prompts_plain.txt",
+            ["--sft-data", str(RECIPE / "sft_chat.jsonl"), "--tool-template", "qwen2_5"],
+            "the SFT rows are conversations, but the tokenizer",
+        ),
     ]
     # the doubling policy's WordLevel vocabulary has no unknown token: a word outside it cannot be encoded
     from trl_ext.tasks.doubling.artifacts import save_artifact

@@ -99,15 +99,15 @@ def check_inputs(opts: RLHFOptions) -> None:
     from trl_ext.models.loading import check_lora_targets, check_model_dir
 
     models, stages = opts.models, opts.stages
-    check_model_dir(models.policy, "policy")
+    tokenizer = check_model_dir(models.policy, "policy")
     check_lora_targets(models.policy, lora_config(opts.lora).target_modules)
     if models.reward:
         check_model_dir(models.reward, "reward model", labels=1, why=SCALAR_REWARD)
     if stages.sft_data:
         from trl_ext.data.jsonl import as_dataset, read_jsonl
-        from trl_ext.stages.sft import check_sft_rows
+        from trl_ext.stages.sft import check_sft_format, check_sft_rows
 
-        check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data")))
+        check_sft_format(check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data"))), tokenizer)
     if stages.preferences:
         from trl_ext.stages.preferences import preference_split
 

@@ -87,6 +87,16 @@ def loss_ends(history: list[dict]) -> dict:
     return {"first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None}
 
 
+def check_sft_format(conversational: bool, tokenizer) -> None:
+    """Conversations need the chat template SFTTrainer renders them with (the policy's own: ``--tool-template``
+    is given to PPO's tokenizer, after this stage)."""
+    if conversational and not getattr(tokenizer, "chat_template", None):
+        raise SFTDataError(
+            f"the SFT rows are conversations, but the tokenizer {tokenizer.name_or_path!r} has no "
+            "chat template: give text rows or a tokenizer with one"
+        )
+
+
 def supervised_finetune(
     model,
     tokenizer,
@@ -104,11 +114,7 @@ def supervised_finetune(
 
     from trl_ext.models.loading import lora_target_errors
 
-    if check_sft_rows(dataset) and not getattr(tokenizer, "chat_template", None):
-        raise SFTDataError(
-            f"the SFT rows are conversations, but the tokenizer {tokenizer.name_or_path!r} has no "
-            "chat template: give text rows or a tokenizer with one"
-        )
+    check_sft_format(check_sft_rows(dataset), tokenizer)
     args = SFTConfig(
         **stage_training_arguments(output_dir, steps, batch_size, learning_rate, seed), dataset_num_proc=None
     )
