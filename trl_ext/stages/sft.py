@@ -88,8 +88,8 @@ def loss_ends(history: list[dict]) -> dict:
 
 
 def check_sft_format(conversational: bool, tokenizer) -> None:
-    """Conversations need the chat template SFTTrainer renders them with (the policy's own: ``--tool-template``
-    is given to PPO's tokenizer, after this stage)."""
+    """Conversations need a chat template: SFTTrainer renders them with the policy's own (``--tool-template`` is
+    PPO's, not this stage's)."""
     if conversational and not getattr(tokenizer, "chat_template", None):
         raise SFTDataError(
             f"the SFT rows are conversations, but the tokenizer {tokenizer.name_or_path!r} has no "

@@ -263,8 +263,10 @@ def group_trainer_notes(opts: DemoOptions) -> list[str]:
     notes = []
     for backend in opts.pipeline.backend_list:
         runner = BACKENDS[backend].runner
+        if runner in ("scratch", "trl"):  # ours fixes nothing; TRL's PPO has the trl/scratch note
+            continue
         differ = fixed_differences(runner, row_config(opts.train, opts.sources, backend)[0])
-        if runner not in ("scratch", "trl") and differ:
+        if differ:
             notes.append(
                 f"{backend}: where {trl_trainer(runner)[0]} has no choice it differs from the row's settings in "
                 f"{_differences(differ)}."
