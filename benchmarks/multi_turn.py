@@ -434,20 +434,12 @@ def run_row(
         evaluated[0] += time.perf_counter() - t0
         next(c for c in curve if c["update"] == update)["held_out"] = score
 
+    cfg = row_config(name, seed, updates)
     if estimator == "trl":
-        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record, evaluate)
+        policy = train_trl_grpo(model, tokenizer, dataset, factory, lora, cfg, updates, record, evaluate)
     else:
-        from trl_ext.ppo import PPOConfig, PPOTrainer
+        from trl_ext.ppo import PPOTrainer
 
-        fields = {k: v for k, v in SETTINGS.items() if k not in NOT_CONFIG}
-        cfg = PPOConfig(
-            output_dir=tempfile.mkdtemp(prefix=f"multi-turn-{name}-"),
-            seed=seed,
-            total_episodes=updates * SETTINGS["batch_size"],
-            advantage_estimator=estimator,
-            num_generations=generations,
-            **fields,
-        )
         trainer = PPOTrainer(
             model,
             reward_funcs=[tool_task.right_code],
@@ -497,31 +489,43 @@ def run_row(
     out.write_text(json.dumps(row, indent=2, ensure_ascii=False) + "\n")
 
 
-def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, generations, record, evaluate):
-    """TRL's GRPOTrainer with the environment, configured as trl-ext's GRPO row (its iterations our epochs)."""
+def row_config(name: str, seed: int, updates: int):
+    """The row's trl-ext config: its trainer's, and for TRL's row what TRL is configured with (trl-ext's GRPO)."""
+    from trl_ext.ppo import PPOConfig
+
+    _, estimator, generations, _, _ = ROWS[name]
+    settings = settings_of(name)
+    return PPOConfig(
+        output_dir=tempfile.mkdtemp(prefix=f"multi-turn-{name}-"),
+        seed=seed,
+        total_episodes=updates * settings["batch_size"],
+        advantage_estimator="grpo" if estimator == "trl" else estimator,
+        num_generations=generations,
+        **{k: v for k, v in settings.items() if k not in NOT_CONFIG},
+    )
+
+
+def train_trl_grpo(model, tokenizer, dataset, factory, lora, cfg, updates, record, evaluate):
+    """TRL's GRPOTrainer with the environment, configured as trl-ext's GRPO row with ``cfg``
+    (``group_trainer_arguments``: its iterations our epochs). Its ``loss_type`` is ours, 'bnpo': TRL's default 'dapo'
+    divides by the same token count on one process at one optimizer step a generation, as here."""
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ext.models.activation_checkpointing import checkpointing_training_argument
     from trl_ext.ppo.precision import launch_training_arguments
+    from trl_ext.runs.group_trainers import group_trainer_arguments
     from trl_ext.tasks.real_model.tool_task import right_code
 
-    epochs = SETTINGS["num_ppo_epochs"]
+    steps = cfg.num_ppo_epochs * cfg.num_mini_batches  # optimizer steps an update: one generation's
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="multi-turn-trl-"),
-        seed=seed,
-        per_device_train_batch_size=SETTINGS["batch_size"],
-        num_generations=generations,
-        max_steps=updates * epochs,
-        num_iterations=epochs,
-        learning_rate=SETTINGS["learning_rate"],
-        lr_scheduler_type=SETTINGS["lr_scheduler_type"],
-        temperature=SETTINGS["temperature"],
-        max_completion_length=SETTINGS["response_length"],
-        beta=SETTINGS["kl_coef"],
-        scale_rewards=SETTINGS["scale_rewards"],
-        max_grad_norm=SETTINGS["max_grad_norm"],
-        max_tool_calling_iterations=SETTINGS["max_tool_calling_iterations"],
+        output_dir=cfg.output_dir,
+        seed=cfg.seed,
+        per_device_train_batch_size=cfg.batch_size // cfg.num_mini_batches,
+        num_generations=cfg.num_generations,
+        max_steps=updates * steps,
+        **group_trainer_arguments("grpo", cfg),
+        max_tool_calling_iterations=cfg.max_tool_calling_iterations,
         **launch_training_arguments(),
         report_to="none",
         logging_steps=1,
@@ -533,18 +537,18 @@ def train_trl_grpo(model, tokenizer, dataset, factory, lora, seed, updates, gene
 
     class Curve(TrainerCallback):
         def on_log(self, _args, state, _control, logs=None, **_):
-            # one log an optimizer step; a new generation (an update) every `epochs` steps
-            if logs and "reward" in logs and (state.global_step - 1) % epochs == 0:
+            # one log an optimizer step; a new generation (an update) every `steps` steps
+            if logs and "reward" in logs and (state.global_step - 1) % steps == 0:
                 record(
-                    state.global_step // epochs + (state.global_step % epochs > 0),
+                    state.global_step // steps + (state.global_step % steps > 0),
                     float(logs["reward"]),
                     float(logs.get("tools/call_frequency", 0.0)),
                     {},
                 )
 
         def on_step_end(self, _args, state, _control, model=None, **_):
-            if state.global_step % epochs == 0:  # the generation's last optimizer step: an update done
-                evaluate(state.global_step // epochs, model)
+            if state.global_step % steps == 0:  # the generation's last optimizer step: an update done
+                evaluate(state.global_step // steps, model)
 
     trainer = GRPOTrainer(
         model=model,

@@ -87,10 +87,9 @@ def test_trl_gets_every_setting_both_trainers_express(bench, tmp_path, monkeypat
         raise Stop
 
     monkeypatch.setattr(trl, "GRPOConfig", config)
-    monkeypatch.setattr(bench, "SETTINGS", bench.settings_of("trl-grpo"))  # as run_row sets them for the row
     with pytest.raises(Stop):
-        bench.train_trl_grpo(None, None, None, None, None, 0, 1, 4, None, None)
-    s = bench.SETTINGS
+        bench.train_trl_grpo(None, None, None, None, None, bench.row_config("trl-grpo", 0, 1), 1, None, None)
+    s = bench.settings_of("trl-grpo")
     assert (given["max_grad_norm"], given["learning_rate"], given["temperature"]) == (
         s["max_grad_norm"],
         s["learning_rate"],
@@ -101,6 +100,7 @@ def test_trl_gets_every_setting_both_trainers_express(bench, tmp_path, monkeypat
         s["response_length"],
         s["batch_size"],
     )
+    assert (given["beta"], given["scale_rewards"], given["epsilon"]) == (s["kl_coef"], s["scale_rewards"], 0.2)
 
 
 def test_rows_need_a_warm_start(bench, tmp_path, monkeypatch, capsys):
