@@ -263,6 +263,11 @@ def _source(name: str, commands: list[str], m: dict) -> str:
     )
 
 
+def _episodes(median: float | None) -> str:
+    """A median of episode counts as the docs write counts (a median of an even count is a float: 2,560, not 2560.0)."""
+    return "-" if median is None else f"{median:,.0f}"
+
+
 def _table(summary: dict, runs: list[dict]) -> str:
     lines = [
         "| row | runs | reached greedy exact 0.99 | median episodes to 0.99 "
@@ -272,7 +277,7 @@ def _table(summary: dict, runs: list[dict]) -> str:
     for row, s in summary.items():
         lines.append(
             f"| {row} | {s['runs']} | {s['successes']} ({s['success_rate']:.0%}) | "
-            f"{s['median_episodes_to_0_99'] or '-'} | {'; '.join(s['failures']) or 'none'} |"
+            f"{_episodes(s['median_episodes_to_0_99'])} | {'; '.join(s['failures']) or 'none'} |"
         )
     lines += [
         "",

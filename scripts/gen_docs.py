@@ -232,7 +232,7 @@ def _source_line(name: str) -> str:
 def table(name: str, tables: str | None = None) -> str:
     """``benchmarks/results/NAME.md`` as the page shows it: under its source line; with ``tables``, only those."""
     text = (RESULTS / f"{name}.md").read_text().strip()
-    if not text.startswith(SOURCE) and (RESULTS / f"{name}.json").exists():
+    if not any(line.startswith(SOURCE) for line in text.splitlines()) and (RESULTS / f"{name}.json").exists():
         text = _source_line(name) + "\n\n" + text
     if tables is None:
         return text
