@@ -156,8 +156,9 @@ def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
 
 
-def test_trl_group_trainer_recomputes_activations_when_asked(models, tmp_path):
-    """``gradient_checkpointing`` reaches TRL's GRPOTrainer (it was always passed as off)."""
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_trl_group_trainer_recomputes_activations_when_asked(kind, models, tmp_path):
+    """``gradient_checkpointing`` reaches TRL's GRPOTrainer and RLOOTrainer (it was always passed as off)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ext.runs.group_trainers import build_group_trainer
@@ -165,7 +166,7 @@ def test_trl_group_trainer_recomputes_activations_when_asked(models, tmp_path):
     policy = AutoModelForCausalLM.from_pretrained(models["chat_policy"])
     tokenizer = AutoTokenizer.from_pretrained(models["chat_policy"])
     cfg = PPOConfig(
-        advantage_estimator="grpo",
+        advantage_estimator=kind,
         kl_coef=0.0,
         batch_size=4,
         total_episodes=4,
@@ -177,7 +178,7 @@ def test_trl_group_trainer_recomputes_activations_when_asked(models, tmp_path):
     def length(completions, **_):
         return [float(len(str(c))) for c in completions]
 
-    trainer = build_group_trainer("grpo", cfg, policy, tokenizer, length, conversations(4), tmp_path, num_generations=2)
+    trainer = build_group_trainer(kind, cfg, policy, tokenizer, length, conversations(4), tmp_path, num_generations=2)
     trainer.train()
     assert trainer.args.gradient_checkpointing and trainer.model.is_gradient_checkpointing
 
@@ -279,10 +280,18 @@ def test_packaging_admits_current_trl_and_keeps_trl_ppo_behind_an_extra():
 
 
 def test_library_imports_neither_trl_ppo_nor_the_task_nor_the_command_line():
+    """Every module of the library, found by its file (importing a package to walk it would load the ones left out)."""
+    package = Path(__file__).resolve().parents[1] / "trl_ext"
+    library = sorted(
+        ".".join(("trl_ext", *p.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
+        for p in package.rglob("*.py")
+        if p.relative_to(package).parts[0] not in ("commands", "tasks", "__main__.py")
+    )
+    assert len(library) > 50 and "trl_ext.runs.runners" in library and "trl_ext.ppo.trainer" in library
     code = (
-        "import sys; import trl_ext.ppo, trl_ext.rewards, trl_ext.trl_compat, trl_ext.runs.group_trainers; "
+        f"import importlib, sys; [importlib.import_module(m) for m in {library!r}]; "
         "assert 'trl.experimental.ppo' not in sys.modules, 'trl.experimental.ppo'; "
-        "loaded = [m for m in sys.modules if m.startswith(('trl_ext.tasks.doubling', 'trl_ext.commands'))]; "
+        "loaded = [m for m in sys.modules if m.startswith(('trl_ext.tasks', 'trl_ext.commands'))]; "
         "assert not loaded, loaded"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

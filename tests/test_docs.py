@@ -13,8 +13,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-# Pages other work writes: linked from the index (and elsewhere) before they exist, and tested by their authors.
-OTHER_PAGES = ("chat-prompts.md", "errors.md", "real-model.md", "vllm.md")
 # A Python block that starts with this line is an illustration (it names your own objects) and is not run.
 SKETCH = "# sketch: not run"
 # Every Python block that is run: (page, a string only that block holds) -> the test that runs it.
@@ -23,6 +21,7 @@ EXAMPLES = {
     ("README.md", "peft_config=LoraConfig("): "test_readme_chat_example_runs",
     ("docs/trl-compatibility.md", "def brevity("): "test_trl_compatibility_example_runs",
     ("docs/rewards.md", "def too_long("): "test_rewards_example_runs",
+    ("docs/chat-prompts.md", "def says_twelve("): "test_chat_prompts_reward_example_runs",
     ("docs/algorithms.md", 'OURS = "recipes/extensions/"'): "test_algorithms_example_runs",
     ("docs/multi-turn.md", "environment_factory=SecretDigit"): "test_multi_turn_example_runs",
     ("docs/multi-turn.md", "step_environment.py:guess_the_number"): "test_own_rollout_example_runs",
@@ -30,7 +29,7 @@ EXAMPLES = {
 
 
 def our_pages() -> list[Path]:
-    return [README] + sorted(p for p in DOCS.glob("*.md") if p.name not in OTHER_PAGES)
+    return [README] + sorted(DOCS.glob("*.md"))
 
 
 def name(page: Path) -> str:
@@ -77,7 +76,7 @@ def test_tutorials_are_named_by_topic_not_as_seeds():
 
 def test_the_index_links_every_page():
     index = (DOCS / "README.md").read_text()
-    for page in sorted({p.name for p in DOCS.glob("*.md")} | set(OTHER_PAGES)):
+    for page in sorted(p.name for p in DOCS.glob("*.md")):
         if page != "README.md":
             assert f"]({page})" in index, f"docs/README.md does not link {page}"
 
@@ -161,6 +160,15 @@ def test_rewards_example_runs(capsys):
     local, remote, error = capsys.readouterr().out.strip().splitlines()[-3:]
     assert eval(local) == eval(remote) == [3.0, 3.0, -1.0]  # the values the page's comment gives
     assert "too_long" in error and "3 prompts but 2 completions" in error
+
+
+def test_chat_prompts_reward_example_runs():
+    """The reward function of chat-prompts.md reads both shapes a completion comes in: a message list or a string."""
+    scope = {}
+    exec(example("docs/chat-prompts.md", "def says_twelve("), scope)
+    messages = [[{"role": "assistant", "content": "12"}], [{"role": "assistant", "content": "13"}]]
+    assert scope["says_twelve"](prompts=[[], []], completions=messages, answer=["12", "12"]) == [1.0, 0.0]
+    assert scope["says_twelve"](prompts=["", ""], completions=["it is 12", "no"], answer=["12", "12"]) == [1.0, 0.0]
 
 
 def test_algorithms_example_runs():
@@ -307,8 +315,6 @@ def test_links_paths_and_named_code_exist():
                 continue
             path_part, _, anchor = target.partition("#")
             path = (page.parent / path_part).resolve() if path_part else page
-            if path.name in OTHER_PAGES and path.parent == DOCS:
-                continue  # written by other work; may not exist yet
             if not path.exists():
                 broken.append(f"{name(page)}: link {target!r} points nowhere")
             elif anchor and path.suffix == ".md" and anchor not in anchors(path):

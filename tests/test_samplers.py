@@ -85,6 +85,8 @@ def test_auto_is_the_loop_on_cpu_the_static_sampler_on_a_gpu_and_every_engine_is
     assert resolve_sampler(AUTO, torch.device("cpu")) == "loop"
     assert resolve_sampler(AUTO, torch.device("cuda")) == "static"  # measured fastest on a GPU (rlhf-gpu.json)
     assert resolve_sampler(PPOConfig(sampler="static"), torch.device("cpu")) == "static"
+    for device in ("cpu", "cuda"):  # a server asked for is the engine wherever the trainer runs
+        assert resolve_sampler(PPOConfig(vllm_mode="server"), torch.device(device)) == "vllm"
     assert {"loop", "generate", "static", "vllm"} <= set(SAMPLERS)  # and whatever user code registered
     assert isinstance(build_sampler("loop"), LoopSampler)
 
@@ -123,6 +125,7 @@ def test_auto_picks_vllm_on_cpu_where_it_was_measured_to_win(monkeypatch):
     assert resolve_sampler(AUTO, torch.device("cpu"), _qwen2(64, 2)) == "vllm"
     assert resolve_sampler(AUTO, torch.device("cpu"), _qwen2(64, 4)) == "loop"  # heads of 16: vLLM's CPU cannot
     assert resolve_sampler(PPOConfig(top_p=0.9), torch.device("cpu"), _qwen2(64, 2)) == "loop"  # not measured
+    assert resolve_sampler(PPOConfig(top_k=5), torch.device("cpu"), _qwen2(64, 2)) == "loop"
 
 
 class ShiftedLogprobs(LoopSampler):

@@ -2,7 +2,7 @@
 
 Tests marked ``needs_vllm`` run in ``.venv-vllm`` (``bash scripts/setup.sh vllm``), where they must pass: there is
 no skip. ``scripts/test.sh`` deselects them in the other two environments. The unmarked tests (the missing-vLLM
-error, what a LoRA sync sends) need no vLLM and run everywhere.
+error, what a LoRA sync sends) need no vLLM and run in ``.venv-latest``.
 
 vLLM's CPU attention takes head sizes 32, 64, 80, ... only: every policy here has heads of 32.
 """
@@ -431,7 +431,7 @@ def doubling_on_vllm(tmp_path_factory):
 def test_doubling_task_learns_with_vllm_rollouts(doubling_on_vllm):
     """(d) PPO with the doubling settings, every rollout from vLLM, learns: 100 updates lift the greedy
     requested-charset rate by at least one character set's share (judged by the policy's own greedy decoding); the
-    sync holds the float32 gap <= 1e-5 in every update. Whether a run learns all three sets or settles on two depends
+    sync holds the float32 gap <= 1e-4 in every update. Whether a run learns all three sets or settles on two depends
     on the seed and the CPU's rounding (an AMD EPYC ended at 0.685 greedy exact where an Intel Xeon reached 1.000):
     benchmarks/robustness.py measures how often, this test that learning happens."""
     from trl_ext.ppo.trainer import PPOTrainer
