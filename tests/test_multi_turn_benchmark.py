@@ -87,8 +87,9 @@ def test_trl_gets_every_setting_both_trainers_express(bench, tmp_path, monkeypat
         raise Stop
 
     monkeypatch.setattr(trl, "GRPOConfig", config)
+    cfg = bench.row_config("trl-grpo", 0, 1)
     with pytest.raises(Stop):
-        bench.train_trl_grpo(None, None, None, None, None, bench.row_config("trl-grpo", 0, 1), 1, None, None)
+        bench.train_trl_grpo(None, None, None, None, None, cfg, 1, None, None)
     s = bench.settings_of("trl-grpo")
     assert (given["max_grad_norm"], given["learning_rate"], given["temperature"]) == (
         s["max_grad_norm"],
@@ -100,7 +101,11 @@ def test_trl_gets_every_setting_both_trainers_express(bench, tmp_path, monkeypat
         s["response_length"],
         s["batch_size"],
     )
-    assert (given["beta"], given["scale_rewards"], given["epsilon"]) == (s["kl_coef"], s["scale_rewards"], 0.2)
+    assert (given["beta"], given["scale_rewards"], given["epsilon"]) == (
+        s["kl_coef"],
+        s["scale_rewards"],
+        cfg.cliprange,
+    )
 
 
 def test_rows_need_a_warm_start(bench, tmp_path, monkeypatch, capsys):
