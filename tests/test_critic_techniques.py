@@ -256,9 +256,30 @@ def test_a_run_resumed_during_its_warmup_goes_on_with_the_stopping_rule(tokenize
     assert moved == [False, True] and len(resumed.warmup_value_losses) == 2
 
 
-def test_gae_with_several_samples_a_prompt_runs(tokenizer):
+def test_gae_with_several_samples_a_prompt_sees_each_completion_as_its_own_trajectory(tokenizer, monkeypatch):
+    """num_generations 4 with GAE: each batch is one prompt's 4 completions, and their advantages and returns are
+    the ones every completion would get in a group of its own (grouping is the critic-free estimators' business)."""
+    import trl_ext.ppo.trainer as trainer_module
+
+    seen, make = [], trainer_module.make_experience
+
+    def recording(passes, batch, scores, config, options):
+        made = make(passes, batch, scores, config, options)
+        seen.append((batch, scores, made[0], config, options))
+        return made
+
+    monkeypatch.setattr(trainer_module, "make_experience", recording)
     history = _trainer(tokenizer, num_generations=4, loss_type="grpo").train()
     assert len(history) == 2 and all(math.isfinite(h["loss/value_avg"]) for h in history)
+    assert len(seen) == 2
+    for batch, scores, exp, config, options in seen:
+        assert len(set(batch.prompts)) == 1 and len(batch.prompts) == 4
+        out = exp.outcome
+        alone = compute_advantages(
+            scores, exp.old_logprobs, exp.ref_logprobs, out.values, exp.mask,
+            core.ends_with(exp.responses, exp.mask, options.eos_token_id), torch.arange(4), config, options.kl_coef,
+        )  # fmt: skip
+        assert torch.equal(alone.advantages, out.advantages) and torch.equal(alone.returns, out.returns)
 
 
 def test_defaults_log_explained_variance_and_equal_their_neutral_values(tokenizer):

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from datasets import Dataset
 
+from trl_ext.models.digest import weights_digest
 from trl_ext.ppo import PPOTrainer
 from trl_ext.tasks.doubling.models import build_policy
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
@@ -61,7 +62,7 @@ def train_and_report(
                 **facts,
                 **after(),
                 "updates": len(history),
-                "checksum": sum(float(t.double().sum()) for t in trained),
+                "weights": weights_digest(trained),
                 "moved": any(not torch.equal(a, b) for a, b in zip(before, trained)),
                 "scores": [h["objective/scores"] for h in history],
                 "dtypes": sorted({str(p.dtype) for p in params}),

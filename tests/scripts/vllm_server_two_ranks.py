@@ -1,7 +1,7 @@
 """Two training processes on CPU sampling from one vLLM server (launched with torchrun by tests/test_vllm_server.py,
 argv: the served model's folder and the server's URL): rank 0 syncs the weights, both ranks sample; each rank prints
 one JSON line with its rank, every update's gap between the server's log-probs and its own, its sync count, and a
-checksum of its trained weights (DDP: equal on both ranks)."""
+digest of its trained weights (DDP: equal on both ranks)."""
 
 import json
 import sys
@@ -10,6 +10,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 
+from trl_ext.models.digest import weights_digest
 from trl_ext.ppo.config import PPOConfig
 from trl_ext.ppo.trainer import PPOTrainer
 
@@ -41,7 +42,7 @@ print(
             "world": trainer.accelerator.num_processes,
             "gaps": [h["sampling/sampling_logp_difference/max"] for h in history],
             "syncs": trainer.sampler.stats["syncs"],
-            "checksum": float(sum(p.double().sum() for p in trainer.policy.parameters())),
+            "weights": weights_digest(trainer.policy.parameters()),
         }
     ),
     flush=True,

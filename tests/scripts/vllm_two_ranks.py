@@ -1,6 +1,6 @@
 """Two training processes on CPU, each with its own colocated vLLM engine (launched with torchrun by
 tests/test_vllm_sampler.py): a tiny GPT-2 with heads of 32, two updates at a large learning rate; each rank prints
-one JSON line with its rank, the gaps between vLLM's log-probs and the trainer's of every update, and a checksum of
+one JSON line with its rank, the gaps between vLLM's log-probs and the trainer's of every update, and a digest of
 its trained weights (DDP: equal on both ranks)."""
 
 import json
@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for tiny
 
 from tiny_models import char_tokenizer  # noqa: E402
 
+from trl_ext.models.digest import weights_digest  # noqa: E402
 from trl_ext.ppo.config import PPOConfig  # noqa: E402
 from trl_ext.ppo.trainer import PPOTrainer  # noqa: E402
 
@@ -59,7 +60,7 @@ print(
             "world": acc.num_processes,
             "engine_seed": trainer.generator.initial_seed(),
             "gaps": [h["sampling/sampling_logp_difference/max"] for h in history],
-            "checksum": float(sum(p.double().sum() for p in trainer.policy.parameters())),
+            "weights": weights_digest(trainer.policy.parameters()),
         }
     ),
     flush=True,

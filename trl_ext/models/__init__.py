@@ -1,2 +1,3 @@
 """Models on disk and in memory: a model folder's checks (``directory``), the one loader by role (``loading``),
-dtypes, activation checkpointing, and GGUF files converted to Hugging Face checkpoints (``gguf``)."""
+dtypes, activation checkpointing, GGUF files converted to Hugging Face checkpoints (``gguf``), and a digest of
+weights (``digest``)."""

@@ -130,16 +130,14 @@ def load_inputs(opts: PPORunOptions):
     return policy, tokenizer, reward_fn
 
 
-def _rank_checksums(model, accelerator) -> list[float]:
-    """One parameter checksum per process: equal numbers mean the ranks' weights are in sync."""
-    import torch
+def _rank_weight_digests(model, accelerator) -> list[str]:
+    """One weights digest per process: equal digests mean the ranks' weights are bit-equal (in sync)."""
+    from accelerate.utils import gather_object
 
-    local = torch.tensor(
-        [sum(float(p.detach().double().sum()) for p in model.parameters())],
-        device=accelerator.device,
-        dtype=torch.float64,
-    )
-    return accelerator.gather(local).tolist() if accelerator.num_processes > 1 else local.tolist()
+    from trl_ext.models.digest import weights_digest
+
+    local = [weights_digest(model.parameters())]
+    return gather_object(local) if accelerator.num_processes > 1 else local
 
 
 def run_record(opts: PPORunOptions) -> dict:
@@ -178,9 +176,9 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
         )
 
     def summarize(inputs, runner, recorder) -> dict:
-        checksums = _rank_checksums(runner.policy, runner.accelerator)  # every process takes part
+        digests = _rank_weight_digests(runner.policy, runner.accelerator)  # every process takes part
         if not runner.accelerator.is_main_process:
-            return {"rank_checksums": checksums}
+            return {"rank_weight_digests": digests}
         report = evaluate_policy(runner.policy, inputs.tokenizer, n=watch.eval_n, seed=cfg.seed, sample=True)
         (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         train_seconds, last = recorder.train_seconds, recorder.history.last
@@ -195,7 +193,7 @@ def run_ppo(opts: PPORunOptions, print_fn=print) -> dict:
             "final_kl": last.get("objective/kl"),
             "greedy": _headline(report["greedy"]),
             "sampled": _headline(report["sampled"]),
-            "rank_checksums": checksums,
+            "rank_weight_digests": digests,
         }
 
     summary = run_training(spec, load, summarize, print_fn)
