@@ -149,11 +149,24 @@ def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_
     trainer = Trainer(
         model=str(models["chat_policy"]), reward_funcs=[reward], args=args, train_dataset=conversations(8)
     )
+    calls, score = [], reward.score
+
+    def recording(prompts, completions, **columns):
+        calls.append((prompts, completions, score(prompts, completions, **columns)))
+        return calls[-1][2]
+
+    reward.score = recording
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert logged and all(math.isfinite(h["reward"]) for h in logged)
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    # TRL called the classifier on the dataset's conversations and its own completions, and logged their scores
+    ((prompts, completions, scores),) = calls
+    assert all(p in conversations(8)["prompt"] for p in prompts) and len(prompts) == args.generation_batch_size
+    assert all(c[0]["role"] == "assistant" for c in completions) and len(set(scores)) > 1
+    (name,) = trainer.reward_func_names
+    assert logged[0][f"rewards/{name}/mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])

@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,34 +70,43 @@ def test_reward_model_learns_the_doubling_preferences(doubling_rm):
     }
 
 
+@pytest.fixture(scope="module")
+def doubled_rm(doubling_rm, tmp_path_factory):
+    """The reward model with its score head times 2, in the same dtype: each score exactly twice the model's (a
+    power of two scales every product and sum of the head without rounding)."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("rm-doubled") / "rm"
+    shutil.copytree(doubling_rm[0], out)
+    weights = load_file(out / "model.safetensors")
+    weights["score.weight"] = weights["score.weight"] * 2
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def _first_scores(backend, policy, reward, out) -> list[float]:
+    """A 2-update run of ``backend`` with ``reward``: each update's mean score, checked finite."""
+    run = _cli(
+        "ppo", "--backend", backend, "--policy", str(policy), "--reward", str(reward), "--out", str(out),
+        "--batch-size", "8", "--total-episodes", "16", "--probe-every", "0", "--eval-n", "20",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and all(math.isfinite(r["objective/scores"]) for r in lines)
+    return [r["objective/scores"] for r in lines]
+
+
 @pytest.mark.parametrize(
     "backend",
     ["scratch", pytest.param("grpo", marks=pytest.mark.trl_api), pytest.param("trl", marks=pytest.mark.needs_trl_ppo)],
 )
-def test_the_reward_model_drives_ppo_and_grpo(doubling_rm, trained_artifacts, tmp_path, backend):
-    out = tmp_path / backend
-    run = _cli(
-        "ppo",
-        "--backend",
-        backend,
-        "--policy",
-        str(trained_artifacts["policy"]),
-        "--reward",
-        str(doubling_rm[0]),
-        "--out",
-        str(out),
-        "--batch-size",
-        "8",
-        "--total-episodes",
-        "16",
-        "--probe-every",
-        "0",
-        "--eval-n",
-        "20",
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert lines and all(math.isfinite(r["objective/scores"]) for r in lines)
+def test_the_reward_model_drives_ppo_and_grpo(doubling_rm, doubled_rm, trained_artifacts, tmp_path, backend):
+    """The scores each backend trains on are the reward model's: with its head doubled, the same seed's first
+    rollouts (before any update differs) score exactly twice as high."""
+    policy = trained_artifacts["policy"]
+    scores = _first_scores(backend, policy, doubling_rm[0], tmp_path / "rm")
+    doubled = _first_scores(backend, policy, doubled_rm, tmp_path / "doubled")
+    assert abs(scores[0]) > 0.1 and doubled[0] == pytest.approx(2 * scores[0], rel=1e-5), (scores, doubled)
 
 
 def test_centring_makes_right_answers_score_alike(doubling_rm, trained_artifacts, tmp_path):
