@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,11 @@ def test_demo_end_to_end_tiny_and_resume(tmp_path):
         for key in ("greedy_exact", "sampled_exact", "greedy_charset"):
             assert 0.0 <= row[key] <= 1.0
         assert row["episodes"] == 16 and row["episodes_per_second"] > 0 and math.isfinite(row["final_kl"])
+        summary = json.loads((out / f"ppo_{row['backend']}" / "summary.json").read_text())  # the row is its run's
+        greedy, sampled = summary["greedy"], summary["sampled"]
+        assert [row["greedy_exact"], row["sampled_exact"], row["greedy_charset"], row["final_kl"]] == [
+            greedy["exact"], sampled["exact"], greedy["charset_acc"], summary["final_kl"]
+        ]  # fmt: skip
     report = (out / "report.md").read_text()
     assert "| backend | greedy exact |" in report and "| trl |" in report and "curves.png" in report
     # the rows' settings: what differs between them is said (where the score lands, TRL's PPO has no choice)
@@ -106,12 +112,24 @@ def test_compare_tiny_two_seeds(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert set(results["backends"]) == {"trl", "scratch"}
     assert all(len(results["backends"][b]) == 2 for b in RUNNABLE)
+    report = (out / "report.md").read_text()
     for row in results["rows"]:
-        if row["backend"] in RUNNABLE:
-            assert row["greedy_exact"]["n"] == 2 and 0 <= row["greedy_exact"]["mean"] <= 1
-        else:
+        backend = row["backend"]
+        if backend not in RUNNABLE:
             assert "needs TRL <= 1.12" in row["not_run"]
-    assert "±" in (out / "report.md").read_text()
+            continue
+        # each seed's row is its own run's summary, and the table row their mean and population spread
+        summaries = [json.loads((out / f"{backend}_seed{s}" / "summary.json").read_text()) for s in (0, 1)]
+        assert [s["config"]["train"]["seed"] for s in summaries] == [0, 1]
+        per_seed = results["backends"][backend]
+        assert [r["greedy_charset"] for r in per_seed] == [s["greedy"]["charset_acc"] for s in summaries]
+        assert [r["final_kl"] for r in per_seed] == [s["final_kl"] for s in summaries]
+        for key in ("greedy_exact", "greedy_charset", "final_kl"):
+            values = [r[key] for r in per_seed]
+            assert row[key]["n"] == 2 and row[key]["mean"] == pytest.approx(statistics.fmean(values), rel=1e-12)
+            assert row[key]["std"] == pytest.approx(statistics.pstdev(values), rel=1e-9, abs=1e-15)
+        (line,) = [x for x in report.splitlines() if x.startswith(f"| {backend} |")]
+        assert line.endswith(f"| {row['final_kl']['mean']:.3f} ± {row['final_kl']['std']:.3f} |"), line
 
 
 @pytest.mark.trl_api  # TRL's GRPOTrainer and RLOOTrainer

@@ -140,7 +140,8 @@ def test_a_rollout_funcs_bad_output_is_one_clear_error(tokenizer):
 def test_the_sampler_logprobs_of_a_rollout_func_reach_the_record(tokenizer):
     build, prompts = _setup(tokenizer)
     completion_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in COMPLETIONS]
-    logprobs = [[-0.5] * len(ids) for ids in completion_ids]
+    # a value of its own at every row and position: a shift or a swap would show
+    logprobs = [[-0.1 * (row + 1) - 0.01 * t for t in range(len(ids))] for row, ids in enumerate(completion_ids)]
     prompt_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts for _ in range(2)]
     trainer = build(
         rollout_func=lambda given, trainer: {
@@ -150,6 +151,18 @@ def test_the_sampler_logprobs_of_a_rollout_func_reach_the_record(tokenizer):
         },
         reward_funcs=[lambda completions, **_: SCORES],
     )
+    captured, update = {}, trainer._update
+
+    def spy(exp, forward=None):
+        captured["exp"] = exp
+        return update(exp, forward)
+
+    trainer._update = spy
     stats = trainer.train()[0]
-    assert stats["sampling/sampling_logp_difference/max"] > 0
-    assert torch.isfinite(torch.tensor(stats["sampling/sampling_logp_difference/mean"]))
+    exp = captured["exp"]
+    for row, (ids, given) in enumerate(zip(completion_ids, logprobs)):
+        assert exp.responses[row, : len(ids)].tolist() == ids and exp.mask[row, : len(ids)].all()
+        assert exp.sampling_logprobs[row, : len(ids)].tolist() == pytest.approx(given, abs=1e-7)
+    gap = (exp.old_logprobs - exp.sampling_logprobs).abs()[exp.mask.bool()]  # the trainer's own minus the given
+    assert stats["sampling/sampling_logp_difference/mean"] == pytest.approx(gap.mean().item(), rel=1e-6)
+    assert stats["sampling/sampling_logp_difference/max"] == pytest.approx(gap.max().item(), rel=1e-6)

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.config import PPOConfig
@@ -29,6 +30,18 @@ def _params(module):
     return {n: p.detach().clone() for n, p in module.named_parameters()}
 
 
+def _recording_scores(reward) -> list[list[float]]:
+    """Each call's scores of the ``ClassifierReward`` ``reward``, from now on (its name and mode unchanged)."""
+    calls, score = [], reward.score
+
+    def recording(prompts, completions, **columns):
+        calls.append(score(prompts, completions, **columns))
+        return calls[-1]
+
+    reward.score = recording
+    return calls
+
+
 def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
 
@@ -38,15 +51,20 @@ def test_few_updates_move_weights_and_give_finite_metrics(pieces, tmp_path):
         policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0), processing_class=tok
     )
     before, head_before = _params(trainer.policy), _params(trainer.actor_critic.value_head)
+    scored = _recording_scores(reward)
     history = trainer.train()
     assert len(history) == 2 and trainer.episode == 32
-    for stats in history:
+    for stats, scores in zip(history, scored, strict=True):
         assert all(math.isfinite(v) for v in stats.values() if isinstance(v, float)), stats
+        # each update trained on the reward's scores of its own 16 rollouts
+        assert len(scores) == 16 and stats["objective/scores"] == pytest.approx(sum(scores) / 16, abs=1e-6)
+        assert stats["rewards/charset_classifier/mean"] == pytest.approx(sum(scores) / 16, abs=1e-6)
     after = _params(trainer.policy)
     assert any(not torch.equal(before[n], after[n]) for n in before)
     assert any(not torch.equal(head_before[n], p) for n, p in _params(trainer.actor_critic.value_head).items())
-    # the reference policy stays frozen
+    # the reference policy stays frozen: the starting policy, bit for bit, after two updates
     assert all(not p.requires_grad for p in trainer.ref_policy.parameters())
+    assert all(torch.equal(before[n], p) for n, p in trainer.ref_policy.named_parameters())
     path = trainer.save(tmp_path / "out")
     from transformers import AutoModelForCausalLM
 
@@ -66,8 +84,13 @@ def test_step_wise_api(pieces):
     assert all(tok.eos_token_id not in r[:-1] for r in responses)  # cut after the first eos
     texts = tok.batch_decode(responses)
     scores = reward([tok.decode(q) for q in queries], texts)
+    before = _params(trainer.policy)
     stats = trainer.step(queries, responses, scores)
     assert stats["update"] == 1 and math.isfinite(stats["loss/policy_avg"])
+    # the update is on these rollouts and scores
+    assert stats["objective/scores"] == pytest.approx(sum(scores) / 4, abs=1e-6)
+    assert stats["val/response_length"] == pytest.approx(sum(map(len, responses)) / 4)
+    assert any(not torch.equal(before[n], p) for n, p in trainer.policy.named_parameters())
     with pytest.raises(InputError, match="as many queries, responses and scores"):
         trainer.step(queries, responses, scores[:2])
     with pytest.raises(InputError, match="non-finite score at index 1"):
@@ -121,12 +144,20 @@ def test_non_finite_loss_stops_and_keeps_last_good(pieces, tmp_path, monkeypatch
     trainer = PPOTrainer(
         policy, reward, args=cfg, train_dataset=ppo_prompt_dataset(tok, 32, seed=0), processing_class=tok
     )
+    start, after_update_1 = _params(trainer.policy), {}
+    head = trainer.actor_critic.value_head
+    keep = lambda update, stats: after_update_1.update(policy=_params(trainer.policy), head=_params(head))  # noqa: E731
     with pytest.raises(PPOError, match="non-finite loss .* update 2.*last good policy is saved"):
-        trainer.train()
+        trainer.train(on_update=keep)
     from transformers import AutoModelForCausalLM
 
+    # the last good policy is the one update 1 left, bit for bit (not the start, not a half-applied update 2)
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "last_good")
-    assert all(torch.isfinite(p).all() for p in saved.parameters())
+    assert all(torch.equal(after_update_1["policy"][n], p) for n, p in saved.named_parameters())
+    assert any(not torch.equal(start[n], p) for n, p in saved.named_parameters())
+    saved_head = load_file(tmp_path / "last_good" / "value_head.safetensors")
+    assert saved_head.keys() == after_update_1["head"].keys()
+    assert all(torch.equal(after_update_1["head"][n], t) for n, t in saved_head.items())
 
 
 def test_bad_setup_errors(pieces):

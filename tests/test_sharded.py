@@ -65,16 +65,42 @@ def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_s
         args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1),
         train_dataset=_prompts(tokenizer),
     )
-    seen = []
+    seen, losses, logprobs = [], [], []
     handle = trainer.policy.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    backward, policy_pass = trainer.learner.backward, trainer.passes.policy_pass
+
+    def recording_backward(loss):
+        losses.append(loss.dtype)
+        backward(loss)
+
+    def recording_pass(*args, **kwargs):
+        out = policy_pass(*args, **kwargs)
+        logprobs.append(out.logprobs.dtype)
+        return out
+
+    trainer.learner.backward, trainer.passes.policy_pass = recording_backward, recording_pass
     history = trainer.train()
     handle.remove()
     assert torch.bfloat16 in seen  # the forward passes really ran in bf16
+    assert losses and set(losses) == {torch.float32}  # every loss backpropagated is float32
+    assert logprobs and set(logprobs) == {torch.float32}  # log-probs upcast before any loss reads them
     assert len(history) == 2 and all(math.isfinite(v) for h in history for v in h.values() if isinstance(v, float))
 
 
-def test_gradient_checkpointing_updates(tokenizer):
+def test_gradient_checkpointing_updates(tokenizer, monkeypatch):
+    """Updates with activation checkpointing: the blocks' forwards run again in the backward (counted at the MLP's
+    forward: module hooks stay outside the checkpoint), and the updates equal those without it."""
+    from transformers.models.gpt2 import modeling_gpt2
+
     from trl_ext.tasks.doubling.models import build_policy
+
+    mlp_calls, mlp_forward = [0], modeling_gpt2.GPT2MLP.forward
+
+    def counting_forward(self, *args, **kwargs):
+        mlp_calls[0] += 1
+        return mlp_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_gpt2.GPT2MLP, "forward", counting_forward)
 
     with warnings.catch_warnings():  # switched on under the name the installed transformers takes (5.24 renamed it)
         warnings.filterwarnings("error", message=".*checkpointing.* is deprecated", category=FutureWarning)
@@ -88,9 +114,30 @@ def test_gradient_checkpointing_updates(tokenizer):
     renamed = hasattr(type(trainer.policy), "is_activation_checkpointing")
     assert getattr(trainer.policy, "is_activation_checkpointing" if renamed else "is_gradient_checkpointing")
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    mlp_calls[0] = 0
+    torch.manual_seed(0)
     history = trainer.train()
+    with_checkpointing = mlp_calls[0]
     assert all(math.isfinite(h["loss/policy_avg"]) for h in history)
     assert any(not torch.equal(before[n], p) for n, p in trainer.policy.named_parameters())
+    # the same updates as without checkpointing, from the same start and seed, with the blocks run again
+    plain = PPOTrainer(
+        build_policy(tokenizer),
+        _length,
+        processing_class=tokenizer,
+        train_dataset=_prompts(tokenizer),
+        args=doubling_ppo_config(batch_size=4, total_episodes=8, num_ppo_epochs=1),
+    )
+    plain.policy.load_state_dict({n: before[n] for n, _ in plain.policy.named_parameters()}, strict=False)
+    mlp_calls[0] = 0
+    torch.manual_seed(0)
+    plain_history = plain.train()
+    for with_gc, without in zip(history, plain_history, strict=True):
+        numbers = [k for k, v in without.items() if isinstance(v, float) and not k.startswith(("timing/", "eps"))]
+        assert {k: with_gc[k] for k in numbers} == pytest.approx({k: without[k] for k in numbers}, rel=1e-5, abs=1e-6)
+    gap = max((p - q).abs().max().item() for p, q in zip(trainer.policy.parameters(), plain.policy.parameters()))
+    layers = len(plain.policy.transformer.h)
+    assert gap < 1e-6 and with_checkpointing == mlp_calls[0] + 2 * layers  # every block again, in each update
 
 
 def test_peft_reference_is_the_base_model_with_adapters_off(tmp_path):
