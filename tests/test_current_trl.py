@@ -101,9 +101,28 @@ def test_reward_model_path_in_reward_funcs_and_text_prompts(models):
     data = Dataset.from_dict({"prompt": ["hello there", "what is up", "abc", "xyz"]})
     args = doubling_ppo_config(batch_size=4, total_episodes=4, response_length=4, num_ppo_epochs=1)
     trainer = PPOTrainer(str(models["plain_policy"]), str(models["reward"]), args=args, train_dataset=data)
-    assert isinstance(trainer.reward_funcs[0], ClassifierReward)
+    classifier = trainer.reward_funcs[0]
+    assert isinstance(classifier, ClassifierReward)
+    calls, score = [], classifier.score
+
+    def recording(prompts, completions, **columns):
+        calls.append((prompts, completions, score(prompts, completions, **columns)))
+        return calls[-1][2]
+
+    classifier.score = recording
     history = trainer.train()
-    assert math.isfinite(history[0]["objective/scores"]) and "rewards/deberta/mean" in history[0]
+    ((prompts, completions, scores),) = calls
+    assert sorted(prompts) == sorted(data["prompt"]) and all(isinstance(c, str) for c in completions)
+    mean = sum(scores) / len(scores)
+    assert history[0]["objective/scores"] == pytest.approx(mean, abs=1e-6)
+    assert history[0]["rewards/deberta/mean"] == pytest.approx(mean, abs=1e-6)
+    # text prompts: the classifier reads each (prompt, completion) as a pair, as it would alone
+    tok, model = classifier.tokenizer, classifier.model.eval()
+    for prompt, completion, got in zip(prompts, completions, scores):
+        pair = tok(prompt, completion, return_tensors="pt")
+        pair.pop("token_type_ids", None)
+        with torch.no_grad():
+            assert got == pytest.approx(model(**pair).logits[0, 0].item(), abs=1e-5)
 
 
 def test_classifier_reward_scores_conversations_with_the_chat_template(models):
@@ -320,9 +339,19 @@ def test_trl_rewards_own_functions_work_unchanged(models):
     trainer = PPOTrainer(
         str(models["chat_policy"]), [think_format_reward, overlong], args=args, train_dataset=conversations(4)
     )
+    handed, score = [], trainer.rewards.score
+    trainer.rewards.score = lambda columns, prompts, completions, ids, state: (
+        handed.append(ids) or score(columns, prompts, completions, ids, state)
+    )
+    trained, update = [], trainer._update
+    trainer._update = lambda exp, forward=None: trained.append(exp.mask.sum(1).tolist()) or update(exp, forward)
     stats = trainer.train()[0]
     assert stats["rewards/think_format_reward/mean"] == 0.0  # a random policy writes no <think> block
-    assert -1.0 <= stats[f"rewards/{overlong.__name__}/mean"] <= 0.0
+    # the functions get each rollout's own ids, unpadded: the soft punishment by hand from their lengths
+    (ids,), (lengths,) = handed, trained
+    assert [len(i) for i in ids] == lengths
+    by_hand = [0.0 if n <= 4 else (4 - n) / 2 for n in lengths]  # 0 up to max - cache, then down to -1 at max
+    assert stats[f"rewards/{overlong.__name__}/mean"] == pytest.approx(sum(by_hand) / 4)
 
 
 @pytest.mark.parametrize("config", ["GRPOConfig", "RLOOConfig", "RewardConfig", "SFTConfig"])

@@ -343,6 +343,33 @@ def chat_policy(tmp_path_factory):
     return tiny_qwen2(tmp_path_factory.mktemp("reasoning_gym") / "qwen2_chat", chat_template=True)
 
 
+def _recording_columns(reward) -> list:
+    """Each call's prompts, task columns and scores of ``reward`` (a ``ReasoningGymReward``), from now on."""
+    calls, score = [], reward.score
+
+    def recording(prompts, completions, **columns):
+        calls.append((prompts, columns, score(prompts, completions, **columns)))
+        return calls[-1][2]
+
+    reward.score = recording
+    return calls
+
+
+def _check_columns_are_their_prompts(calls, rows, logged_mean: float) -> None:
+    """Every completion was graded against its own prompt's row, and the logged mean is the scores'."""
+    by_prompt = {json.dumps(r["prompt"]): r for r in rows}
+    assert len(by_prompt) == len(rows)  # distinct questions: a prompt names its row
+    ((prompts, columns, scores),) = calls
+    for i, prompt in enumerate(prompts):
+        row = by_prompt[json.dumps(prompt)]
+        assert [columns[c][i] for c in ("task", "task_config", "entry")] == [
+            row["task"],
+            row["task_config"],
+            row["entry"],
+        ]
+    assert logged_mean == pytest.approx(sum(scores) / len(scores), abs=1e-6)
+
+
 def test_one_update_of_trl_ext_ppo_on_a_task(chat_policy):
     from trl_ext.ppo import PPOConfig, PPOTrainer
 
@@ -352,9 +379,11 @@ def test_one_update_of_trl_ext_ppo_on_a_task(chat_policy):
     )
     trainer = PPOTrainer(str(chat_policy), reward_funcs=[reward], args=args, train_dataset=rows)
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    calls = _recording_columns(reward)
     history = trainer.train()
     assert len(history) == 1 and math.isfinite(history[0]["rewards/reasoning_gym/mean"])
     assert any(not torch.equal(before[n], p) for n, p in trainer.policy.named_parameters())
+    _check_columns_are_their_prompts(calls, rows, history[0]["rewards/reasoning_gym/mean"])
 
 
 def test_through_the_trl_ppo_reward_model_adapter(chat_policy):
@@ -400,9 +429,11 @@ def test_one_step_of_trls_grpo_trainer_on_a_task(chat_policy, tmp_path):
         disable_tqdm=True,
     )
     trainer = trl.GRPOTrainer(model=str(chat_policy), reward_funcs=[reward], args=args, train_dataset=rows)
+    calls = _recording_columns(reward)
     trainer.train()
     logged = [h for h in trainer.state.log_history if "rewards/reasoning_gym/mean" in h]
     assert logged and math.isfinite(logged[0]["rewards/reasoning_gym/mean"])
+    _check_columns_are_their_prompts(calls, rows, logged[0]["rewards/reasoning_gym/mean"])
 
 
 # ------------------------------------------------------------------ the command

@@ -95,13 +95,14 @@ def test_an_own_rollout_object_is_all_the_trainer_reads(tokenizer):
 
     class Counting(Rollout):
         def __init__(self):
-            self.calls = 0
+            self.calls, self.batches = 0, []
             self.reward_funcs = [lambda completions, **_: [float(len(c)) for c in completions]]
 
         def rollout(self, rows, sampling):
             self.calls += 1
             batch = SingleTurn().rollout(rows, sampling)
             batch.counters, batch.rates = {"rows": len(batch)}, {"mine/rows": ("rows", None)}
+            self.batches.append(batch)
             return batch
 
     data = ppo_prompt_dataset(tokenizer, 8, seed=1)
@@ -114,7 +115,20 @@ def test_an_own_rollout_object_is_all_the_trainer_reads(tokenizer):
         train_dataset=Dataset.from_dict({"prompt": prompts * 2}),
         rollout=mine,
     )
+    trained_on, update = [], trainer._update
+
+    def spy(exp, forward=None):
+        trained_on.append(exp.responses.clone())
+        return update(exp, forward)
+
+    trainer._update = spy
     history = trainer.train()
     assert mine.calls == 2 and len(history) == 2
     assert all(s["mine/rows"] == 4 for s in history)
-    assert any(k.startswith("rewards/") for k in history[0])
+    for stats, batch, responses in zip(history, mine.batches, trained_on, strict=True):
+        # the rollout's reward scored its completions, and the update trained on its record
+        lengths = sum(len(c) for c in batch.completions) / 4
+        assert stats["objective/scores"] == pytest.approx(lengths) and stats["rewards/<lambda>/mean"] == pytest.approx(
+            lengths
+        )
+        assert torch.equal(responses, batch.responses)

@@ -205,6 +205,8 @@ def test_ppo_cli_with_a_user_reward_function(trained_artifacts, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and all(-1.0 <= r["objective/scores"] < 0 for r in lines)
+    # the function scored the trained rollouts' own ids: their mean length is the loss mask's
+    assert all(r["objective/scores"] == pytest.approx(-r["val/response_length"] / 8, rel=1e-6) for r in lines), lines
     bad = _cli(
         "ppo",
         "--policy",
