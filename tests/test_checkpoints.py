@@ -131,7 +131,7 @@ def test_unknown_tracker_lists_the_known_ones():
 def test_tensorboard_event_file_holds_trl_metric_names(tokenizer, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    _trainer(tokenizer, tmp_path, report_to="tensorboard").train()
+    history = _trainer(tokenizer, tmp_path, report_to="tensorboard").train()
     events = list(tmp_path.rglob("events.out.tfevents.*"))
     assert events, list(tmp_path.rglob("*"))
     accumulator = EventAccumulator(str(events[0].parent))
@@ -139,3 +139,6 @@ def test_tensorboard_event_file_holds_trl_metric_names(tokenizer, tmp_path):
     tags = accumulator.Tags()["scalars"]
     assert {"objective/scores", "objective/kl", "loss/policy_avg", "loss/value_avg"} <= set(tags)
     assert [e.step for e in accumulator.Scalars("objective/scores")] == [1, 2, 3, 4]
+    for tag in ("objective/scores", "loss/policy_avg", "loss/value_avg"):  # each update's own values
+        logged = [e.value for e in accumulator.Scalars(tag)]
+        assert logged == pytest.approx([h[tag] for h in history], rel=1e-6, abs=1e-7), tag

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from trl_ext.ppo.trainer import PPOTrainer
@@ -38,7 +39,12 @@ def test_grpo_trains_groups_without_a_critic(tokenizer):
     )
     assert trainer.actor_critic.value_head is None and trainer.actor_critic.critic_backbone is None
     before = [p.detach().clone() for p in trainer.policy.parameters()]
+    advantages, update = [], trainer._update
+    trainer._update = lambda exp, forward=None: advantages.append(exp.outcome.advantages[:, 0]) or update(exp, forward)
     history = trainer.train()
+    assert len(advantages) == 2 and any(a.abs().max() > 0.1 for a in advantages)
+    for a in advantages:  # normalised within each prompt's pair (not over the batch): each pair sums to 0
+        assert a[0] + a[1] == pytest.approx(0, abs=1e-6) and a[2] + a[3] == pytest.approx(0, abs=1e-6)
     assert len(history) == 2 and [len(batch) for batch in seen] == [4, 4]
     for batch in seen:  # two prompts a batch, each sampled twice in a row
         assert batch[0] == batch[1] and batch[2] == batch[3] and batch[0] != batch[2]

@@ -143,6 +143,16 @@ def test_readme_chat_example_runs(chat_models, tmp_path):
     assert "rewards/deberta/mean" in history[-1] and "objective/scores" in history[-1]
     assert scope["trainer"].ref_policy is None  # LoRA: the reference is the policy with its adapters off
     assert (tmp_path / "out" / "adapter_config.json").exists()
+    # what the example says it sets: reward_weights [1.0, 0.1] and a KL weight adapted towards 6 over 32 episodes
+    from trl_ext.ppo.core import adaptive_kl_coef
+
+    for h in history:
+        weighted = h["rewards/says_the_word/mean"] + 0.1 * h["rewards/deberta/mean"]
+        assert h["objective/scores"] == pytest.approx(weighted, abs=1e-6)
+    first = history[0]
+    expected = adaptive_kl_coef(first["objective/kl_coef"], first["objective/kl"], 6.0, 32, 8)
+    assert history[1]["objective/kl_coef"] == pytest.approx(expected, rel=1e-6)
+    assert history[1]["objective/kl_coef"] != first["objective/kl_coef"]
 
 
 @pytest.mark.trl_api

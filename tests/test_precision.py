@@ -62,8 +62,13 @@ def test_bf16_lora_base_stays_bf16_and_adapters_train_in_float32(bf16_models):
     )
     assert _dtypes(trainer.actor_critic, trainable=True) == {torch.float32}
     assert _dtypes(trainer.actor_critic, trainable=False) == {torch.bfloat16}  # no float32 copy of the base
+    before = {n: p.detach().clone() for n, p in trainer.actor_critic.named_parameters()}
     history = trainer.train()
     assert math.isfinite(history[0]["loss/value_avg"])
+    after = dict(trainer.actor_critic.named_parameters())
+    frozen = [n for n, p in after.items() if not p.requires_grad]
+    assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)  # the bf16 base, bit for bit
+    assert any(not torch.equal(before[n], p) for n, p in after.items() if "lora_" in n)  # the adapters learnt
 
 
 def test_dtype_option_loads_the_checkpoint_in_the_dtype_asked(bf16_models):
