@@ -226,10 +226,14 @@ def test_bad_inputs_are_named(models):
         ArtifactError, match=r"qwen2_chat' holds a causal LM \(Qwen2ForCausalLM\), not a sequence classifier"
     ):
         PPOTrainer(str(models["chat_policy"]), str(models["chat_policy"]), args=args)
+
+    def zero(completions, **kwargs):
+        return [0.0] * len(completions)
+
     with pytest.raises(InputError, match="reward_weights has 3 values for 2 reward functions"):
-        PPOTrainer(str(models["chat_policy"]), [len, len], args=PPOConfig(reward_weights=[1, 2, 3]))
+        PPOTrainer(str(models["chat_policy"]), [zero, zero], args=PPOConfig(reward_weights=[1, 2, 3]))
     with pytest.raises(DatasetError, match="needs a 'prompt' column"):
-        PPOTrainer(str(models["chat_policy"]), len, args=args, train_dataset=Dataset.from_dict({"text": ["a"]}))
+        PPOTrainer(str(models["chat_policy"]), zero, args=args, train_dataset=Dataset.from_dict({"text": ["a"]}))
 
     def only_first(completions, **kwargs):
         return [1.0] + [None] * (len(completions) - 1)

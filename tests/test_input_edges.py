@@ -59,6 +59,8 @@ def test_a_stage_writes_into_a_held_folder_with_overwrite(capsys, tmp_path):
         (["train-reward-model", "--warmup-steps", "-1"], "warmup_steps must not be negative"),
         (["pretrain", "--lr", "nan"], "lr must be positive, got nan"),
         (["eval", "--policy", "p", "--n", "1001"], "n must be in 1..1000"),
+        (["demo", "--pretrain-steps", "0"], "pretrain_steps must be positive, got 0"),  # named as given, at once
+        (["compare", "--reward-model-steps", "-3"], "reward_model_steps must be positive, got -3"),
     ],
 )
 def test_stage_options_are_checked_before_training(capsys, tmp_path, args, message):
@@ -117,6 +119,28 @@ def test_user_code_that_does_not_import_is_one_line(capsys, tmp_path, untrained,
     assert "SyntaxError at" in _error(capsys, _ppo(untrained, tmp_path / "b", "--reward-fn", "broken_reward:broken"))
     line = _error(capsys, _ppo(untrained, tmp_path / "c", "--reward-fn", f"{tmp_path / 'needs_a_package.py'}:f"))
     assert "No module named 'no_such_package_here'" in line
+
+
+def test_a_reward_function_that_cannot_take_the_columns_is_refused_before_anything_runs(capsys, tmp_path, untrained):
+    """TRL calls reward functions by keyword with every column: one without **kwargs is named with its fix, by
+    ``ppo`` before its folder and by ``rlhf`` before SFT trains."""
+    (tmp_path / "rf.py").write_text("def shorter(completions):\n    return [0.0 for _ in completions]\n")
+    line = _error(capsys, _ppo(untrained, tmp_path / "run", "--reward-fn", f"{tmp_path / 'rf.py'}:shorter"))
+    assert "reward function" in line and "takes (completions)" in line
+    assert "give it **kwargs: def shorter(completions, **kwargs)" in line
+    assert not (tmp_path / "run").exists()
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"prompt": "S数字:12x2=", "completion": "24E"}\n' * 4)
+    (tmp_path / "prompts.txt").write_text("S数字:12x2=\n" * 4)
+    args = ["rlhf", "--policy", str(untrained / "policy"), "--prompts", str(tmp_path / "prompts.txt")]
+    args += ["--sft-data", str(sft), "--out", str(tmp_path / "rlhf")]
+    line = _error(capsys, [*args, "--reward-fn", f"{tmp_path / 'rf.py'}:shorter"])
+    assert "takes (completions)" in line and not (tmp_path / "rlhf").exists()
+    # a group estimator with rlhf's one completion a prompt would train nothing: refused before SFT too
+    (tmp_path / "ok.py").write_text("def ok(completions, **kwargs):\n    return [0.0 for _ in completions]\n")
+    line = _error(capsys, [*args, "--reward-fn", f"{tmp_path / 'ok.py'}:ok", "--advantage-estimator", "grpo"])
+    assert "'grpo' compares the completions of one prompt and needs num_generations >= 2 (got 1)" in line
+    assert not (tmp_path / "rlhf").exists()
 
 
 def test_lora_options_are_checked():

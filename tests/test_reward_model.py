@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from trl_ext.errors import InputError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -169,3 +171,24 @@ def test_bad_preference_data_is_named(tmp_path):
     assert run.returncode == 2 and "has 8 rows: not enough for 20 held-out pairs" in run.stderr
     run = _cli("train-reward-model", "--out", str(tmp_path / "o"), "--base", str(tmp_path / "nowhere"))
     assert run.returncode == 2 and "does not exist" in run.stderr
+
+
+def test_preference_answers_of_another_type_and_text_the_base_cannot_encode_are_named():
+    """Checked before training: a number for an answer, a margin that is not a number, and text outside the base
+    tokenizer's vocabulary (the doubling BERT's, the default base), each naming its row."""
+    from datasets import Dataset
+
+    from trl_ext.stages.preferences import PreferenceError, check_preferences
+    from trl_ext.stages.reward_model import tokenize_preferences
+    from trl_ext.tasks.doubling.tokenizer import build_tokenizer
+
+    rows = {"prompt": ["S数字:1x2=", "S数字:2x2="], "chosen": ["2E", "4E"], "rejected": ["3E", "5E"]}
+    with pytest.raises(PreferenceError, match=r"row 0: 'chosen' is 2 \(int\); an answer is text or a list of messages"):
+        check_preferences(Dataset.from_dict({**rows, "chosen": [2, 4]}))
+    with pytest.raises(PreferenceError, match="row 0: 'margin' is 'high'; a margin is a number"):
+        check_preferences(Dataset.from_dict({**rows, "margin": ["high", "low"]}))
+    english = {**rows, "chosen": ["2E", "Paris."]}
+    with pytest.raises(
+        InputError, match=r"row 1: the tokenizer .* cannot encode its 'chosen' answer .*give the reward"
+    ):
+        tokenize_preferences(Dataset.from_dict(english), build_tokenizer())

@@ -27,8 +27,10 @@ def has_chat_template(tokenizer) -> bool:
 
 
 @contextmanager
-def _encoding(tokenizer, where: str, prompt):
-    """Where a prompt is encoded: a tokenizer that cannot encode it (a WordLevel vocabulary without an unknown token
+def encoding_errors(
+    tokenizer, where: str, text, what: str = "the prompt", fix: str = "give prompts its vocabulary covers"
+):
+    """Where ``text`` is encoded: a tokenizer that cannot encode it (a WordLevel vocabulary without an unknown token
     raises on any character outside it) is named with the row, not as the tokenizer's traceback."""
     try:
         yield
@@ -37,8 +39,7 @@ def _encoding(tokenizer, where: str, prompt):
             raise
         cause = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise DatasetError(
-            f"{where}: the tokenizer {_tokenizer_name(tokenizer)!r} cannot encode the prompt {prompt!r:.80} "
-            f"({cause}); give prompts its vocabulary covers"
+            f"{where}: the tokenizer {_tokenizer_name(tokenizer)!r} cannot encode {what} {text!r:.80} ({cause}); {fix}"
         ) from err
 
 
@@ -54,11 +55,11 @@ def prompt_ids(prompt, tokenizer, row: int | str) -> list[int]:
         for message in prompt:
             if not isinstance(message.get("content"), str):
                 raise DatasetError(f"{where}: message {message!r} has no text 'content'")
-        with _encoding(tokenizer, where, prompt):
+        with encoding_errors(tokenizer, where, prompt):
             ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = ids["input_ids"]
     elif isinstance(prompt, str):
-        with _encoding(tokenizer, where, prompt):
+        with encoding_errors(tokenizer, where, prompt):
             ids = tokenizer(text=prompt)["input_ids"]
     else:
         raise DatasetError(
@@ -90,8 +91,36 @@ def truncate_prompts(ids: list[list[int]], max_length: int | None) -> tuple[list
     return [list(i[-max_length:]) for i in ids], Truncation(len(over), len(ids), max(over, default=0))
 
 
-def prepare_prompt_dataset(dataset, tokenizer):
-    """Add ``input_ids`` to a ``prompt`` dataset (kept as is when present); check every row."""
+# what to build a datasets.Dataset from, by what was given instead
+AS_DATASET = {
+    "list": "Dataset.from_list(rows)",
+    "dict": "Dataset.from_dict(columns)",
+    "DataFrame": "Dataset.from_pandas(frame)",
+    "DatasetDict": "one of its splits, e.g. dataset['train']",
+    "IterableDataset": "load it without streaming=True (the trainer reads batches in order and resumes by index)",
+}
+
+
+def check_is_dataset(dataset) -> None:
+    from datasets import Dataset
+
+    if not isinstance(dataset, Dataset):
+        kind = type(dataset).__name__
+        hint = AS_DATASET.get(kind, "build one with datasets.Dataset.from_list or from_dict")
+        raise DatasetError(f"train_dataset must be a datasets.Dataset, not {kind}: {hint}")
+
+
+def prepare_prompt_dataset(dataset, tokenizer, response_length: int = 0, positions: int | None = None):
+    """Add ``input_ids`` to a ``prompt`` dataset (kept as is when present); check every row, and that the longest
+    prompt and ``response_length`` fit the model's ``positions``."""
+    check_is_dataset(dataset)
+    dataset = _with_input_ids(dataset, tokenizer)
+    longest = max(map(len, dataset["input_ids"]), default=0)
+    check_context(longest, response_length, positions, "train_dataset")
+    return dataset
+
+
+def _with_input_ids(dataset, tokenizer):
     columns = dataset.column_names
     if "input_ids" in columns:
         empty = next((i for i, ids in enumerate(dataset["input_ids"]) if len(ids) == 0), None)
@@ -111,3 +140,19 @@ def prepare_prompt_dataset(dataset, tokenizer):
             f"{'a conversation' if first_is_conversation else 'text'}); use one format"
         )
     return dataset.add_column("input_ids", [prompt_ids(p, tokenizer, i) for i, p in enumerate(prompts)])
+
+
+def max_positions(model) -> int | None:
+    """The positions a model was built for (GPT-2's ``n_positions`` is read by this name too); None: no limit."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+
+
+def check_context(prompt_length: int, response_length: int, positions: int | None, where: str) -> None:
+    """A prompt and its whole response must fit the model's positions: past them a learned position table (GPT-2)
+    fails with an IndexError inside a forward pass, and a rotary model runs where it never trained."""
+    if positions is not None and prompt_length + response_length > positions:
+        raise DatasetError(
+            f"{where}: a prompt of {prompt_length} tokens and response_length {response_length} need "
+            f"{prompt_length + response_length} positions, and the model has {positions}: shorten the prompts "
+            "(--max-prompt-length) or lower response_length"
+        )

@@ -2,9 +2,10 @@
 pure function (``compute_advantages``), and the advantage estimators it looks up by name.
 
 An estimator is ``fn(batch: EstimatorInputs, config) -> (advantages (B, T), returns (B, T) or None)``,
-registered with ``@ADVANTAGE_ESTIMATORS.register(name, needs_values=..., whiten=...)``:
+registered with ``@ADVANTAGE_ESTIMATORS.register(name, needs_values=..., whiten=..., needs_groups=...)``:
 ``needs_values`` (a critic must be trained: returns are its targets), ``whiten`` (advantages are
-whitened over the batch unless ``config.whiten_advantages`` says otherwise).
+whitened over the batch unless ``config.whiten_advantages`` says otherwise), ``needs_groups`` (advantages
+compare the completions of one prompt: ``num_generations`` must be at least 2).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from trl_ext.errors import InputError
 from trl_ext.ppo import core
 from trl_ext.settings.registry import Registry
 
-ADVANTAGE_ESTIMATORS = Registry("advantage_estimator", needs_values=False, whiten=False)
+ADVANTAGE_ESTIMATORS = Registry("advantage_estimator", needs_values=False, whiten=False, needs_groups=False)
 
 
 @dataclass
@@ -70,14 +71,14 @@ def gae(batch: EstimatorInputs, config):
     return advantages, returns
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
+@ADVANTAGE_ESTIMATORS.register("grpo", needs_groups=True)
 def grpo(batch: EstimatorInputs, config):
     """Each completion's return against its prompt's group, scaled by ``config.scale_rewards``."""
     sequence = core.group_normalised_scores(batch.sequence_returns(), batch.group_ids, config.scale_rewards)
     return batch.per_token(sequence), None
 
 
-@ADVANTAGE_ESTIMATORS.register("rloo")
+@ADVANTAGE_ESTIMATORS.register("rloo", needs_groups=True)
 def rloo(batch: EstimatorInputs, config):
     """Each completion's return minus the mean return of the other completions of its prompt."""
     return batch.per_token(core.leave_one_out_advantages(batch.sequence_returns(), batch.group_ids)), None

@@ -9,12 +9,13 @@ from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
 from trl_ext.ppo.losses import check_policy_loss_settings
 from trl_ext.ppo.optimizers import check_optimizer
 from trl_ext.ppo.rollout import samplers
-from trl_ext.settings.fields import require_positive
+from trl_ext.settings.fields import check_field_types, require_positive
 from trl_ext.settings.registry import Registry
 
 
 def check_config(config) -> None:
     """Refuse a bad setting of a ``PPOConfig`` with one line; ``reward_weights`` comes back as floats."""
+    check_field_types(config)
     require_positive(
         config,
         "learning_rate",
@@ -170,3 +171,29 @@ def trackers(report_to: str) -> list[str]:
             f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, {', '.join(known)}"
         )
     return names
+
+
+def check_groups(config) -> None:
+    """An estimator that compares a prompt's completions needs several of them (TRL's GRPO and RLOO configs refuse
+    one): with one, every advantage is 0 and nothing trains. Checked where trl-ext trains, not in the config: TRL's
+    group trainers take ``num_generations`` apart."""
+    if ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_groups and config.num_generations < 2:
+        raise InputError(
+            f"advantage_estimator {config.advantage_estimator!r} compares the completions of one prompt and needs "
+            f"num_generations >= 2 (got {config.num_generations}): every advantage would be 0 and nothing would "
+            "train; set num_generations (batch_size must be divisible by it)"
+        )
+
+
+def trainer_config(args, config_class):
+    """The trainer's ``args`` (``config_class()`` when None), refused when it is another class (TRL's own config
+    holds other names) or when its estimator needs groups it does not have."""
+    if args is not None and not isinstance(args, config_class):
+        kind = f"{type(args).__module__.split('.')[0]}'s {type(args).__name__}"
+        raise InputError(
+            f"args must be a trl_ext.ppo.PPOConfig, got {kind}: build trl_ext.ppo.PPOConfig(...), which takes "
+            "TRL's names where the meaning is the same"
+        )
+    config = args if args is not None else config_class()
+    check_groups(config)
+    return config

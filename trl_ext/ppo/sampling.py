@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from trl_ext.data.batching import pad_batch
+from trl_ext.data.prompt_dataset import max_positions
 from trl_ext.ppo.rollout.samplers import Completions, SamplingOptions, trimmed
 from trl_ext.ppo.sharding import gathered_for_rollout
 
@@ -43,7 +44,7 @@ class TrainerSampling:
 
     @property
     def max_positions(self) -> int | None:
-        return getattr(self.trainer.policy.config, "max_position_embeddings", None)
+        return max_positions(self.trainer.policy)
 
     def pad(self, queries) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries (lists of token ids) left-padded, on the trainer's device."""

@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trl_ext.data.prompt_dataset import prepare_prompt_dataset
+from trl_ext.data.prompt_dataset import max_positions, prepare_prompt_dataset
 from trl_ext.data.sequences import completion_token_ids
 from trl_ext.errors import InputError, RolloutEngineError, TrainingError
 from trl_ext.ppo import builder, checkpoint, core, optimizers, precision
 from trl_ext.ppo.config import PPOConfig, num_updates
-from trl_ext.ppo.config_checks import trackers
+from trl_ext.ppo.config_checks import trackers, trainer_config
 from trl_ext.ppo.experience import Experience, ExperienceOptions, make_experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 from trl_ext.ppo.learner import Learner, warmup_plateaued
@@ -78,10 +78,11 @@ class PPOTrainer:
         from accelerate import Accelerator
         from transformers import TrainerState
 
-        config = self.config = args if args is not None else PPOConfig()
+        config = self.config = trainer_config(args, PPOConfig)
         policy, self.tokenizer = builder.load_causal_lm(model, processing_class, config.dtype)
         self.rewards = RewardScorer(resolve_reward_funcs(reward_funcs, config.dtype), config.reward_weights)
-        self.train_dataset = None if train_dataset is None else prepare_prompt_dataset(train_dataset, self.tokenizer)
+        fits = self.tokenizer, config.response_length, max_positions(policy)  # a prompt and response in the context
+        self.train_dataset = None if train_dataset is None else prepare_prompt_dataset(train_dataset, *fits)
         # cpu=True without a GPU: several launched processes then form a gloo group, not N lone runs.
         self.accelerator = acc = accelerator or Accelerator(
             cpu=not torch.cuda.is_available(),
@@ -130,8 +131,7 @@ class PPOTrainer:
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.warmup_value_losses: list[float] = []  # the warm-up's value losses, for critic_warmup_patience
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
-        # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or config.rollout's
-        # name)
+        # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or its name)
         self.rollout = build_rollout(
             rollout if rollout is not None else config.rollout, tools, environment_factory, rollout_func
         )

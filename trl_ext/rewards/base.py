@@ -25,6 +25,31 @@ def reward_name(fn: Callable) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
+def check_signature(fn: Callable, where: str | None = None) -> None:
+    """A reward function is called by keyword with every column (TRL's convention): refuse, before any run, one
+    that could not take them (no ``**kwargs``), naming its parameters."""
+    import inspect
+
+    target = fn
+    if inspect.isclass(fn):  # a class --reward-fn names is built first: its instances' __call__ is what TRL calls
+        target = inspect.getattr_static(fn, "__call__", None)
+        if not inspect.isfunction(target):
+            return
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read, the call will tell
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    name = where or reward_name(fn)
+    given = ", ".join(p.name for p in parameters)
+    raise RewardError(
+        f"reward function {name!r} takes ({given}): reward functions are called by keyword as TRL's GRPO calls "
+        "them (prompts=, completions=, completion_ids=, trainer_state=, and the dataset's columns), so give it "
+        f"**kwargs: def {'__call__' if target is not fn else reward_name(fn)}({given + ', ' if given else ''}**kwargs)"
+    )
+
+
 def check_inputs(name: str, prompts: Sequence[str], completions: Sequence[str], columns: dict) -> None:
     if len(prompts) != len(completions):
         raise RewardError(f"reward {name!r}: {len(prompts)} prompts but {len(completions)} completions")
@@ -114,7 +139,9 @@ def import_reward_function(spec: str) -> Callable:
     """``"package.module:function"`` or ``"path/to/file.py:function"`` -> that callable (``--reward-fn``)."""
     from trl_ext.settings.user_code import import_callable
 
-    return import_callable(spec, "reward function", RewardError)
+    fn = import_callable(spec, "reward function", RewardError)
+    check_signature(fn, spec)
+    return fn
 
 
 def place_reward(fn: Callable, device) -> None:

@@ -63,6 +63,11 @@ class ClassifierReward(RewardFunction):
             )
         if batch_size <= 0 or max_length <= 0:
             raise RewardError("batch_size and max_length must be positive")
+        from trl_ext.models.loading import pad_with_eos
+
+        pad_with_eos(tokenizer, "reward model", "given to ClassifierReward", RewardError)  # what a path gets
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id  # decoder classifiers score the last non-pad token
         self.model, self.tokenizer = model, tokenizer
         self.label_column, self.label_fn = label_column, label_fn
         self.pair, self.max_length, self.batch_size = pair, max_length, batch_size

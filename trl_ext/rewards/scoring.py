@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trl_ext.data.sequences import is_conversation
 from trl_ext.errors import InputError
-from trl_ext.rewards.base import call_reward, combine_rewards, reward_name
+from trl_ext.rewards.base import call_reward, check_signature, combine_rewards, reward_name
 
 
 def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:
@@ -26,12 +26,39 @@ def resolve_reward_funcs(reward_funcs, dtype: str = "auto") -> list[Callable]:
     for item in items:
         if isinstance(item, (str, Path)):
             item = ClassifierReward.from_pretrained(item, dtype=dtype)
+        elif _is_model_object(item):
+            item = _model_as_reward(item)
         if not callable(item):
             raise InputError(
                 f"reward_funcs holds a {type(item).__name__}: expected a callable or a path to a sequence classifier"
             )
+        check_signature(item)
         resolved.append(item)
     return resolved
+
+
+def _is_model_object(item) -> bool:
+    import torch
+
+    return isinstance(item, torch.nn.Module) and hasattr(getattr(item, "config", None), "num_labels")
+
+
+def _model_as_reward(model):
+    """A sequence classifier object, as TRL's GRPO takes one: scored with the tokenizer saved beside it."""
+    from transformers import AutoTokenizer
+
+    from trl_ext.rewards.classifier import ClassifierReward
+
+    source = getattr(model, "name_or_path", "") or ""
+    kind = type(model).__name__
+    if not kind.endswith("ForSequenceClassification"):
+        raise InputError(f"reward_funcs holds a {kind}: a reward model is a sequence classifier")
+    if not source or not (Path(source) / "config.json").exists():
+        raise InputError(
+            f"reward_funcs holds a {kind} object with no folder to read its tokenizer from: pass its directory, "
+            "or ClassifierReward(model, tokenizer)"
+        )
+    return ClassifierReward(model, AutoTokenizer.from_pretrained(source), name=Path(source).name)
 
 
 def as_completions(prompts: Sequence, texts: list[str]) -> list:

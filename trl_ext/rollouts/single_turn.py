@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trl_ext.data.prompt_dataset import check_context
 from trl_ext.data.sequences import completion_token_ids
 from trl_ext.errors import InputError
 from trl_ext.rewards.scoring import as_completions
@@ -23,6 +24,8 @@ class SingleTurn(Rollout):
     def rollout(self, rows: dict, sampling: Sampling) -> RolloutBatch:
         tokenizer = sampling.tokenizer
         query_ids, query_mask = sampling.pad(rows["input_ids"])
+        longest = int(query_mask.sum(1).max()) if len(query_mask) else 0
+        check_context(longest, sampling.config.response_length, sampling.max_positions, "a batch's prompts")
         responses, mask, logprobs = sampling.sample(query_ids, query_mask)
         prompts = rows.get("prompt") or tokenizer.batch_decode(rows["input_ids"])
         completion_ids = completion_token_ids(responses, mask)

@@ -95,7 +95,7 @@ SCALAR_REWARD = "the RLHF recipe expects a scalar reward model (num_labels=1)"
 def check_inputs(opts: RLHFOptions) -> None:
     """Every model folder and data file a run reads, checked before --out is created, so that a refused run
     writes nothing: the one loader's folder checks (tokenizers included), the LoRA targets against the policy's
-    modules (its config built on the meta device), the SFT and preference rows."""
+    modules (its config built on the meta device), the user's reward function, the SFT and preference rows."""
     from trl_ext.models.loading import check_lora_targets, check_model_dir
 
     models, stages = opts.models, opts.stages
@@ -103,6 +103,10 @@ def check_inputs(opts: RLHFOptions) -> None:
     check_lora_targets(models.policy, lora_config(opts.lora).target_modules)
     if models.reward:
         check_model_dir(models.reward, "reward model", labels=1, why=SCALAR_REWARD)
+    if models.reward_fn:  # imported and its signature read now, not after the stages trained
+        from trl_ext.rewards.base import import_reward_function
+
+        import_reward_function(models.reward_fn)
     if stages.sft_data:
         from trl_ext.data.jsonl import as_dataset, read_jsonl
         from trl_ext.stages.sft import check_sft_format, check_sft_rows
@@ -201,6 +205,10 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             "give --reward or --preferences, not both: --preferences trains the reward model "
             "(its base is --reward-base)"
         )
+    if backend == "scratch":  # a group estimator with one completion a prompt: refused before any stage trains
+        from trl_ext.ppo.config_checks import check_groups
+
+        check_groups(opts.train)
     if opts.train.separate_critic:
         raise InputError(
             "the RLHF recipe shares the LoRA backbone between policy and value head; "

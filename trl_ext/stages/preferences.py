@@ -32,6 +32,13 @@ def check_preferences(dataset) -> bool:
                 or (isinstance(value, list) and not value)
             ):
                 raise PreferenceError(f"row {row}: {key!r} is missing or empty")
+            if not isinstance(value, (str, list)):
+                raise PreferenceError(
+                    f"row {row}: {key!r} is {value!r} ({type(value).__name__}); an answer is text or a list of messages"
+                )
+        margin = example.get("margin")
+        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
+            raise PreferenceError(f"row {row}: 'margin' is {margin!r}; a margin is a number")
         if example["chosen"] == example["rejected"]:
             raise PreferenceError(f"row {row}: 'chosen' and 'rejected' are identical")
         for key in ("prompt", "chosen", "rejected"):

@@ -37,13 +37,21 @@ def _ids(tokenizer, prompt, answer) -> list[int]:
     return tokenizer((prompt or "") + answer)["input_ids"]
 
 
+def _row_ids(tokenizer, row: int, prompt, answer, key: str) -> list[int]:
+    from trl_ext.data.prompt_dataset import encoding_errors
+
+    fix = "give the reward model a base (--base, --reward-base) whose tokenizer covers the text"
+    with encoding_errors(tokenizer, f"row {row}", (prompt or "") + str(answer), f"its {key!r} answer", fix):
+        return _ids(tokenizer, prompt, answer)
+
+
 def tokenize_preferences(dataset, tokenizer):
     """``chosen_ids``/``rejected_ids`` (what ``RewardTrainer`` takes as already processed), margins kept."""
     check_preferences(dataset)
     prompts = dataset["prompt"] if "prompt" in dataset.column_names else [None] * len(dataset)
     columns = {
-        "chosen_ids": [_ids(tokenizer, p, c) for p, c in zip(prompts, dataset["chosen"])],
-        "rejected_ids": [_ids(tokenizer, p, r) for p, r in zip(prompts, dataset["rejected"])],
+        f"{key}_ids": [_row_ids(tokenizer, row, p, a, key) for row, (p, a) in enumerate(zip(prompts, dataset[key]))]
+        for key in ("chosen", "rejected")
     }
     if "margin" in dataset.column_names:
         columns["margin"] = [float(m) for m in dataset["margin"]]

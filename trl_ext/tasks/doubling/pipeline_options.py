@@ -64,7 +64,10 @@ class PipelineOptions:
         unknown = [r for r in self.reward_list if r not in REWARDS]
         if not self.reward_list or unknown:
             raise InputError(f"unknown reward(s) {unknown or self.rewards!r}: choose from {', '.join(REWARDS)}")
-        require_positive(self, "jobs", "reward_model_temperature")
+        # checked here, not when the stage starts: minutes in, and named as the stage's `steps`
+        require_positive(
+            self, "jobs", "reward_model_temperature", "pretrain_steps", "reward_steps", "reward_model_steps"
+        )
         if self.reward_url and self.reward_list != ["classifier"]:
             raise InputError("--reward-url replaces the classifier reward: give it with --rewards classifier")
 
