@@ -284,8 +284,20 @@ def test_bad_reward_inputs(trained_artifacts):
         ValueCorrect()(["S数字:3320x2="], ["6640E", "1E"])
     with pytest.raises(RewardError, match="needs label_column or label_fn"):
         ClassifierReward(model, tok)
-    with pytest.raises(RewardError, match="label 7 at index 0"):
+    with pytest.raises(
+        RewardError, match=r"label 7 \(int\) at index 0 is not a class of this 4-label classifier \(an int in 0..3\)"
+    ):
         ClassifierReward(model, tok, label_column="label")(["S数字:3320x2="], ["6640E"], label=[7])
+    # numpy's integers are classes (a label column read through numpy gives them); a bool is not: True is no class
+    import numpy as np
+
+    by_int = ClassifierReward(model, tok, label_column="label")(["S数字:3320x2="], ["6640E"], label=[1])
+    by_numpy = ClassifierReward(model, tok, label_column="label")(["S数字:3320x2="], ["6640E"], label=[np.int64(1)])
+    assert by_numpy == by_int
+    with pytest.raises(RewardError, match=r"label True \(bool\) at index 0 is not a class"):
+        ClassifierReward(model, tok, label_fn=lambda prompt: True)(["S数字:3320x2="], ["6640E"])
+    with pytest.raises(RewardError, match=r"WeightedSum's weights must be numbers, got \['1', 2\]"):
+        WeightedSum([ValueCorrect(), CharsetCompliance()], ["1", 2])
 
 
 def test_a_reward_function_declares_that_it_may_not_apply():

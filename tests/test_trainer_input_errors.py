@@ -143,3 +143,51 @@ def test_config_values_of_another_type_are_named():
     with pytest.raises(InputError, match=r"gradient_checkpointing is 'yes' \(str\), not bool"):
         PPOConfig(gradient_checkpointing="yes")
     PPOConfig(learning_rate=1, kl_coef=0, total_episodes=16)  # an int is a float's value
+
+
+def test_a_reference_given_as_a_folder_loads_and_one_of_another_vocabulary_is_refused(folders, tmp_path):
+    """TRL 1.12's PPOTrainer takes ``ref_model``; a folder loads as the policy's path does. A reference whose output
+    vocabulary is not the policy's would score other tokens (or fail on the shapes): named at once."""
+    from trl_ext.models.digest import weights_digest
+
+    trainer = PPOTrainer(str(folders["policy"]), zero, args=PPOConfig(**ARGS), ref_model=str(folders["policy"]))
+    assert weights_digest(trainer.ref_policy.state_dict().values()) == weights_digest(
+        trainer.policy.state_dict().values()
+    )
+    assert not any(p.requires_grad for p in trainer.ref_policy.parameters())
+    wider = tiny_qwen2(tmp_path / "wider", vocab_size=256)
+    with pytest.raises(InputError, match="ref_model's output vocabulary has 256 rows and the policy's"):
+        PPOTrainer(str(folders["policy"]), zero, args=PPOConfig(**ARGS), ref_model=str(wider))
+    with pytest.raises(InputError, match="ref_model must be a causal LM .* got int"):
+        PPOTrainer(str(folders["policy"]), zero, args=PPOConfig(**ARGS), ref_model=3)
+
+
+def test_arguments_of_another_shape_are_named(folders):
+    """A dict for peft_config, one tool not in a list, text to generate(), a tracker that is not installed
+    (accelerate would drop it, saying so only at debug level)."""
+    from accelerate.tracking import get_available_trackers
+    from accelerate.utils import LoggerType
+
+    from trl_ext.ppo.config_checks import trackers
+
+    with pytest.raises(InputError, match=r"peft_config must be a peft config .* got dict: peft.LoraConfig\(\*\*peft"):
+        PPOTrainer(str(folders["policy"]), zero, args=PPOConfig(**ARGS), peft_config={"r": 8})
+
+    def lookup(name: str) -> str:
+        """Look a name up.
+
+        Args:
+            name: the name.
+        """
+        return name
+
+    with pytest.raises(InputError, match=r"tools must be a list of functions, got function: tools=\[<function"):
+        PPOTrainer(str(folders["policy"]), zero, args=PPOConfig(**ARGS), tools=lookup)
+    trainer = PPOTrainer(str(folders["policy"]), zero, args=PPOConfig(**ARGS))
+    with pytest.raises(InputError, match=r"row 0: \['h', 'e', .* is text: .*tokenizer\(text\)\['input_ids'\]"):
+        trainer.generate(["hello there"])
+    assert len(trainer.generate([trainer.tokenizer("hello there")["input_ids"]])) == 1
+    available = {t.value for t in get_available_trackers()}
+    missing = next(t.value for t in LoggerType if t.value != "all" and t.value not in available)
+    with pytest.raises(InputError, match=f"report_to names {missing}, not installed here: pip install {missing}"):
+        trackers(missing)

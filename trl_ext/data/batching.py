@@ -18,6 +18,17 @@ def pad_batch(sequences: list[list[int]], pad_id: int, side: str = "right") -> t
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
         span = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
-        ids[row, span] = torch.as_tensor(seq, dtype=torch.long)
+        if isinstance(seq, str) or isinstance(seq[0], str):
+            raise _not_ids(row, seq, "text")
+        try:
+            ids[row, span] = torch.as_tensor(seq, dtype=torch.long)
+        except (TypeError, ValueError, RuntimeError):  # one line for the caller's data, not torch's
+            raise _not_ids(row, seq, "not a list of token ids") from None
         mask[row, span] = 1
     return ids, mask
+
+
+def _not_ids(row: int, seq, kind: str) -> InputError:
+    return InputError(
+        f"row {row}: {seq!r:.60} is {kind}: queries and responses are lists of token ids (tokenizer(text)['input_ids'])"
+    )

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from trl_ext.errors import InputError
 from trl_ext.models.directory import ArtifactError, describe_architecture, load_tokenizer, read_model_config
 
 CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
@@ -49,6 +50,7 @@ ROLES = {
     "reward model": Role("sequence classifier", False, "right"),
     "critic_init": Role("sequence classifier", False, "right", tokenizer=False),  # the critic reads the policy's tokens
     "reward model base": Role("classifier base", False, "right"),
+    "ref_model": Role("causal LM", False, "left", tokenizer=False),  # the reference scores the policy's tokens
 }
 
 
@@ -289,8 +291,13 @@ def peft_model(model, peft_config, role: str = "policy"):
     """``peft.get_peft_model`` with ``lora_target_errors``."""
     import warnings
 
-    from peft import get_peft_model
+    from peft import PeftConfig, get_peft_model
 
+    if not isinstance(peft_config, PeftConfig):  # TRL's trainers take a PeftConfig only
+        raise InputError(
+            f"peft_config must be a peft config (peft.LoraConfig(...)), got {type(peft_config).__name__}"
+            + (": peft.LoraConfig(**peft_config)" if isinstance(peft_config, dict) else "")
+        )
     with lora_target_errors(model, peft_config, role), warnings.catch_warnings():
         # peft (0.21) reads the model's `is_gradient_checkpointing`, which transformers 5.24 renamed and made
         # warn: a notice about peft's code, not the caller's. Only that one warning is silenced, only here.

@@ -55,6 +55,29 @@ def critic_source(path: str | None):
     )[0]
 
 
+def reference_model(ref_model, policy) -> nn.Module:
+    """The given reference (a module, or a folder loaded in the policy's dtype), refused when its output
+    vocabulary is not the policy's: the KL would compare other tokens' log-probs, or fail on the shapes."""
+    if isinstance(ref_model, (str, Path)):
+        from trl_ext.models.loading import load_policy
+
+        ref_model = load_policy(ref_model, role="ref_model", error=InputError)[0].to(precision.model_dtype(policy))
+    if not isinstance(ref_model, nn.Module):
+        raise InputError(f"ref_model must be a causal LM (a module or its folder), got {type(ref_model).__name__}")
+    rows = [_output_rows(m) for m in (ref_model, policy)]
+    if None not in rows and rows[0] != rows[1]:
+        raise InputError(
+            f"ref_model's output vocabulary has {rows[0]} rows and the policy's {rows[1]}: the reference must "
+            "score the policy's tokens (the same tokenizer and vocabulary size)"
+        )
+    return ref_model
+
+
+def _output_rows(model: nn.Module) -> int | None:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return None if head is None else head.weight.shape[0]
+
+
 def needs_reference(config) -> bool:
     """Whether any KL to the reference enters the run (``kl_coef`` in the reward, ``beta`` in the loss)."""
     return config.kl_coef > 0 or config.beta > 0
@@ -81,7 +104,7 @@ def build_models(
         policy = peft_model(policy, peft_config)
     reference = None
     if ref_model is not None:
-        reference = ref_model
+        reference = reference_model(ref_model, policy)
     elif needs_reference(config) and not hasattr(policy, "disable_adapter"):
         reference = copy.deepcopy(policy)  # before master weights: it keeps the checkpoint's dtype
     if reference is not None:

@@ -170,6 +170,15 @@ def trackers(report_to: str) -> list[str]:
         raise InputError(
             f"unknown tracker(s) {', '.join(unknown)} in report_to: known are none, all, {', '.join(known)}"
         )
+    from accelerate.tracking import get_available_trackers
+
+    available = {str(t.value) for t in get_available_trackers()}
+    missing = [n for n in names if n not in available]  # accelerate would drop them, saying so only at debug level
+    if missing:
+        raise InputError(
+            f"report_to names {', '.join(missing)}, not installed here: pip install {' '.join(missing)}, "
+            "or report_to='none'"
+        )
     return names
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,12 +106,13 @@ class ClassifierReward(RewardFunction):
             return None
         num_labels = self.model.config.num_labels
         for index, label in enumerate(labels):
-            if not isinstance(label, int) or not 0 <= label < num_labels:
+            # numpy's integers are classes too; a bool is not (True would silently be class 1)
+            if isinstance(label, bool) or not isinstance(label, numbers.Integral) or not 0 <= label < num_labels:
                 raise RewardError(
-                    f"reward {self.__name__!r}: label {label!r} at index {index} is not a class "
-                    f"of this {num_labels}-label classifier"
+                    f"reward {self.__name__!r}: label {label!r} ({type(label).__name__}) at index {index} is not a "
+                    f"class of this {num_labels}-label classifier (an int in 0..{num_labels - 1})"
                 )
-        return labels
+        return [int(label) for label in labels]
 
     def _texts(self, prompts: list, completions: list) -> tuple[tuple[list[str], ...], bool]:
         """The classifier's inputs (one text, or a pair) and whether special tokens must still be added."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 
 from trl_ext.rewards.base import RewardError, RewardFunction, call_reward, combine_rewards, reward_name
@@ -18,7 +19,9 @@ class WeightedSum(RewardFunction):
             raise RewardError(
                 f"WeightedSum needs one weight per function (got {len(functions)} functions, {len(weights)} weights)"
             )
-        self.functions, self.weights = list(functions), weights
+        if not all(isinstance(w, numbers.Real) and not isinstance(w, bool) for w in weights):
+            raise RewardError(f"WeightedSum's weights must be numbers, got {weights!r}")
+        self.functions, self.weights = list(functions), [float(w) for w in weights]
         self.name = name or "+".join(f"{w:g}*{reward_name(f)}" for f, w in zip(functions, weights))
 
     def score(self, prompts, completions, **columns):

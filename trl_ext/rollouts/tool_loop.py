@@ -58,6 +58,8 @@ class ToolLoop(Rollout):
     """Tools and environments: the model's turns with the tools' results between them."""
 
     def __init__(self, tools: list[Callable] | None = None, environment_factory: Callable | None = None):
+        if tools is not None and not isinstance(tools, (list, tuple)):  # one function given alone
+            raise InputError(f"tools must be a list of functions, got {type(tools).__name__}: tools=[{tools!r:.40}]")
         self.tools = list(tools or [])
         self.pool = EnvironmentPool(environment_factory) if environment_factory is not None else None
         check_tools(self.tools + self.pool.probe_tools() if self.pool else self.tools)

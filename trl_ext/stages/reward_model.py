@@ -41,7 +41,7 @@ def _row_ids(tokenizer, row: int, prompt, answer, key: str) -> list[int]:
     from trl_ext.data.prompt_dataset import encoding_errors
 
     fix = "give the reward model a base (--base, --reward-base) whose tokenizer covers the text"
-    with encoding_errors(tokenizer, f"row {row}", (prompt or "") + str(answer), f"its {key!r} answer", fix):
+    with encoding_errors(tokenizer, f"row {row}", answer, f"its {key!r} answer", fix):
         return _ids(tokenizer, prompt, answer)
 
 
