@@ -14,7 +14,9 @@ Scores are ``ReasoningGymReward``'s: the answer as the rows' answer format reads
 ``extract_answer``, the last ``<answer>...</answer>``, or the last number: ``--answer-format``) and the task's
 ``score_answer``. Training rows are subprocesses (one torch thread each, one at a time by default), each in
 its trainer's virtual environment (``.venv``; TRL's GRPOTrainer in ``.venv-latest``, the newest TRL; the folder
-``TRL_EXT_VENVS`` names, else this checkout); every row records the invocation's id. Writes
+``TRL_EXT_VENVS`` names, else this checkout); every row records the invocation's id. A row's training prompts ask
+none of its test prompts' questions (``trl_ext.data.reasoning_gym_splits.train_excluding``): the row records
+``test_overlap`` (0) and the setting's estimated ``distinct_questions``. Writes
 ``benchmarks/results/public-tasks-<mode>-cpu[-quick].json`` with ``base_panel`` and ``rows``, the command and the
 machine, and its table beside it (``public_tasks_tables.py``).
 """
@@ -297,29 +299,33 @@ def chosen(candidates: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------- training rows
 
 
-def prompt_dataset(tokenizer, spec: dict, n: int, seed: int):
-    """``n`` rows of the row's task's train stream, with ``input_ids`` (what trl-ext's trainer reads) beside the
-    reward's columns."""
-    data = task_dataset(spec, n, seed, "train")
+def prompt_dataset(tokenizer, spec: dict, n: int, seed: int, held=None):
+    """``n`` rows of the row's task's train stream, none asking a question of ``held`` (the test rows), with
+    ``input_ids`` (what trl-ext's trainer reads) beside the reward's columns."""
+    data = task_dataset(spec, n, seed, "train", exclude=held)
     ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True) for p in data["prompt"]]
     ids = [i["input_ids"] if hasattr(i, "keys") else i for i in ids]
     return data.add_column("input_ids", ids)
 
 
-def task_dataset(spec: dict, n: int, seed: int, split: str):
-    """``n`` rows of the row's task at its system prompt, config and answer format."""
-    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+def configs_of(spec: dict) -> dict | None:
+    return {spec["task"]: spec["task_config"]} if spec["task_config"] else None
 
-    task = spec["task"]
-    return reasoning_gym_dataset(
-        task,
-        size=n,
-        seed=seed,
-        split=split,
+
+def task_dataset(spec: dict, n: int, seed: int, split: str, exclude=None):
+    """``n`` rows of the row's task at its system prompt, config and answer format; given ``exclude`` (test rows), a
+    train stream that asks none of their questions (``train_excluding``)."""
+    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+    from trl_ext.data.reasoning_gym_splits import train_excluding
+
+    settings = dict(
         system_prompt=spec["system_prompt"],
-        task_configs={task: spec["task_config"]} if spec["task_config"] else None,
+        task_configs=configs_of(spec),
         answer_format=spec.get("answer_format", "tags"),
     )
+    if exclude is not None and split == "train":
+        return train_excluding(spec["task"], n, exclude, seed=seed, **settings)
+    return reasoning_gym_dataset(spec["task"], size=n, seed=seed, split=split, **settings)
 
 
 def run_row(spec: dict, out: Path) -> None:
@@ -327,6 +333,7 @@ def run_row(spec: dict, out: Path) -> None:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from trl_ext.data.reasoning_gym_splits import distinct_questions, question_overlap
     from trl_ext.ppo.config import PPOConfig
     from trl_ext.rewards.reasoning_gym import ReasoningGymReward
     from trl_ext.runs.runners import RUNNERS, RunInputs
@@ -353,14 +360,13 @@ def run_row(spec: dict, out: Path) -> None:
     model.train()
     policy, peft_config = (get_peft_model(model, lora), None) if runner_name == "grpo" else (model, lora)
     stream = seed * 100_000  # section 3: the seeds' train streams do not overlap
-    inputs = RunInputs(
-        cfg,
-        policy,
-        tokenizer,
-        ReasoningGymReward(),
-        prompts=lambda n: prompt_dataset(tokenizer, spec, n, stream),
-        peft_config=peft_config,
-    )
+    trained = {}  # the train rows the runner asks for (once): their overlap with the test rows is recorded
+
+    def prompts(n: int):
+        trained["rows"] = prompt_dataset(tokenizer, spec, n, stream, held)  # none of the test rows' questions
+        return trained["rows"]
+
+    inputs = RunInputs(cfg, policy, tokenizer, ReasoningGymReward(), prompts=prompts, peft_config=peft_config)
     runner = RUNNERS[runner_name](inputs)
     curve, start = [], time.perf_counter()
 
@@ -404,6 +410,8 @@ def run_row(spec: dict, out: Path) -> None:
         "episodes": len(curve) * settings["batch_size"],
         "split": "test",
         "eval_prompts": spec["eval_prompts"],
+        "test_overlap": question_overlap(trained["rows"], held),  # test rows whose question training asked: 0
+        "distinct_questions": distinct_questions(task, configs_of(spec)).estimate,
         "before": before and before["sampled"]["score"],
         "after": after and after["sampled"]["score"],
         "before_greedy": before and before["greedy"]["score"],

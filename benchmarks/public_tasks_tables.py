@@ -124,6 +124,20 @@ def rows_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def leak_line(rows: list[dict]) -> str:
+    """The test prompts a row also trained on (``test_overlap``, 0 by construction) and each task's setting's
+    distinct questions, as the rows recorded them."""
+    distinct = {r["task"]: r["distinct_questions"] for r in rows}
+    most = max(r["test_overlap"] for r in rows)
+    return (
+        "Test prompts among a row's training prompts (`test_overlap`): "
+        + ("0 in every row" if most == 0 else f"up to {most}")
+        + ". Distinct questions a task's setting makes (estimated): "
+        + ", ".join(f"`{task}` {fmt(n, 0)}" for task, n in distinct.items())
+        + "."
+    )
+
+
 def results_table(data: dict, json_name: str) -> str:
     parts = [_source(data, json_name)]
     if data.get("base_panel"):
@@ -162,6 +176,8 @@ def results_table(data: dict, json_name: str) -> str:
         )
     if data.get("rows") and data.get("mode") == "train":
         parts += critic_targets(data["rows"])
+    if data.get("rows") and all("test_overlap" in r for r in data["rows"]):  # rows made before issue 80 lack it
+        parts.append(leak_line(data["rows"]))
     if data.get("rows"):
         parts.append(rows_table(data["rows"]))
     if data.get("mode") == "cost" and len(data.get("rows", [])) >= 2:

@@ -12,7 +12,7 @@ from trl_ext.errors import InputError
 from trl_ext.ppo import core, losses
 from trl_ext.ppo.advantages import compute_advantages
 from trl_ext.ppo.config import PPOConfig
-from trl_ext.ppo.learner import warmup_plateaued
+from trl_ext.ppo.critic_warmup import warmup_plateaued
 from trl_ext.ppo.trainer import PPOTrainer
 
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
@@ -226,7 +226,7 @@ def test_warmup_stops_when_the_value_loss_stops_falling_with_lambda_one_returns(
 
     trainer.train(on_update=watch)
     assert moved == [False, False, True] and lams == [1.0, 1.0, None]
-    assert len(trainer.warmup_value_losses) == 2
+    assert len(trainer.critic_warmup.value_losses) == 2
 
 
 def test_a_run_resumed_during_its_warmup_goes_on_with_the_stopping_rule(tokenizer, tmp_path):
@@ -237,7 +237,7 @@ def test_a_run_resumed_during_its_warmup_goes_on_with_the_stopping_rule(tokenize
     whole = _trainer(tokenizer, total_episodes=12, output_dir=str(tmp_path), save_steps=1, **warmup)
     whole.train()
     saved = json.loads((tmp_path / "checkpoint-1" / "trainer_state.json").read_text())
-    assert saved["warmup_value_losses"] == whole.warmup_value_losses[:1]
+    assert saved["warmup_value_losses"] == whole.critic_warmup.value_losses[:1]
     resumed = _trainer(
         tokenizer,
         total_episodes=12,
@@ -245,7 +245,7 @@ def test_a_run_resumed_during_its_warmup_goes_on_with_the_stopping_rule(tokenize
         resume_from_checkpoint=str(tmp_path / "checkpoint-1"),
         **warmup,
     )
-    assert resumed.warmup_value_losses == whole.warmup_value_losses[:1]
+    assert resumed.critic_warmup.value_losses == whole.critic_warmup.value_losses[:1]
     before = [p.detach().clone() for p in resumed.policy.parameters()]
     moved = []
     resumed.train(
@@ -253,7 +253,7 @@ def test_a_run_resumed_during_its_warmup_goes_on_with_the_stopping_rule(tokenize
             any(not torch.equal(a, b) for a, b in zip(before, resumed.policy.parameters()))
         )
     )
-    assert moved == [False, True] and len(resumed.warmup_value_losses) == 2
+    assert moved == [False, True] and len(resumed.critic_warmup.value_losses) == 2
 
 
 def test_gae_with_several_samples_a_prompt_sees_each_completion_as_its_own_trajectory(tokenizer, monkeypatch):

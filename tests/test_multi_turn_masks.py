@@ -5,7 +5,7 @@ bootstraps a value before a tool result from the model's next token; with no too
 import pytest
 import torch
 
-from trl_ext.ppo import core, losses
+from trl_ext.ppo import core, losses, model_tokens
 from trl_ext.ppo.advantages import _contiguous_advantages, compute_advantages
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
@@ -44,11 +44,11 @@ def _outcome(batch, config, turn_rewards=None):
 
 def test_compact_and_expand_are_inverse_on_model_tokens():
     values = torch.arange(16, dtype=torch.float32).reshape(2, 8)
-    index, compact_mask = core.model_token_order(MODEL_MASK)
-    compact = core.compact_tokens(values, index, compact_mask)
+    index, compact_mask = model_tokens.model_token_order(MODEL_MASK)
+    compact = model_tokens.compact_tokens(values, index, compact_mask)
     assert compact[0].tolist() == [0, 1, 2, 5, 6, 0, 0, 0]
     assert compact[1].tolist() == [8, 9, 0, 0, 0, 0, 0, 0]
-    assert torch.equal(core.expand_tokens(compact, index, compact_mask), values * MODEL_MASK)
+    assert torch.equal(model_tokens.expand_tokens(compact, index, compact_mask), values * MODEL_MASK)
 
 
 def test_gae_bootstraps_over_the_tool_result_from_the_models_next_token():

@@ -13,6 +13,9 @@ from trl_ext.ppo.learner import Learner
 from trl_ext.ppo.trainer import PPOTrainer
 
 TOLERANCE = 1e-6
+# The critic's correlation divides by the values' spread over 4 rows: a float32 rounding of 1e-7 in a value moves it
+# by ~1e-6, so it is held to 1e-5 (the values themselves are held to TOLERANCE through the losses).
+RATIO_TOLERANCE = {"val/first_value_return_corr": 1e-5}
 RESPONSES = ["12E", "二四E", "E", "陆陆肆零E", "246E", "4", "8E", "1234567"]
 ONE_STEP = dict(num_ppo_epochs=1, num_mini_batches=1, max_grad_norm=1.0)
 CRITIC_FREE = {
@@ -93,7 +96,8 @@ def test_one_forward_update_equals_the_update_after_an_old_logprob_pass(tokenize
         assert ours.keys() == theirs.keys() and ("objective/kl" in ours) == kl_term
         for name, value in theirs.items():
             if isinstance(value, float) and not name.startswith("timing/"):
-                assert ours[name] == pytest.approx(value, rel=TOLERANCE, abs=TOLERANCE), name
+                tolerance = RATIO_TOLERANCE.get(name, TOLERANCE)
+                assert ours[name] == pytest.approx(value, rel=tolerance, abs=tolerance), name
     if epochs == 1:
         assert fused[0]["val/ratio"] == 1.0  # old = new log-probs: the ratio is exactly 1
     # The full path's forward runs on the shuffled minibatch, ours on the batch in order: the gradients' float32

@@ -192,7 +192,9 @@ def test_inert_options_names_only_those_asked_about():
 
 def test_an_unknown_yaml_key_names_the_nearest_options(tmp_path):
     (tmp_path / "a.yaml").write_text("learning_rat: 0.1\n")
-    with pytest.raises(InputError, match=r"unknown option 'learning_rat' \(did you mean learning_rate\?\)"):
+    with pytest.raises(
+        InputError, match=r"unknown option 'learning_rat' \(did you mean learning_rate or critic_learning_rate\?\)"
+    ):
         _options("ppo", [*PPO, "--config", str(tmp_path / "a.yaml")])
     (tmp_path / "b.yaml").write_text("zzqqxx: 1\n")
     with pytest.raises(InputError, match=r"unknown option 'zzqqxx' \(`--help` lists the options\)"):

@@ -96,8 +96,11 @@ def test_a_training_row_has_every_field(bench, tmp_path, monkeypatch):
         "seconds_per_update",
         "peak_rss_mib",
         "invocation",
+        "distinct_questions",
     ):
         assert row[key] is not None, key
+    assert row["test_overlap"] == 0  # no test prompt's question among the training prompts
+    assert "(`test_overlap`): 0 in every row" in stem.with_suffix(".md").read_text()
     assert (row["model"], row["task"], row["trainer"], row["updates"]) == ("chat", "chain_sum", "ppo", 1)
     assert row["invocation"] == data["invocation"] and data["plan"]["sha256"]
     assert "| chat | `chain_sum` | ppo | 11 | 1 |" in stem.with_suffix(".md").read_text()

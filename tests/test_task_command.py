@@ -67,6 +67,9 @@ def test_task_eval_scores_the_test_stream_before_and_after_training(
 
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["test_before"], summary["test_after"]) == (evaluation["before"], evaluation["after"])
+    # no test question among the training prompts, and how many the setting makes (chain_sum's default: many)
+    assert summary["test_overlap"] == evaluation["test_overlap"] == 0
+    assert summary["distinct_questions"] == evaluation["distinct_questions"] > 10_000
     assert "[task-eval] before training: greedy score" in captured.out
     assert f"test score {evaluation['before']} -> {evaluation['after']} (task_eval.json)" in captured.out
 
@@ -185,6 +188,8 @@ def test_the_answer_format_and_task_configs_reach_training_and_evaluation(chat_p
     assert rlhf(chat_policy, out, *extra) == 0, capsys.readouterr().err[-3000:]
     wanted = {"chain_sum": {"max_terms": 2, "max_digits": 1}}
     assert ("train", wanted, "last-number") in made and ("test", wanted, "last-number") in made
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["test_overlap"], summary["distinct_questions"]) == (0, 200)  # two one-digit terms, + or -
 
 
 def test_task_eval_reads_the_last_number_when_the_run_does(monkeypatch):

@@ -19,7 +19,8 @@ system prompt asks for the answer as the reply's last number, and the reward rea
 Train and test streams. reasoning-gym seeds item ``i`` of a generator of seed ``s`` with ``s + i`` (a mix's
 generators get ``s + 1``, ``s + 2``, ...). Train streams use seeds below ``TEST_SEED_OFFSET`` (2**31) and test
 streams the same seeds plus it, so no train seed reaches a test stream's seeds; the 2**32 ceiling is numpy's
-(``pool_matrix`` seeds numpy with ``s + i``).
+(``pool_matrix`` seeds numpy with ``s + i``). Distinct seeds can still make the same question, and at easy
+settings they often do: ``trl_ext.data.reasoning_gym_splits`` keeps a test set's questions out of a train stream.
 """
 
 from __future__ import annotations
@@ -246,6 +247,17 @@ def reasoning_gym_dataset(
         rows["entry"].append(dumps_exact(entry, task))
     rows["answer_format"] = [answer_format] * size
     return Dataset.from_dict(rows)
+
+
+def question_texts(
+    spec: str, size: int, seed: int = 0, split: str = "train", task_configs: Mapping[str, Mapping] | None = None
+) -> list[str]:
+    """The question (the user turn's text) of each of the first ``size`` items of ``reasoning_gym_dataset``'s stream
+    of ``seed`` and ``split``: the same items, without building rows."""
+    parts = parse_spec(spec, task_configs)
+    _check_stream(seed, size, len(parts))
+    generator, _ = _generator(parts, stream_seed(seed, split), size)
+    return [generator[index]["question"] for index in range(size)]
 
 
 def dumps_exact(value, task: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from trl_ext.errors import InputError
-from trl_ext.ppo import core
+from trl_ext.ppo import core, model_tokens
 from trl_ext.settings.registry import Registry
 
 ADVANTAGE_ESTIMATORS = Registry("advantage_estimator", needs_values=False, whiten=False, needs_groups=False)
@@ -122,17 +122,17 @@ def compute_advantages(
     ``critic_lam``: this batch's lambda of the critic's returns (the critic warm-up's); default the config's.
 
     ``loss_mask`` is 1 on the tokens the policy sampled. A multi-turn rollout's has holes (the environment's
-    tokens): the model's tokens are moved to the front of each row (``core.model_token_order``; a single-turn
+    tokens): the model's tokens are moved to the front of each row (``model_tokens.model_token_order``; a single-turn
     row is already there), every rule runs there (``_contiguous_advantages``) and the results go back to their
     positions, 0 elsewhere. So KL, rewards, whitening and GAE see the model's tokens only, and the value before a
     tool result bootstraps from the value at the model's next token.
     """
-    index, mask = core.model_token_order(loss_mask)
+    index, mask = model_tokens.model_token_order(loss_mask)
     # the score on the last model token, or one past it (TRL 1.12's p1: refused where an environment speaks last)
     value_mask = core.mask_one_past_last(mask) if config.score_position == "after_last_token" else mask
 
     def compact(x):
-        return None if x is None else core.compact_tokens(x, index, value_mask)
+        return None if x is None else model_tokens.compact_tokens(x, index, value_mask)
 
     per_token = dict(logprobs=logprobs, ref_logprobs=ref_logprobs, values=values, token_rewards=token_rewards)
     compacted = {name: compact(x) for name, x in per_token.items()}
@@ -140,7 +140,7 @@ def compute_advantages(
     outcome = _contiguous_advantages(scores, **compacted, **rules, critic_lam=critic_lam)
 
     def expand(x):
-        return None if x is None else core.expand_tokens(x, index, value_mask)
+        return None if x is None else model_tokens.expand_tokens(x, index, value_mask)
 
     # every (B, T) result back to its tokens' positions; the scores are per row
     back = {f.name: expand(getattr(outcome, f.name)) for f in fields(outcome) if f.name != "scores"}

@@ -256,7 +256,19 @@ class PPOConfig:
 
     # The critic (advantage_estimator 'gae')
     vf_coef: float = field(0.1, help="value loss weight")
-    cliprange_value: float = field(0.2, help="value clip around the old values")
+    critic_learning_rate: float | None = field(
+        None,
+        help="the critic's own learning rate (value head, and the critic's backbone or adapter where it has one), "
+        "a parameter group of its own (OpenRLHF's and verl's critic optimizer); None: learning_rate",
+    )
+    num_critic_epochs: int | None = field(
+        None,
+        help="passes of the value loss over each batch, at least num_ppo_epochs: the passes beyond those train "
+        "the critic alone (verl's critic ppo_epochs); None: num_ppo_epochs",
+    )
+    cliprange_value: float | None = field(
+        0.2, help="value clip around the old values (TRL's, OpenRLHF's value_clip); None: the value loss unclipped"
+    )
     separate_critic: bool = field(False, help="value head on a copy of the backbone instead of the shared one")
     critic_adapter: bool = field(
         False,

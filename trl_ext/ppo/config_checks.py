@@ -138,6 +138,15 @@ def check_config(config) -> None:
             f"critic_warmup_steps and critic_init need a critic, and advantage_estimator "
             f"{config.advantage_estimator!r} has none (use gae)"
         )
+    if config.critic_learning_rate is not None and not config.critic_learning_rate > 0:
+        raise InputError(
+            f"critic_learning_rate must be positive (None: learning_rate), got {config.critic_learning_rate}"
+        )
+    if config.num_critic_epochs is not None and config.num_critic_epochs < config.num_ppo_epochs:
+        raise InputError(
+            f"num_critic_epochs ({config.num_critic_epochs}) must be at least num_ppo_epochs "
+            f"({config.num_ppo_epochs}): the critic trains in every PPO epoch, and alone in the ones beyond"
+        )
     if config.critic_init and not config.separate_critic:
         raise InputError("critic_init needs separate_critic=True: the reward model's backbone becomes the critic's")
     if config.critic_adapter and (config.separate_critic or not critic):

@@ -1,6 +1,6 @@
-"""The update: ``num_ppo_epochs`` x ``num_mini_batches`` optimizer steps over one batch's experience, each
-minibatch's gradient accumulated over micro-batches weighted by their share of it, so that the result is the
-minibatch's own whatever the micro-batch size.
+"""The update: ``num_ppo_epochs`` x ``num_mini_batches`` optimizer steps over one batch's experience (and the
+critic's own epochs beyond them, ``num_critic_epochs``), each minibatch's gradient accumulated over micro-batches
+weighted by their share of it, so that the result is the minibatch's own whatever the micro-batch size.
 
 The trainer hands in how a step is taken (``backward``, ``optimizer_step``: accelerate's, or a subclass's),
 how rows are shuffled (``minibatch_order``), what a non-finite loss does (``on_bad_loss``) and whom to tell that
@@ -20,12 +20,9 @@ from trl_ext.ppo.experience import Experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
 
 
-def warmup_plateaued(value_losses: list[float], patience: int, min_delta: float) -> bool:
-    """The critic warm-up's stopping rule: the last ``patience`` value losses hold none below ``(1 - min_delta)``
-    times the lowest before them (``patience`` 0: never, the warm-up runs its count)."""
-    if patience <= 0 or len(value_losses) <= patience:
-        return False
-    return min(value_losses[-patience:]) >= (1.0 - min_delta) * min(value_losses[:-patience])
+def critic_epochs(config) -> int:
+    """Passes of the value loss over each batch: ``num_critic_epochs``, else ``num_ppo_epochs``."""
+    return config.num_critic_epochs if config.num_critic_epochs is not None else config.num_ppo_epochs
 
 
 class Learner:
@@ -88,30 +85,52 @@ class Learner:
             for name, value in stats.items():
                 steps[name] = [value.detach()]
             first_epoch = 1
-        for epoch in range(first_epoch, cfg.num_ppo_epochs):
+        for epoch in range(first_epoch, critic_epochs(cfg)):
+            critic_alone = epoch >= cfg.num_ppo_epochs  # num_critic_epochs' passes beyond PPO's
             order = self.minibatch_order(len(exp))
             for mb_index in range(cfg.num_mini_batches):
                 mb = exp.minibatch(order[mb_index * size : (mb_index + 1) * size].to(exp.mask.device))
-                mb_stats: dict[str, torch.Tensor] = {}
-                micro_batches, total = self._micro_batches(mb), 0.0
-                for i, micro in enumerate(micro_batches):
-                    forward = self.passes.policy_pass(
-                        micro.query_response,
-                        micro.attention_mask,
-                        micro.position_ids,
-                        micro.responses,
-                        critic_only=warming_up,
-                    )
-                    last = i == len(micro_batches) - 1
-                    check = partial(self._stop_if_non_finite, epoch=epoch, minibatch=mb_index, earlier=total)
-                    loss, micro_stats = self._backward(micro, mb, forward, warming_up, check if last else None)
-                    total = total + loss
-                    for name, value in micro_stats.items():  # each already weighted by its share
-                        mb_stats[name] = mb_stats.get(name, 0.0) + value.detach()
+                mb_stats = self._minibatch(mb, epoch, mb_index, warming_up, critic_alone)
                 self.optimizer_step()
                 for name, value in mb_stats.items():
                     steps.setdefault(name, []).append(value)
         return {name: torch.stack(values).mean() for name, values in steps.items()}
+
+    def _minibatch(self, mb: Experience, epoch: int, mb_index: int, warming_up: bool, critic_alone: bool) -> dict:
+        """The gradient of one minibatch, accumulated over its micro-batches, and its stats. ``critic_alone``: the
+        value loss alone, from the critic's pass alone (its stats alone too, so the policy's average its own steps)."""
+        mb_stats: dict[str, torch.Tensor] = {}
+        micro_batches, total = self._micro_batches(mb), 0.0
+        for i, micro in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            check = partial(self._stop_if_non_finite, epoch=epoch, minibatch=mb_index, earlier=total)
+            if critic_alone:
+                loss, micro_stats = self._value_loss(micro, mb, self._critic_values(micro))
+                if last:
+                    check(loss.detach())
+                self.backward(loss)
+                loss = loss.detach()
+            else:
+                forward = self.passes.policy_pass(
+                    micro.query_response,
+                    micro.attention_mask,
+                    micro.position_ids,
+                    micro.responses,
+                    critic_only=warming_up,
+                )
+                loss, micro_stats = self._backward(micro, mb, forward, warming_up, check if last else None)
+            total = total + loss
+            for name, value in micro_stats.items():  # each already weighted by its share
+                mb_stats[name] = mb_stats.get(name, 0.0) + value.detach()
+        return mb_stats
+
+    def _critic_values(self, micro: Experience) -> torch.Tensor:
+        """The values ``(B, P + R)`` of the critic's pass alone: its own backbone's, or the head's on the policy's
+        backbone run without gradients (``critic_only``), so a shared backbone stays the policy's."""
+        inputs = micro.query_response, micro.attention_mask, micro.position_ids
+        if self.passes.critic_apart:
+            return self.passes.value_pass(*inputs)
+        return self.passes.policy_pass(*inputs, micro.responses, critic_only=True).values
 
     def _backward(
         self, micro: Experience, mb: Experience, forward: PolicyOutput, warming_up: bool, check: Callable | None

@@ -131,6 +131,18 @@ class ActorCritic(nn.Module):
 
         return nullcontext(), recompute()
 
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The value function's own parameters: the head, and the critic's backbone or adapter where it has one (a
+        critic on the policy's backbone shares that backbone, which stays the policy's)."""
+        if self.value_head is None:
+            return []
+        own = list(self.value_head.parameters())
+        if self.critic_backbone is not None:
+            own += list(self.critic_backbone.parameters())
+        if self.critic_adapter:
+            own += [p for name, p in self.policy.named_parameters() if f".{CRITIC_ADAPTER}." in name]
+        return own
+
     @property
     def critic_has_backbone(self) -> bool:
         """The critic reads a backbone of its own (a copy or its adapter): its pass can run apart from the policy's."""

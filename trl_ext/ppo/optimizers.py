@@ -34,18 +34,33 @@ def check_optimizer(optim: str) -> None:
 
 
 def build_optimizer(
-    model: nn.Module, learning_rate: float, device: torch.device, optim: str = DEFAULT_OPTIMIZER
+    model: nn.Module,
+    learning_rate: float,
+    device: torch.device,
+    optim: str = DEFAULT_OPTIMIZER,
+    critic_learning_rate: float | None = None,
 ) -> torch.optim.Optimizer:
-    """``optim`` over ``model``'s trainable parameters (see the module's text)."""
+    """``optim`` over ``model``'s trainable parameters (see the module's text). ``critic_learning_rate``: the
+    critic's (``model.critic_parameters()``) in a parameter group of their own at that rate, as OpenRLHF and verl
+    give the critic an optimizer of its own. AdamW's step is per parameter, so a group steps as a second optimizer
+    would, but for ``max_grad_norm``, which clips the whole model's norm; the schedule scales both rates alike."""
     check_optimizer(optim)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    groups: list[dict] = [{"params": trainable}]
+    if critic_learning_rate is not None:
+        critic = {id(p) for p in model.critic_parameters()}
+        groups = [
+            {"params": [p for p in trainable if id(p) not in critic]},
+            {"params": [p for p in trainable if id(p) in critic], "lr": critic_learning_rate},
+        ]
+        groups = [g for g in groups if g["params"]]
     settings = dict(lr=learning_rate, eps=1e-8, weight_decay=0.0)
     if optim == "adamw_torch_8bit":
         from torchao.optim import AdamW8bit
 
-        return AdamW8bit(trainable, **settings)
+        return AdamW8bit(groups, **settings)
     fused = device.type == "cuda"
-    return torch.optim.AdamW(trainable, **settings, foreach=not fused, fused=fused)
+    return torch.optim.AdamW(groups, **settings, foreach=not fused, fused=fused)
 
 
 def build_lr_scheduler(optimizer, schedule: str, total_updates: int):

@@ -37,7 +37,14 @@ CORRECTION_OPTIONS = (
     "vllm_importance_sampling_clip_min",
 )
 MULTI_TURN_OPTIONS = ("max_tool_calling_iterations",)
-CRITIC_OPTIONS = ("vf_coef", "cliprange_value", "separate_critic", "value_head_init")
+CRITIC_OPTIONS = (
+    "vf_coef",
+    "cliprange_value",
+    "separate_critic",
+    "value_head_init",
+    "critic_learning_rate",
+    "num_critic_epochs",
+)
 # An estimator's option: the built-in estimators that never read it (a user's estimator is handed the config and
 # may read any), and those that do.
 ESTIMATOR_OPTIONS = {

@@ -26,9 +26,11 @@ from trl_ext.errors import InputError, RolloutEngineError, TrainingError
 from trl_ext.ppo import builder, checkpoint, core, optimizers, precision
 from trl_ext.ppo.config import PPOConfig, num_updates
 from trl_ext.ppo.config_checks import trackers, trainer_config
+from trl_ext.ppo.critic_health import CriticHealth
+from trl_ext.ppo.critic_warmup import CriticWarmup
 from trl_ext.ppo.experience import Experience, ExperienceOptions, make_experience
 from trl_ext.ppo.forward import ForwardPasses, PolicyOutput
-from trl_ext.ppo.learner import Learner, warmup_plateaued
+from trl_ext.ppo.learner import Learner
 from trl_ext.ppo.model import ActorCritic
 from trl_ext.ppo.option_scopes import check_engine_options
 from trl_ext.ppo.prompt_batches import prompt_batches
@@ -129,7 +131,8 @@ class PPOTrainer:
         )
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
-        self.warmup_value_losses: list[float] = []  # the warm-up's value losses, for critic_warmup_patience
+        self.critic_warmup = CriticWarmup(config)
+        self.critic_health = CriticHealth()  # the window of the critic's fits its pooled metrics read
         self.state = TrainerState(max_steps=total, global_step=0)  # what GRPO hands reward functions
         # What makes a batch's rollouts: TRL's multi-turn arguments, else `rollout` (an object, or its name)
         self.rollout = build_rollout(
@@ -167,7 +170,10 @@ class PPOTrainer:
         return self.accelerator.prepare(model, self._optimizer(model))
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return optimizers.build_optimizer(model, self.config.learning_rate, self.accelerator.device, self.config.optim)
+        cfg = self.config
+        return optimizers.build_optimizer(
+            model, cfg.learning_rate, self.accelerator.device, cfg.optim, cfg.critic_learning_rate
+        )
 
     def _backward(self, loss: torch.Tensor) -> None:
         """Gradients of a micro-batch's share of the loss, added to the minibatch's (a critic apart: two calls)."""
@@ -270,7 +276,7 @@ class PPOTrainer:
         """``output_dir/checkpoint-<update>``: weights, optimizer, scheduler, every rank's generators, counters."""
         if self.config.output_dir is None:
             raise InputError("save_steps needs an output_dir to write checkpoints into")
-        acc, losses = self.accelerator, self.warmup_value_losses
+        acc, losses = self.accelerator, self.critic_warmup.value_losses
         return checkpoint.save_run(
             self.config.output_dir,
             dict(update=self.update_index, episode=self.episode, kl_coef=self.kl_coef, warmup_value_losses=losses),
@@ -285,7 +291,7 @@ class PPOTrainer:
         acc = self.accelerator
         saved = checkpoint.load_run(path, config=self.config, world_size=acc.num_processes, parts=self._parts())
         self.update_index, self.episode = saved["update"], saved["episode"]
-        self.warmup_value_losses = saved["warmup_value_losses"]  # the warm-up's stopping rule goes on where it was
+        self.critic_warmup.value_losses = saved["warmup_value_losses"]  # its stopping rule goes on where it was
         if self.config.kl_target is not None:  # an adapted weight goes on; a fixed one is this run's --kl-coef
             self.kl_coef = saved["kl_coef"]
 
@@ -320,7 +326,7 @@ class PPOTrainer:
         return stats
 
     def _experience(self, batch: RolloutBatch, scores: torch.Tensor) -> tuple[Experience, PolicyOutput | None]:
-        warming_up = self._warming_up()
+        warming_up = self.critic_warmup.active(self.update_index)
         options = ExperienceOptions(
             self.tokenizer.eos_token_id,
             builder.needs_reference(self.config),
@@ -344,19 +350,20 @@ class PPOTrainer:
 
     def _update(self, exp: Experience, forward: PolicyOutput | None = None) -> dict:
         self.model.train()
-        warming_up = self._warming_up()
+        warming_up = self.critic_warmup.active(self.update_index)
         learner_stats = self.learner.update(exp, forward, warming_up)
         self.update_index += 1
         self.episode += len(exp) * self.accelerator.num_processes
-        metrics = update_metrics(exp, learner_stats, self.accelerator, builder.needs_reference(self.config))
+        kl_known = builder.needs_reference(self.config)
+        metrics = update_metrics(exp, learner_stats, self.accelerator, kl_known, self.critic_health)
         metrics.update(
             episode=self.episode,
             update=self.update_index,
             lr=float(self.lr_scheduler.get_last_lr()[0]),  # a tensor for torchao's
             **{"objective/kl_coef": self.kl_coef},
         )
-        if warming_up and self.config.critic_warmup_patience:  # the mean over processes: every rank stops alike
-            self.warmup_value_losses.append(float(metrics["loss/value_avg"]))
+        if warming_up:
+            self.critic_warmup.record(metrics)
         # The next batch's KL weight; not after a warm-up step, whose policy has not moved (KL about 0).
         if self.config.kl_target is not None and "objective/kl" in metrics and not warming_up:
             self.kl_coef = core.adaptive_kl_coef(
@@ -368,14 +375,6 @@ class PPOTrainer:
             )
         self.lr_scheduler.step()
         return metrics
-
-    def _warming_up(self) -> bool:
-        """Whether this update is one of the critic's warm-up steps (the value function alone learns): one of the
-        first ``critic_warmup_steps``, and its value loss still falling where ``critic_warmup_patience`` is set."""
-        cfg = self.config
-        return self.update_index < cfg.critic_warmup_steps and not warmup_plateaued(
-            self.warmup_value_losses, cfg.critic_warmup_patience, cfg.critic_warmup_min_delta
-        )
 
     def _stop_on_bad_loss(self, loss, epoch: int, minibatch: int) -> None:
         where = f"update {self.update_index + 1}, epoch {epoch + 1}, minibatch {minibatch + 1}"

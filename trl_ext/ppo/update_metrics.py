@@ -1,17 +1,25 @@
 """An update's metrics under TRL's names: per-rollout objectives, the learner's averaged stats, and the rollout
 engine's gap to the trainer where the engine reported its log-probs; averaged over processes (extremes taken
-over them). ``val/explained_variance`` is each process's own, averaged."""
+over them). The critic's health (``critic_health``: explained variance, pooled and per batch, the returns' variance,
+the first value's correlation with the return) is each process's own, averaged."""
 
 from __future__ import annotations
 
 import torch
 
-from trl_ext.ppo import core
+from trl_ext.ppo.critic_health import CriticHealth
 from trl_ext.ppo.experience import Experience
 
 
-def update_metrics(exp: Experience, learner_stats: dict[str, torch.Tensor], accelerator, kl_known: bool) -> dict:
-    """``kl_known``: a reference ran (a KL term is on); otherwise the KL to it is not known and not reported."""
+def update_metrics(
+    exp: Experience,
+    learner_stats: dict[str, torch.Tensor],
+    accelerator,
+    kl_known: bool,
+    critic_health: CriticHealth | None = None,
+) -> dict:
+    """``kl_known``: a reference ran (a KL term is on); otherwise the KL to it is not known and not reported.
+    ``critic_health``: the run's window of the critic's fits (a fresh one if not given)."""
     outcome = exp.outcome
     local = {
         "objective/kl": outcome.kl.sum(1).mean(),
@@ -22,7 +30,8 @@ def update_metrics(exp: Experience, learner_stats: dict[str, torch.Tensor], acce
         **learner_stats,
     }
     if outcome.returns is not None and outcome.values is not None:  # the critic's fit before this update
-        local["val/explained_variance"] = core.explained_variance(outcome.values, outcome.returns, outcome.value_mask)
+        health = critic_health if critic_health is not None else CriticHealth()
+        local.update(health.observe(outcome.values, outcome.returns, outcome.value_mask))
     if not kl_known:
         del local["objective/kl"]
     names = list(local)

@@ -99,7 +99,8 @@ def reasoning_gym_task(
 ):
     """``(train_dataset, reward_func)`` for a reasoning-gym task or mix (``"chain_sum,basic_arithmetic"``, the
     ``reasoning-gym:`` prefix optional): what ``GRPOTrainer`` or trl-ext's ``PPOTrainer`` takes. The held-out
-    stream of the same seed: ``reasoning_gym_dataset(spec, size, seed, split="test")``."""
+    stream of the same seed: ``reasoning_gym_dataset(spec, size, seed, split="test")``; at easy settings the two
+    share questions, and ``trl_ext.data.reasoning_gym_splits.train_excluding`` makes a train stream without them."""
     dataset = reasoning_gym_dataset(
         spec,
         size,

@@ -47,10 +47,18 @@ def task_settings(data: PromptOptions) -> dict:
 
 
 def task_prompts(data: PromptOptions, seed: int) -> PromptFile:
-    """``--task``'s train stream of ``seed`` as a prompt file: conversations, and the columns its reward reads."""
+    """``--task``'s train stream of ``seed`` as a prompt file: conversations, and the columns its reward reads. With
+    ``--task-eval-size``, the stream asks none of the test prompts' questions (``train_excluding``)."""
     from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+    from trl_ext.data.reasoning_gym_splits import train_excluding
+    from trl_ext.runs.task_eval import held_out_rows
 
-    dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed, **task_settings(data))
+    settings = task_settings(data)
+    if data.task_eval_size:
+        held = held_out_rows(data.task, data.task_eval_size, seed, **settings)
+        dataset = train_excluding(data.task, data.task_size, held, seed=seed, **settings)
+    else:
+        dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed, **settings)
     columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
     return PromptFile(data.task, list(range(1, len(dataset) + 1)), dataset["prompt"], columns, "conversational")
 
@@ -278,6 +286,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
                 opts.data.max_prompt_length,
                 **task_settings(opts.data),
             )
+            task_eval.check_train({"prompt": prompt_file.prompts}, task_settings(opts.data)["task_configs"])
             policy.to(run.state.device)  # where it trains and is scored after: both phases on one device
             task_eval.score("before", policy, tokenizer)
             print_fn(task_eval.line("before"))
@@ -305,6 +314,8 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         if opts.data.task_eval_size:  # None on the other processes
             scores = task_eval.scores if task_eval is not None else {}
             fields.update(test_before=scores.get("before"), test_after=scores.get("after"))
+            if task_eval is not None:  # what the train stream shares with the test prompts: nothing
+                fields.update(test_overlap=task_eval.test_overlap, distinct_questions=task_eval.distinct_questions)
         return fields
 
     summary = run_training(spec, load, summarize, print_fn)

@@ -4,7 +4,9 @@ before training (the policy as loaded, no adapter yet) and after (the trained po
 
 The answers are scored as training scores them: the task's verifier (``ReasoningGymReward``) called as the trainer
 calls a reward, each completion handed as one assistant message. The test stream of the run's seed shares no
-generator seed with the train stream the run learns from (``trl_ext.data.reasoning_gym``).
+generator seed with the train stream the run learns from (``trl_ext.data.reasoning_gym``), and the train stream asks
+none of the test prompts' questions (``trl_ext.data.reasoning_gym_splits``): ``task_eval.json`` records the overlap
+(``test_overlap``, 0) and how many distinct questions the setting makes (``distinct_questions``, estimated).
 """
 
 from __future__ import annotations
@@ -29,16 +31,23 @@ class TaskEval:
     max_prompt_length: int | None = None  # the run's: prompts are cut on the left as training cuts them
     scores: dict[str, float] = field(default_factory=dict)  # phase -> mean score
     examples: list[dict] = field(default_factory=list)
+    test_overlap: int | None = None  # test prompts whose question the train prompts ask (``check_train``): 0
+    distinct_questions: int | None = None  # the setting's distinct questions, estimated (``check_train``)
 
     @classmethod
     def of_task(
         cls, task: str, size: int, seed: int, max_new_tokens: int, max_prompt_length: int | None = None, **settings
     ) -> TaskEval:
         """``settings``: ``reasoning_gym_dataset``'s ``task_configs`` and ``answer_format``, as the run trains."""
-        from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+        return cls(task, seed, max_new_tokens, held_out_rows(task, size, seed, **settings), max_prompt_length)
 
-        rows = reasoning_gym_dataset(task, size, seed=seed, split="test", **settings)
-        return cls(task, seed, max_new_tokens, rows, max_prompt_length)
+    def check_train(self, train, task_configs=None) -> None:
+        """Records how many test prompts ask a question the train prompts ``train`` (a prompt dataset) ask, and the
+        setting's estimated distinct questions (``trl_ext.data.reasoning_gym_splits``)."""
+        from trl_ext.data.reasoning_gym_splits import distinct_questions, question_overlap
+
+        self.test_overlap = question_overlap(train, self.rows)
+        self.distinct_questions = distinct_questions(self.task, task_configs).estimate
 
     def score(self, phase: str, model, tokenizer) -> float:
         """The mean greedy score of ``model`` on the prompts, kept as ``phase`` ('before' or 'after')."""
@@ -85,7 +94,17 @@ class TaskEval:
             "prompts": len(self.rows),
             "max_new_tokens": self.max_new_tokens,
             "max_prompt_length": self.max_prompt_length,
+            "test_overlap": self.test_overlap,
+            "distinct_questions": self.distinct_questions,
             **{phase: self.scores.get(phase) for phase in PHASES},
             "examples": self.examples,
         }
         (out / "task_eval.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+
+
+def held_out_rows(task: str, size: int, seed: int, **settings):
+    """The first ``size`` prompts of ``task``'s test stream of ``seed``: what ``TaskEval`` scores, and what the run's
+    train stream leaves out (``trl_ext.runs.rlhf.task_prompts``)."""
+    from trl_ext.data.reasoning_gym import reasoning_gym_dataset
+
+    return reasoning_gym_dataset(task, size, seed=seed, split="test", **settings)
