@@ -361,6 +361,10 @@ def run_row(
                         ("approxkl", "policy/approxkl_avg"),
                         ("clipfrac", "policy/clipfrac_avg"),
                         ("explained_variance", "val/explained_variance"),
+                        ("explained_variance_pooled", "val/explained_variance_pooled"),
+                        ("returns_var", "val/returns_var"),
+                        ("first_value_return_corr", "val/first_value_return_corr"),
+                        ("value_loss", "loss/value_avg"),
                     )
                     if key in stats
                 },
