@@ -154,7 +154,7 @@ def test_positive_lm_loss_by_hand_and_over_micro_batches():
     "options, message",
     [
         (dict(critic_lam=1.5), "critic_lam must be within"),
-        (dict(critic_lam=1.0, advantage_estimator="grpo", num_generations=2), "gae's settings"),
+        (dict(critic_lam=1.0, advantage_estimator="grpo", num_generations=2), "critic_lam is gae's"),
         (dict(lam_length_alpha=0.0), "lam_length_alpha must be positive"),
         (dict(cliprange_high=-0.1), "cliprange_high must not be negative"),
         (dict(cliprange_high=0.28, policy_loss="sequence_clip"), "cliprange_high is the built-in clip's"),

@@ -5,7 +5,8 @@ An estimator is ``fn(batch: EstimatorInputs, config) -> (advantages (B, T), retu
 registered with ``@ADVANTAGE_ESTIMATORS.register(name, needs_values=..., whiten=..., needs_groups=...)``:
 ``needs_values`` (a critic must be trained: returns are its targets), ``whiten`` (advantages are
 whitened over the batch unless ``config.whiten_advantages`` says otherwise), ``needs_groups`` (advantages
-compare the completions of one prompt: ``num_generations`` must be at least 2).
+compare the completions of one prompt: ``num_generations`` must be at least 2), ``values_at_turns`` (the critic is
+read and trained at each turn's first token alone, ``turn_credit``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from dataclasses import dataclass, fields
 import torch
 
 from trl_ext.errors import InputError
-from trl_ext.ppo import core, model_tokens
+from trl_ext.ppo import core, model_tokens, turn_credit
 from trl_ext.settings.registry import Registry
 
-ADVANTAGE_ESTIMATORS = Registry("advantage_estimator", needs_values=False, whiten=False, needs_groups=False)
+ADVANTAGE_ESTIMATORS = Registry(
+    "advantage_estimator", needs_values=False, whiten=False, needs_groups=False, values_at_turns=False
+)
 
 
 @dataclass
@@ -29,6 +32,7 @@ class EstimatorInputs:
     value_mask: torch.Tensor  # (B, T) where rewards and values live (mask, or one past it: TRL 1.12's p1)
     group_ids: torch.Tensor  # (B,) completions of one prompt share an id
     critic_lam: float | None = None  # this batch's lambda of the critic's returns (the warm-up's); None: config's
+    turn_starts: torch.Tensor | None = None  # (B, T) 1 at each turn's first model token; None: one turn a row
 
     def sequence_returns(self) -> torch.Tensor:
         """Each row's total shaped reward (score minus its KL penalty): ``(B,)``."""
@@ -50,7 +54,12 @@ class Advantages:
     kl: torch.Tensor  # per-token KL estimate on the response
     rewards: torch.Tensor  # KL-shaped (and maybe whitened) rewards
     non_score_rewards: torch.Tensor  # the KL part alone
-    value_mask: torch.Tensor
+    value_mask: torch.Tensor  # where the critic's values and returns are trained and measured
+
+
+def _critic_lam(batch: EstimatorInputs, config) -> float:
+    """The lambda of the critic's returns: the batch's (the warm-up's), else ``critic_lam``, else ``lam``."""
+    return next(lam for lam in (batch.critic_lam, config.critic_lam, config.lam) if lam is not None)
 
 
 @ADVANTAGE_ESTIMATORS.register("gae", needs_values=True, whiten=True)
@@ -64,10 +73,23 @@ def gae(batch: EstimatorInputs, config):
         if config.lam_length_alpha is None
         else core.length_adaptive_lambda(batch.mask, config.lam_length_alpha)
     )
-    critic_lam = next(lam for lam in (batch.critic_lam, config.critic_lam, config.lam) if lam is not None)
+    critic_lam = _critic_lam(batch, config)
     advantages, returns = core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, policy_lam)
     if config.lam_length_alpha is not None or critic_lam != config.lam:
         _, returns = core.gae_advantages(batch.rewards, batch.values, batch.value_mask, config.gamma, critic_lam)
+    return advantages, returns
+
+
+@ADVANTAGE_ESTIMATORS.register("turn_gae", needs_values=True, whiten=True, values_at_turns=True)
+def turn_gae(batch: EstimatorInputs, config):
+    """GAE over each row's turns (``turn_credit``): one advantage per assistant turn, spread over its tokens, the
+    critic read at each turn's first token; the policy's lambda ``lam``, the critic's as ``gae``'s."""
+    assert batch.values is not None and batch.turn_starts is not None
+    inputs = batch.rewards, batch.values, batch.value_mask, batch.turn_starts, config.gamma
+    advantages, returns = turn_credit.turn_gae_advantages(*inputs, config.lam)
+    critic_lam = _critic_lam(batch, config)
+    if critic_lam != config.lam:
+        _, returns = turn_credit.turn_gae_advantages(*inputs, critic_lam)
     return advantages, returns
 
 
@@ -134,7 +156,13 @@ def compute_advantages(
     def compact(x):
         return None if x is None else model_tokens.compact_tokens(x, index, value_mask)
 
-    per_token = dict(logprobs=logprobs, ref_logprobs=ref_logprobs, values=values, token_rewards=token_rewards)
+    per_token = dict(
+        logprobs=logprobs,
+        ref_logprobs=ref_logprobs,
+        values=values,
+        token_rewards=token_rewards,
+        turn_starts=turn_credit.turn_starts(loss_mask),
+    )
     compacted = {name: compact(x) for name, x in per_token.items()}
     rules = dict(mask=mask, value_mask=value_mask, ended=ended, group_ids=group_ids, config=config, kl_coef=kl_coef)
     outcome = _contiguous_advantages(scores, **compacted, **rules, critic_lam=critic_lam)
@@ -160,9 +188,11 @@ def _contiguous_advantages(
     kl_coef,
     token_rewards,
     critic_lam=None,
+    turn_starts=None,
 ) -> Advantages:
     """The rules over rows whose tokens are contiguous from the start, in order: per-token KL; the missing-eos
-    penalty; KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening."""
+    penalty; KL-shaped rewards (``kl_mode``); reward whitening; the estimator; advantage whitening.
+    ``turn_starts``: 1 at each turn's first token (None: one turn a row)."""
     estimator = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
     if estimator.needs_values and values is None:
         raise InputError(f"advantage_estimator {config.advantage_estimator!r} needs values, but there is no critic")
@@ -180,9 +210,13 @@ def _contiguous_advantages(
         rewards = rewards + token_rewards.to(rewards.dtype) * value_mask
     if config.whiten_rewards:
         rewards = core.masked_whiten(rewards, value_mask, shift_mean=False) * value_mask
+    if turn_starts is None:
+        turn_starts = turn_credit.turn_starts(mask)
     advantages, returns = estimator.fn(
-        EstimatorInputs(rewards, values, mask, value_mask, group_ids, critic_lam), config
+        EstimatorInputs(rewards, values, mask, value_mask, group_ids, critic_lam, turn_starts.to(mask.dtype)), config
     )
+    if estimator.values_at_turns:  # the critic is read and trained at the turns' first tokens alone
+        value_mask = value_mask * turn_starts.to(value_mask.dtype)
     if whitens(config):
         advantages = core.masked_whiten(advantages, mask) * mask
     return Advantages(

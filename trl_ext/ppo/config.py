@@ -189,7 +189,8 @@ class PPOConfig:
     # Advantages: the estimator and its normalisation
     advantage_estimator: str = field(
         "gae",
-        help="'gae': PPO with a critic; critic-free: 'grpo' (group-normalised), "
+        help="'gae': PPO with a critic; 'turn_gae': PPO with a turn-level critic (GAE over a multi-turn "
+        "rollout's turns, one advantage a turn); critic-free: 'grpo' (group-normalised), "
         "'rloo' (leave-one-out), 'reinforce_pp' (REINFORCE++); "
         "trl_ext.ppo.advantages.ADVANTAGE_ESTIMATORS, or your own as module:name",
         choices=ADVANTAGE_ESTIMATORS,

@@ -126,10 +126,14 @@ def check_config(config) -> None:
             f"settings in policy_loss_kwargs"
         )
     critic = ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_values  # a known name by now
-    gae_only = {"critic_lam": config.critic_lam, "lam_length_alpha": config.lam_length_alpha}
-    if config.advantage_estimator != "gae" and any(v is not None for v in gae_only.values()):
+    if config.critic_lam is not None and config.advantage_estimator not in ("gae", "turn_gae"):
         raise InputError(
-            f"critic_lam and lam_length_alpha are gae's settings; advantage_estimator is {config.advantage_estimator!r}"
+            f"critic_lam is gae's and turn_gae's setting; advantage_estimator is {config.advantage_estimator!r}"
+        )
+    if config.lam_length_alpha is not None and config.advantage_estimator != "gae":
+        raise InputError(
+            f"lam_length_alpha is gae's setting (a lambda per row's tokens); advantage_estimator is "
+            f"{config.advantage_estimator!r}"
         )
     if (config.critic_warmup_patience or config.critic_warmup_lam is not None) and not config.critic_warmup_steps:
         raise InputError("critic_warmup_patience and critic_warmup_lam need critic_warmup_steps (the warm-up's cap)")

@@ -48,7 +48,7 @@ CRITIC_OPTIONS = (
 # An estimator's option: the built-in estimators that never read it (a user's estimator is handed the config and
 # may read any), and those that do.
 ESTIMATOR_OPTIONS = {
-    "scale_rewards": (("gae", "rloo", "reinforce_pp"), "advantage_estimator 'grpo'"),
+    "scale_rewards": (("gae", "turn_gae", "rloo", "reinforce_pp"), "advantage_estimator 'grpo'"),
     "lam": (("grpo", "rloo", "reinforce_pp"), "advantage_estimator 'gae'"),
     "gamma": (("grpo", "rloo"), "advantage_estimator 'gae' or 'reinforce_pp'"),
 }
