@@ -257,6 +257,8 @@ def judgement_targets(data: dict) -> list[str]:
 def results_table(data: dict, name: str, made_by: str | None = None) -> str:
     """A results file's table: every row's held-out score before and after, speed and memory; the targets (a
     plan's run: its pairs first, then issue 40's targets on them, or a selection plan's rule)."""
+    from benchmarks.critic_health_table import health_table
+
     lines = [_source(data, name, made_by), "", _description(data), ""]
     if "comparisons" in data:
         plan = data["plan"]["name"]
@@ -268,6 +270,7 @@ def results_table(data: dict, name: str, made_by: str | None = None) -> str:
             else plan_targets(data)
         )
         lines += [*pair_lines(data), "", "| target | measured | met |", "|---|---|---|", *verdicts, ""]
+    lines += health_table(data)
     lines += [
         "| trainer | seed | episodes | before | after | gain | s/update | update phases (s) | update-1 KL | "
         "peak RSS MiB |",
