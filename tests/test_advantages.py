@@ -42,7 +42,9 @@ def test_registry_decorator_duplicate_and_unknown_names():
 
 def test_registered_estimator_is_a_config_choice():
     assert PPOConfig(advantage_estimator="test_outcome").advantage_estimator == "test_outcome"
-    with pytest.raises(ValueError, match="unknown advantage_estimator .nope.: known are gae, turn_gae, grpo, rloo, reinforce_pp"):
+    with pytest.raises(
+        ValueError, match="unknown advantage_estimator .nope.: known are gae, turn_gae, grpo, rloo, reinforce_pp"
+    ):
         PPOConfig(advantage_estimator="nope")
 
 
