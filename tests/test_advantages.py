@@ -140,6 +140,7 @@ def test_policy_loss_adds_beta_times_k3():
     cfg = SimpleNamespace(
         policy_loss="clip",
         policy_loss_kwargs=None,
+        cliprange_high=None,
         cliprange=0.2,
         beta=0.0,
         loss_type="grpo",

@@ -498,7 +498,8 @@ def test_rlhf_pipeline_on_conversational_sft_and_preference_rows(models, tmp_pat
     )
     assert not any("note:" in line for line in lines)
     stage = json.loads((tmp_path / "o" / "reward_model" / "stage.json").read_text())
-    assert 0.0 <= stage["heldout_pairwise_accuracy"] <= 1.0
+    recounted = _heldout_accuracy_recounted(tmp_path / "o" / "reward_model", RECIPE / "preferences_chat.jsonl", 4)
+    assert stage["heldout_pairs"] == 4 and stage["heldout_pairwise_accuracy"] == recounted
     assert summary["updates"] == 2 and summary["first_score"] is not None
     assert [p for call in calls for p in call["prompts"]] == conversations()[:4]
 
@@ -629,3 +630,15 @@ def test_trl_ppos_reward_adapter_decodes_a_conversations_answer_as_told(models, 
     module = as_ppo_reward_model(record, tok, dataset, skip_special_tokens)
     module.reward_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
     assert received == [[{"role": "assistant", "content": "hello" if skip_special_tokens else "hello" + tok.eos_token}]]
+
+
+def _heldout_accuracy_recounted(folder, preferences, eval_n: int) -> float:
+    """The saved reward model's share of the held-out pairs (the file's last ``eval_n``) scored chosen above
+    rejected, as PPO scores them."""
+    from trl_ext.models.loading import load_sequence_classifier
+    from trl_ext.stages.preferences import preference_split
+    from trl_ext.stages.reward_model import score_pairs
+
+    _, heldout = preference_split(preferences, eval_n)
+    chosen, rejected = score_pairs(*load_sequence_classifier(folder, "reward model"), heldout)
+    return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / eval_n

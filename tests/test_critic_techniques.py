@@ -125,9 +125,12 @@ def test_clip_higher_by_hand_and_as_the_recipes_loss():
     user_loss = losses.POLICY_LOSSES[PPOConfig(policy_loss=recipe).policy_loss].fn  # imported once, as a user's file
     logp = torch.tensor([[-1.0, -0.5, -2.0, 0.0], [-0.2, -1.0, 0.0, 0.0]])
     old, adv = logp - torch.tensor([[0.3, -0.4, 0.1, 0.0], [0.25, 0.0, 0.0, 0.0]]), torch.ones(2, 4)
-    built_in, _ = losses.policy_loss(logp, old, old, adv, MASK, PPOConfig(cliprange_high=0.28), cliprange_high=0.28)
+    built_in, _ = losses.policy_loss(logp, old, old, adv, MASK, PPOConfig(cliprange_high=0.28))
     per_token, _ = user_loss(logp, old, adv, MASK, 0.2, cliprange_high=0.28)
     assert torch.equal(built_in, core.masked_mean(per_token, MASK))
+    # the option is the registered clip's keyword: the same loss as given through policy_loss_kwargs
+    as_kwarg, _ = losses.policy_loss(logp, old, old, adv, MASK, PPOConfig(policy_loss_kwargs={"cliprange_high": 0.28}))
+    assert torch.equal(built_in, as_kwarg)
 
 
 def test_clip_at_its_default_is_the_symmetric_clip_bit_for_bit():
@@ -157,7 +160,7 @@ def test_positive_lm_loss_by_hand_and_over_micro_batches():
         (dict(critic_lam=1.0, advantage_estimator="grpo", num_generations=2), "critic_lam is gae's"),
         (dict(lam_length_alpha=0.0), "lam_length_alpha must be positive"),
         (dict(cliprange_high=-0.1), "cliprange_high must not be negative"),
-        (dict(cliprange_high=0.28, policy_loss="sequence_clip"), "cliprange_high is the built-in clip's"),
+        (dict(cliprange_high=0.28, policy_loss="sequence_clip"), "cliprange_high is a keyword of the policy loss"),
         (dict(positive_lm_coef=-1.0), "positive_lm_coef must not be negative"),
         (dict(critic_warmup_patience=-1, critic_warmup_steps=4), "critic_warmup_patience must not be negative"),
         (dict(critic_warmup_patience=2), "need critic_warmup_steps"),

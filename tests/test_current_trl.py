@@ -189,12 +189,22 @@ def test_grpo_and_rloo_step_with_classifier_reward_on_conversations(models, tmp_
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_trl_group_trainer_recomputes_activations_when_asked(kind, models, tmp_path):
-    """``gradient_checkpointing`` reaches TRL's GRPOTrainer and RLOOTrainer (it was always passed as off)."""
+def test_trl_group_trainer_recomputes_activations_when_asked(kind, models, tmp_path, monkeypatch):
+    """``gradient_checkpointing`` reaches TRL's GRPOTrainer and RLOOTrainer (it was always passed as off): every
+    backward runs each decoder block's forward again (counted at the MLP's forward: module hooks stay outside the
+    checkpoint)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.qwen2 import modeling_qwen2
 
     from trl_ext.runs.group_trainers import build_group_trainer
 
+    in_backward, counts, mlp_forward = [False], {"backwards": 0, "recomputed": 0}, modeling_qwen2.Qwen2MLP.forward
+
+    def counting_forward(self, *args, **kwargs):
+        counts["recomputed"] += in_backward[0]
+        return mlp_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_qwen2.Qwen2MLP, "forward", counting_forward)
     policy = AutoModelForCausalLM.from_pretrained(models["chat_policy"])
     tokenizer = AutoTokenizer.from_pretrained(models["chat_policy"])
     cfg = PPOConfig(
@@ -211,8 +221,21 @@ def test_trl_group_trainer_recomputes_activations_when_asked(kind, models, tmp_p
         return [float(len(str(c))) for c in completions]
 
     trainer = build_group_trainer(kind, cfg, policy, tokenizer, length, conversations(4), tmp_path, num_generations=2)
+    backward = trainer.accelerator.backward
+
+    def counting_backward(loss, **kwargs):
+        counts["backwards"] += 1
+        in_backward[0] = True
+        try:
+            return backward(loss, **kwargs)
+        finally:
+            in_backward[0] = False
+
+    monkeypatch.setattr(trainer.accelerator, "backward", counting_backward)
     trainer.train()
-    assert trainer.args.gradient_checkpointing and trainer.model.is_gradient_checkpointing
+    # one backward a micro-batch: PPOConfig's 4 epochs of one minibatch, without gradient accumulation
+    assert counts["backwards"] == trainer.state.global_step == cfg.num_ppo_epochs
+    assert counts["recomputed"] == counts["backwards"] * policy.config.num_hidden_layers, counts
 
 
 def test_bad_inputs_are_named(models):
@@ -345,14 +368,19 @@ def test_trl_rewards_own_functions_work_unchanged(models):
     )
     handed, score = [], trainer.rewards.score
     trainer.rewards.score = lambda columns, prompts, completions, ids, state: (
-        handed.append(ids) or score(columns, prompts, completions, ids, state)
+        handed.append((completions, ids)) or score(columns, prompts, completions, ids, state)
     )
     trained, update = [], trainer._update
     trainer._update = lambda exp, forward=None: trained.append(exp.mask.sum(1).tolist()) or update(exp, forward)
     stats = trainer.train()[0]
-    assert stats["rewards/think_format_reward/mean"] == 0.0  # a random policy writes no <think> block
+    # the logged mean is the function's on the completions handed (a random policy writes no <think> block, a
+    # completion with one scores 1)
+    ((completions, ids),), (lengths,) = handed, trained
+    assert len(completions) == 4 and all(c[0]["role"] == "assistant" for c in completions)
+    thought = think_format_reward(completions=completions)
+    assert stats["rewards/think_format_reward/mean"] == pytest.approx(sum(thought) / 4) == 0.0
+    assert think_format_reward(completions=[[{"role": "assistant", "content": "<think>\nhm\n</think>\nok"}]]) == [1.0]
     # the functions get each rollout's own ids, unpadded: the soft punishment by hand from their lengths
-    (ids,), (lengths,) = handed, trained
     assert [len(i) for i in ids] == lengths
     by_hand = [0.0 if n <= 4 else (4 - n) / 2 for n in lengths]  # 0 up to max - cache, then down to -1 at max
     assert stats[f"rewards/{overlong.__name__}/mean"] == pytest.approx(sum(by_hand) / 4)

@@ -70,8 +70,12 @@ def test_policy_loss_kwargs_are_checked_against_the_losss_signature():
     loss = f"{OURS}/clip_higher.py:clip_higher"
     with pytest.raises(InputError, match=r"policy_loss_kwargs \['clip_high'\]: policy loss .* takes cliprange_high"):
         PPOConfig(policy_loss=loss, policy_loss_kwargs={"clip_high": 0.3})
+    with pytest.raises(InputError, match="policy loss 'clip' takes cliprange_high"):
+        PPOConfig(policy_loss="clip", policy_loss_kwargs={"clip_high": 0.3})
     with pytest.raises(InputError, match="takes no settings of its own"):
-        PPOConfig(policy_loss="clip", policy_loss_kwargs={"cliprange_high": 0.3})
+        PPOConfig(policy_loss="sequence_clip", policy_loss_kwargs={"cliprange_high": 0.3})
+    with pytest.raises(InputError, match="cliprange_high is given twice"):
+        PPOConfig(cliprange_high=0.28, policy_loss_kwargs={"cliprange_high": 0.3})
     with pytest.raises(InputError, match="must be a mapping"):
         PPOConfig(policy_loss=loss, policy_loss_kwargs=[0.3])
 

@@ -39,7 +39,15 @@ def test_a_row_trains_from_the_warm_start_and_writes_its_record(bench, tmp_path,
     bench.run_row(row, seed=0, updates=1, heldout=2, out=out, warm_dir=warm)
     record = json.loads(out.read_text())
     assert record["trainer"] == row and record["updates"] == 1 and len(record["curve"]) == 1
-    assert record["held_out_prompts"] == 2 and 0.0 <= record["after"] <= 1.0
+    assert record["held_out_prompts"] == 2
+    # the scores, recounted from the saved conversations (both prompts) with the task's reward
+    from trl_ext.tasks.real_model.tool_task import right_code
+
+    for mode, score in (("sampled", record["after"]), ("greedy", record["after_greedy"])):
+        shown = record["after_detail"][mode]["examples"]
+        assert (
+            len(shown) == 2 and score == sum(right_code([e["messages"] for e in shown], [e["code"] for e in shown])) / 2
+        )
     assert record["settings"]["response_length"] == 24
     assert record["settings"] == {**bench.SETTINGS, **bench.ROWS[row][4]} and record["task"] == "tool"
     result = {

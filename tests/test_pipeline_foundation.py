@@ -109,10 +109,19 @@ def test_cli_end_to_end_tiny(tmp_path):
     assert saved["config"]["steps"] == 30 and saved["config"]["seed"] == 1
     run = _cli("train-reward", "--out", str(tmp_path / "r"), "--steps", "10", "--eval-n", "20")
     assert run.returncode == 0, run.stderr
-    run = _cli("eval", "--policy", str(tmp_path / "p"), "--n", "10", "--sample")
+    run = _cli("eval", "--policy", str(tmp_path / "p"), "--n", "5", "--sample")
     assert run.returncode == 0, run.stderr
     report = json.loads((tmp_path / "p" / "eval.json").read_text())
-    assert set(report) >= {"greedy", "sampled"} and 0 <= report["greedy"]["exact"] <= 1
+    # the exact rates, recounted from the saved answers (all five prompts): the answer up to its first E
+    from trl_ext.tasks.doubling.artifacts import load_policy
+    from trl_ext.tasks.doubling.task import eval_prompt_dataset
+
+    data = eval_prompt_dataset(load_policy(tmp_path / "p")[1], 5, 0)
+    for mode in ("greedy", "sampled"):
+        shown = report[mode]["examples"]
+        assert [e[: len(p)] for e, p in zip(shown, data["prompt"], strict=True)] == data["prompt"]
+        right = [e[len(p) :].startswith(a) for e, p, a in zip(shown, data["prompt"], data["answer"])]
+        assert report[mode]["exact"] == sum(right) / 5, (mode, shown)
 
 
 @pytest.mark.parametrize(

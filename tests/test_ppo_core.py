@@ -13,6 +13,7 @@ def live_policy_loss(logprobs, old_logprobs, advantages, mask, cliprange):
     cfg = SimpleNamespace(
         policy_loss="clip",
         policy_loss_kwargs=None,
+        cliprange_high=None,
         loss_type="bnpo",
         beta=0.0,
         cliprange=cliprange,

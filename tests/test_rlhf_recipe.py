@@ -191,7 +191,8 @@ def test_rlhf_pipeline_sft_then_reward_model_then_ppo(tiny_models, tmp_path):
     assert not any("lora" in name for name, _ in sft.named_parameters())  # the SFT adapter was merged
     assert any((a - b).abs().max() > 0 for a, b in zip(sft.parameters(), base.parameters()))
     stage = json.loads((out / "reward_model" / "stage.json").read_text())
-    assert 0.0 <= stage["heldout_pairwise_accuracy"] <= 1.0
+    recounted = _heldout_accuracy_recounted(out / "reward_model", ROOT / "recipes/rlhf/preferences.jsonl", 4)
+    assert stage["heldout_pairs"] == 4 and stage["heldout_pairwise_accuracy"] == recounted
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 2 and summary["first_score"] is not None
     adapter_config = json.loads((out / "adapter_config.json").read_text())
@@ -310,3 +311,15 @@ def test_concise_reward_is_topic_coverage_less_words_over_48(monkeypatch):
     assert scores[2] == pytest.approx(0.5 - 40 / 48) and scores[3] == 0.0
     assert scores[4] == pytest.approx(0.5 - 1 / 48)  # "Tide" matches "tides"
     assert concise(["Tell me about gravity."], ["Gravity pulls."]) == [pytest.approx(1 - 2 / 48)]  # plain-text prompt
+
+
+def _heldout_accuracy_recounted(folder, preferences, eval_n: int) -> float:
+    """The saved reward model's share of the held-out pairs (the file's last ``eval_n``) scored chosen above
+    rejected, as PPO scores them."""
+    from trl_ext.models.loading import load_sequence_classifier
+    from trl_ext.stages.preferences import preference_split
+    from trl_ext.stages.reward_model import score_pairs
+
+    _, heldout = preference_split(preferences, eval_n)
+    chosen, rejected = score_pairs(*load_sequence_classifier(folder, "reward model"), heldout)
+    return sum(c > r for c, r in zip(chosen, rejected, strict=True)) / eval_n

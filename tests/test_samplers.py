@@ -63,6 +63,7 @@ def test_importance_weights_scale_the_surrogate_not_the_kl_term():
     cfg = SimpleNamespace(
         policy_loss="clip",
         policy_loss_kwargs=None,
+        cliprange_high=None,
         cliprange=0.2,
         beta=0.0,
         loss_type="bnpo",

@@ -43,7 +43,7 @@ def test_task_eval_scores_the_test_stream_before_and_after_training(
 
     monkeypatch.setattr(TaskEval, "score", spying)
     out = tmp_path / "o"
-    code = rlhf(chat_policy, out, "--backend", backend, "--task-eval-size", "4", "--seed", "3")
+    code = rlhf(chat_policy, out, "--backend", backend, "--task-eval-size", "2", "--seed", "3")
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     assert has_lora == {"before": False, "after": True}
@@ -53,17 +53,20 @@ def test_task_eval_scores_the_test_stream_before_and_after_training(
         "task": TASK,
         "split": "test",
         "seed": 3,
-        "prompts": 4,
+        "prompts": 2,
         "max_new_tokens": 4,
     }
-    assert all(isinstance(evaluation[p], float) and 0.0 <= evaluation[p] <= 1.0 for p in ("before", "after"))
-    test_rows = reasoning_gym_dataset(TASK, 4, seed=3, split="test")
-    first_question = test_rows["prompt"][0][-1]["content"]
-    assert {(e["phase"], e["question"]) for e in evaluation["examples"]} >= {
-        ("before", first_question),
-        ("after", first_question),
-    }
-    assert all(0.0 <= e["score"] <= 1.0 and isinstance(e["answer"], str) for e in evaluation["examples"])
+    # both prompts' answers are kept: each phase's score, recounted from them with the task's own verifier
+    from trl_ext.rewards.reasoning_gym import ReasoningGymReward
+
+    test_rows = reasoning_gym_dataset(TASK, 2, seed=3, split="test")
+    columns = {name: test_rows[name] for name in test_rows.column_names if name != "prompt"}
+    for phase in ("before", "after"):
+        shown = [e for e in evaluation["examples"] if e["phase"] == phase]
+        assert [e["question"] for e in shown] == [p[-1]["content"] for p in test_rows["prompt"]]
+        answers = [[{"role": "assistant", "content": e["answer"]}] for e in shown]
+        verified = ReasoningGymReward()(prompts=test_rows["prompt"], completions=answers, **columns)
+        assert [e["score"] for e in shown] == verified and evaluation[phase] == round(sum(verified) / 2, 4)
 
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["test_before"], summary["test_after"]) == (evaluation["before"], evaluation["after"])

@@ -26,18 +26,28 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
     from trl_ext.trl_compat.backend import build_trl_trainer, save_trl_policy
 
     policy, tok, reward = pieces
+    scored = []  # each call's scores, in the order TRL asked for them
+
+    def recording(prompts, completions, **columns):
+        scored.extend(reward(prompts=prompts, completions=completions, **columns))
+        return scored[-len(completions) :]
+
     cfg = doubling_ppo_config(
         batch_size=8, num_mini_batches=2, num_ppo_epochs=2, total_episodes=16, separate_critic=separate_critic
     )
-    trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 16, 0), tmp_path)
+    trainer = build_trl_trainer(cfg, policy, tok, recording, ppo_prompt_dataset(tok, 16, 0), tmp_path)
     value_model = trainer.accelerator.unwrap_model(trainer.model).value_model
     assert (value_model.backbone is policy.transformer) != separate_critic
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     head_before = value_model.with_value_head.v_head.summary.weight.detach().clone()
     trainer.train()
     logs = [h for h in trainer.state.log_history if "objective/scores" in h]
-    assert len(logs) == 2
+    assert len(logs) == 2 and [h["episode"] for h in logs] == [8, 16]  # the configured two updates of 8
     assert all(math.isfinite(v) for h in logs for v in h.values() if isinstance(v, float))
+    # each update's logged score is the reward of its own 8 rollouts
+    assert len(scored) == 16
+    for update, h in enumerate(logs):
+        assert h["objective/scores"] == pytest.approx(sum(scored[8 * update : 8 * update + 8]) / 8, abs=1e-6)
     assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
     assert not torch.equal(head_before, value_model.with_value_head.v_head.summary.weight)
     out = save_trl_policy(trainer, tok, tmp_path / "policy")
@@ -49,17 +59,42 @@ def test_trl_trainer_few_updates(pieces, tmp_path, separate_critic):
 
 
 @pytest.mark.needs_trl_ppo
-def test_trl_backend_recomputes_activations_when_asked(pieces, tmp_path):
-    """TRL 1.12's PPOTrainer.train() never reads its gradient_checkpointing argument: the backend turns it on."""
+def test_trl_backend_recomputes_activations_when_asked(pieces, tmp_path, monkeypatch):
+    """TRL 1.12's PPOTrainer.train() never reads its gradient_checkpointing argument: the backend turns it on, and
+    every backward runs the blocks' forwards again (counted at the MLP's forward: module hooks stay outside the
+    checkpoint), once for the policy's pass and once for the critic's on the shared backbone."""
+    from transformers.models.gpt2 import modeling_gpt2
+
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
     from trl_ext.trl_compat.backend import build_trl_trainer
 
+    in_backward, counts, mlp_forward = [False], {"backwards": 0, "recomputed": 0}, modeling_gpt2.GPT2MLP.forward
+
+    def counting_forward(self, *args, **kwargs):
+        counts["recomputed"] += in_backward[0]
+        return mlp_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_gpt2.GPT2MLP, "forward", counting_forward)
     policy, tok, reward = pieces
     cfg = doubling_ppo_config(batch_size=8, total_episodes=8, gradient_checkpointing=True)
     trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 8, 0), tmp_path)
+    backward = trainer.accelerator.backward
+
+    def counting_backward(loss, **kwargs):
+        counts["backwards"] += 1
+        in_backward[0] = True
+        try:
+            return backward(loss, **kwargs)
+        finally:
+            in_backward[0] = False
+
+    monkeypatch.setattr(trainer.accelerator, "backward", counting_backward)
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     trainer.train()
-    assert policy.is_gradient_checkpointing and trainer.args.gradient_checkpointing
+    value_model = trainer.accelerator.unwrap_model(trainer.model).value_model
+    assert value_model.backbone is policy.transformer  # one backbone: its blocks serve both passes
+    assert counts["backwards"] == cfg.num_ppo_epochs * cfg.num_mini_batches
+    assert counts["recomputed"] == counts["backwards"] * 2 * len(policy.transformer.h), counts
     assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
 
 
@@ -126,7 +161,13 @@ def test_ppo_cli_tiny(trained_artifacts, tmp_path, backend):
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in lines] == [1, 2] and all("probe/exact" in r for r in lines)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["episodes"] == 16 and 0 <= summary["greedy"]["exact"] <= 1
+    assert summary["episodes"] == 16 and f"greedy exact={summary['greedy']['exact']:.3f} " in run.stdout
+    # the summary scores the saved policy: its greedy answers to the same 20 held-out prompts, scored again
+    from trl_ext.tasks.doubling.artifacts import load_policy
+    from trl_ext.tasks.doubling.evaluate import evaluate_policy
+
+    greedy = evaluate_policy(*load_policy(out), n=20, seed=0, sample=False)["greedy"]
+    assert {k: greedy[k] for k in summary["greedy"]} == summary["greedy"]
     assert (out / "model.safetensors").exists() and (out / "value_head.safetensors").exists()
     assert json.loads((out / "eval.json").read_text())["n"] == 20
 

@@ -6,7 +6,7 @@ from dataclasses import fields
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.advantages import ADVANTAGE_ESTIMATORS
-from trl_ext.ppo.losses import check_policy_loss_settings
+from trl_ext.ppo.losses import check_policy_loss_settings, loss_settings, takes_setting
 from trl_ext.ppo.optimizers import check_optimizer
 from trl_ext.ppo.rollout import samplers
 from trl_ext.settings.fields import check_field_types, require_positive
@@ -119,12 +119,14 @@ def check_config(config) -> None:
         samplers.SAMPLERS[config.sampler]
     if config.policy_loss_kwargs is not None and not isinstance(config.policy_loss_kwargs, dict):
         raise InputError(f"policy_loss_kwargs must be a mapping, got {config.policy_loss_kwargs!r}")
-    check_policy_loss_settings(config.policy_loss, config.policy_loss_kwargs)
-    if config.cliprange_high is not None and config.policy_loss != "clip":
+    if config.cliprange_high is not None and "cliprange_high" in (config.policy_loss_kwargs or {}):
+        raise InputError("cliprange_high is given twice, as the option and in policy_loss_kwargs: give it once")
+    if config.cliprange_high is not None and not takes_setting(config.policy_loss, "cliprange_high"):
         raise InputError(
-            f"cliprange_high is the built-in clip's; policy_loss {config.policy_loss!r} takes its own "
-            f"settings in policy_loss_kwargs"
+            f"cliprange_high is a keyword of the policy loss, and policy_loss {config.policy_loss!r} takes none "
+            "(the built-in 'clip' does)"
         )
+    check_policy_loss_settings(config.policy_loss, loss_settings(config))
     critic = ADVANTAGE_ESTIMATORS[config.advantage_estimator].needs_values  # a known name by now
     if config.critic_lam is not None and config.advantage_estimator not in ("gae", "turn_gae"):
         raise InputError(

@@ -94,7 +94,7 @@ class ForwardPasses:
         return responses.shape[1] + 1
 
     def kept_positions(self, query_response: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-        """The model's ``logits_to_keep``: those positions' indices (``rollout.last_positions``: an int is 100x
+        """The model's ``logits_to_keep``: those positions' indices (``rollout.loop.last_positions``: an int is 100x
         slower)."""
         return last_positions(query_response.shape[1], self.logits_to_keep(responses), query_response.device)
 

@@ -182,7 +182,6 @@ class Learner:
             micro.mask,
             cfg,
             micro.importance_weights,
-            cfg.cliprange_high,
         )
         pg_share, pg_stats_share = losses.policy_loss_shares(cfg, micro.mask, mb.mask)
         tokens = losses.share("tokens", micro.mask, mb.mask)

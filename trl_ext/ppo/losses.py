@@ -9,7 +9,6 @@ their share of it). Policy losses say the same of their stats with ``stats_over`
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 import torch
@@ -23,14 +22,9 @@ LOSS_AGGREGATIONS = Registry("loss_type", normaliser="tokens")
 
 
 @POLICY_LOSSES.register("clip")
-def token_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange):
-    """PPO's clipped surrogate with one ratio per token (TRL's PPO and GRPO)."""
-    return clip_higher_loss(logprobs, old_logprobs, advantages, mask, cliprange)
-
-
-def clip_higher_loss(logprobs, old_logprobs, advantages, mask, cliprange, cliprange_high=None):
-    """``clip`` with the ratio clipped to ``[1 - cliprange, 1 + cliprange_high]`` (the config's ``cliprange_high``,
-    DAPO's clip-higher; None: ``cliprange``)."""
+def token_clip_loss(logprobs, old_logprobs, advantages, mask, cliprange, cliprange_high=None):
+    """PPO's clipped surrogate with one ratio per token (TRL's PPO and GRPO), the ratio clipped to
+    ``[1 - cliprange, 1 + cliprange_high]`` (DAPO's clip-higher; None: ``cliprange``)."""
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
     loss, clipped = core.clipped_surrogate(ratio, advantages, cliprange, cliprange_high)
@@ -77,20 +71,24 @@ def fixed_length_mean(per_token_loss, mask, max_length):
     return (per_token_loss * mask).sum() / (per_token_loss.shape[0] * max_length)
 
 
+def loss_settings(config) -> dict:
+    """The policy loss's own keywords: ``policy_loss_kwargs``, and ``cliprange_high`` where the config sets it (the
+    flat option TRL's users know as ``epsilon_high``, a keyword of the loss like any other)."""
+    settings = dict(config.policy_loss_kwargs or {})
+    if config.cliprange_high is not None:
+        settings["cliprange_high"] = config.cliprange_high
+    return settings
+
+
 def policy_loss(
-    logprobs, old_logprobs, ref_logprobs, advantages, mask, config, importance_weights=None, cliprange_high=None
+    logprobs, old_logprobs, ref_logprobs, advantages, mask, config, importance_weights=None
 ) -> tuple[torch.Tensor, dict]:
-    """``config.policy_loss`` per token, weighted by ``importance_weights`` when the rollout engine's
-    log-probs differ from the trainer's (``core.importance_sampling_weights``, ``(B, T)`` or ``(B, 1)``), plus
-    ``config.beta`` times the KL to the reference (GRPO's loss term, estimator ``config.kl_loss_estimator``,
-    maybe ratio-weighted), aggregated by ``config.loss_type``. ``cliprange_high``: the built-in clip's upper
-    bound (``config.cliprange_high``, which PPOConfig allows with 'clip' only; None: ``cliprange``)."""
+    """``config.policy_loss`` per token with its settings (``loss_settings``), weighted by ``importance_weights``
+    when the rollout engine's log-probs differ from the trainer's (``core.importance_sampling_weights``, ``(B, T)``
+    or ``(B, 1)``), plus ``config.beta`` times the KL to the reference (GRPO's loss term, estimator
+    ``config.kl_loss_estimator``, maybe ratio-weighted), aggregated by ``config.loss_type``."""
     fn = POLICY_LOSSES[config.policy_loss].fn
-    if cliprange_high is not None:
-        fn = functools.partial(clip_higher_loss, cliprange_high=cliprange_high)
-    per_token, stats = fn(
-        logprobs, old_logprobs, advantages, mask, config.cliprange, **(config.policy_loss_kwargs or {})
-    )
+    per_token, stats = fn(logprobs, old_logprobs, advantages, mask, config.cliprange, **loss_settings(config))
     if importance_weights is not None:  # as TRL's GRPO: on the surrogate, not on the KL term
         per_token = per_token * importance_weights
     if config.beta > 0:
@@ -118,14 +116,25 @@ def positive_lm_loss(
 POLICY_LOSS_ARGUMENTS = ("logprobs", "old_logprobs", "advantages", "mask", "cliprange")
 
 
-def check_policy_loss_settings(name: str, settings: dict | None) -> None:
-    """``settings`` (``policy_loss_kwargs``) against the signature of the loss registered as ``name``: each a
-    keyword it takes beyond ``POLICY_LOSS_ARGUMENTS``, and every such keyword without a default given."""
-    fn = POLICY_LOSSES[name].fn
-    settings = settings or {}
-    parameters = list(inspect.signature(fn).parameters.values())[len(POLICY_LOSS_ARGUMENTS) :]
+def _own_parameters(name: str) -> tuple[dict, bool]:
+    """The keywords the loss registered as ``name`` takes beyond ``POLICY_LOSS_ARGUMENTS``, and whether it takes
+    any (``**kwargs``)."""
+    parameters = list(inspect.signature(POLICY_LOSSES[name].fn).parameters.values())[len(POLICY_LOSS_ARGUMENTS) :]
     own = {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    takes_any = any(p.kind == p.VAR_KEYWORD for p in parameters)
+    return own, any(p.kind == p.VAR_KEYWORD for p in parameters)
+
+
+def takes_setting(name: str, setting: str) -> bool:
+    """Whether the loss registered as ``name`` takes the keyword ``setting``."""
+    own, takes_any = _own_parameters(name)
+    return takes_any or setting in own
+
+
+def check_policy_loss_settings(name: str, settings: dict | None) -> None:
+    """``settings`` (``loss_settings``) against the signature of the loss registered as ``name``: each a keyword
+    it takes beyond ``POLICY_LOSS_ARGUMENTS``, and every such keyword without a default given."""
+    settings = settings or {}
+    own, takes_any = _own_parameters(name)
     unknown = sorted(set(settings) - set(own)) if not takes_any else []
     if unknown:
         raise InputError(

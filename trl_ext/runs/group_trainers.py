@@ -1,7 +1,7 @@
-"""TRL's GRPO and RLOO on the doubling task, driven by the very same reward-function object.
+"""TRL's GRPO and RLOO, driven by the very same reward-function object as trl-ext's PPO.
 
-They are extra rows of ``trl-ext compare``: policy-gradient baselines without a critic, with
-the same policy, prompts, reward and episode budget as the two PPO backends.
+They are the critic-free rows of a comparison (``trl-ext compare``, the benchmarks): policy-gradient baselines
+with the same policy, prompts, reward and episode budget as the PPO rows.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ SAMPLERS = Registry("sampler", takes_config=False)
 
 @SAMPLERS.register("loop")
 class LoopSampler(Sampler):
-    """The KV-cache loop (``rollout.sample_responses``): fastest for small models on CPU."""
+    """The KV-cache loop (``rollout.loop.sample_responses``): fastest for small models on CPU."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
         return Completions(sample_responses(model, query_ids, query_mask, options, generator))
@@ -35,7 +35,7 @@ class LoopSampler(Sampler):
 
 @SAMPLERS.register("generate")
 class GenerateSampler(Sampler):
-    """``model.generate`` (``rollout.generate_responses``): has ``repetition_penalty``; draws from torch's global
+    """``model.generate`` (``rollout.loop.generate_responses``): has ``repetition_penalty``; draws from torch's global
     RNG."""
 
     def sample(self, model, query_ids, query_mask, options, generator=None):
