@@ -268,7 +268,7 @@ def test_save_writes_the_policy_adapter_and_the_critic_beside(qwen, tmp_path):
 def _record_passes_and_backwards(trainer) -> list[str]:
     """The order of the critic's own passes and the backward passes from now on."""
     events: list[str] = []
-    value_pass, backward = trainer.passes.value_pass, trainer.learner.backward
+    value_pass, backward = trainer.passes.value_pass, trainer.learner.hooks.backward
 
     def recorded_value_pass(*args, **kwargs):
         events.append("critic pass")
@@ -278,7 +278,7 @@ def _record_passes_and_backwards(trainer) -> list[str]:
         events.append("backward")
         backward(loss)
 
-    trainer.passes.value_pass, trainer.learner.backward = recorded_value_pass, recorded_backward
+    trainer.passes.value_pass, trainer.learner.hooks.backward = recorded_value_pass, recorded_backward
     return events
 
 

@@ -73,7 +73,7 @@ def test_warmup_builds_no_policy_graph(tokenizer, separate_critic):
     )
     head = trainer.actor_critic.value_head
     passes, backwards = {1: [], 2: []}, {1: [], 2: []}
-    real_pass, real_backward = trainer.passes.policy_pass, trainer.learner.backward
+    real_pass, real_backward = trainer.passes.policy_pass, trainer.learner.hooks.backward
 
     def policy_pass(*args, **kwargs):
         out = real_pass(*args, **kwargs)
@@ -89,7 +89,7 @@ def test_warmup_builds_no_policy_graph(tokenizer, separate_critic):
             (any(p.grad is not None for p in trainer.policy.parameters()), head.weight.grad is not None)
         )
 
-    trainer.passes.policy_pass, trainer.learner.backward = policy_pass, backward
+    trainer.passes.policy_pass, trainer.learner.hooks.backward = policy_pass, backward
     trainer.train()
     # 2 epochs x 2 minibatches a batch: the warm-up's log-probs and entropy carry no graph, its values do
     values = "apart" if separate_critic else True

@@ -67,7 +67,7 @@ def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_s
     )
     seen, losses, logprobs = [], [], []
     handle = trainer.policy.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    backward, policy_pass = trainer.learner.backward, trainer.passes.policy_pass
+    backward, policy_pass = trainer.learner.hooks.backward, trainer.passes.policy_pass
 
     def recording_backward(loss):
         losses.append(loss.dtype)
@@ -78,7 +78,7 @@ def test_bf16_autocast_on_cpu_keeps_losses_float32(tokenizer, fresh_accelerate_s
         logprobs.append(out.logprobs.dtype)
         return out
 
-    trainer.learner.backward, trainer.passes.policy_pass = recording_backward, recording_pass
+    trainer.learner.hooks.backward, trainer.passes.policy_pass = recording_backward, recording_pass
     history = trainer.train()
     handle.remove()
     assert torch.bfloat16 in seen  # the forward passes really ran in bf16

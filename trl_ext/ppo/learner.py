@@ -2,15 +2,16 @@
 critic's own epochs beyond them, ``num_critic_epochs``), each minibatch's gradient accumulated over micro-batches
 weighted by their share of it, so that the result is the minibatch's own whatever the micro-batch size.
 
-The trainer hands in how a step is taken (``backward``, ``optimizer_step``: accelerate's, or a subclass's),
-how rows are shuffled (``minibatch_order``), what a non-finite loss does (``on_bad_loss``) and whom to tell that
-the weights moved (``policy_changed``: the rollout engine).
+The trainer hands in one ``StepHooks``: how a step is taken (``backward``, ``optimizer_step``: accelerate's, or a
+subclass's), how rows are shuffled (``minibatch_order``), what a non-finite loss does (``on_bad_loss``) and whom
+to tell that the weights moved (``policy_changed``: the rollout engine).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 import torch
 
@@ -25,28 +26,30 @@ def critic_epochs(config) -> int:
     return config.num_critic_epochs if config.num_critic_epochs is not None else config.num_ppo_epochs
 
 
+class StepHooks(Protocol):
+    """How the learner's steps are taken, declared once: the trainer's hooks (accelerate's backward and step, or a
+    subclass's), how rows are shuffled, what a non-finite loss does and whom to tell that the weights moved."""
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def optimizer_step(self) -> None: ...
+
+    def minibatch_order(self, size: int) -> torch.Tensor: ...
+
+    def on_bad_loss(self, loss: torch.Tensor, epoch: int, minibatch: int) -> None: ...
+
+    def policy_changed(self) -> None: ...
+
+
 class Learner:
-    def __init__(
-        self,
-        passes: ForwardPasses,
-        config,
-        accelerator,
-        *,
-        backward: Callable,
-        optimizer_step: Callable,
-        minibatch_order: Callable[[int], torch.Tensor],
-        on_bad_loss: Callable,
-        policy_changed: Callable,
-    ):
-        self.passes, self.config, self.accelerator = passes, config, accelerator
-        self.backward, self._optimizer_step = backward, optimizer_step
-        self.minibatch_order, self.on_bad_loss, self.policy_changed = minibatch_order, on_bad_loss, policy_changed
+    def __init__(self, passes: ForwardPasses, config, accelerator, hooks: StepHooks):
+        self.passes, self.config, self.accelerator, self.hooks = passes, config, accelerator, hooks
 
     def optimizer_step(self) -> None:
         """The step, then word to the rollout engine: here, not in the step hook a subclass may replace, so that an
         engine holding its own copy of the weights (vLLM) can never miss a change."""
-        self._optimizer_step()
-        self.policy_changed()
+        self.hooks.optimizer_step()
+        self.hooks.policy_changed()
 
     def micro_batch_rows(self, batch: int, responses: torch.Tensor) -> int:
         """Rows of an update micro-batch: ``micro_batch_size`` (auto: the logits budget). DeepSpeed's engine
@@ -78,7 +81,7 @@ class Learner:
         if forward is not None:  # the first epoch's one step, on the experience phase's pass
             # The row order of a full-batch mean does not matter; it is drawn as the minibatch loop draws it so a
             # run's random stream stays the one of the path without the fused pass.
-            self.minibatch_order(len(exp))
+            self.hooks.minibatch_order(len(exp))
             check = partial(self._stop_if_non_finite, epoch=0, minibatch=0)
             _, stats = self._backward(exp, exp, forward, warming_up, check)
             self.optimizer_step()
@@ -87,7 +90,7 @@ class Learner:
             first_epoch = 1
         for epoch in range(first_epoch, critic_epochs(cfg)):
             critic_alone = epoch >= cfg.num_ppo_epochs  # num_critic_epochs' passes beyond PPO's
-            order = self.minibatch_order(len(exp))
+            order = self.hooks.minibatch_order(len(exp))
             for mb_index in range(cfg.num_mini_batches):
                 mb = exp.minibatch(order[mb_index * size : (mb_index + 1) * size].to(exp.mask.device))
                 mb_stats = self._minibatch(mb, epoch, mb_index, warming_up, critic_alone)
@@ -108,7 +111,7 @@ class Learner:
                 loss, micro_stats = self._value_loss(micro, mb, self._critic_values(micro))
                 if last:
                     check(loss.detach())
-                self.backward(loss)
+                self.hooks.backward(loss)
                 loss = loss.detach()
             else:
                 forward = self.passes.policy_pass(
@@ -141,13 +144,13 @@ class Learner:
         loss, stats = self._loss(micro, mb, forward, warming_up)
         if self.passes.critic_apart:
             if loss.requires_grad:  # not during the critic's warm-up, whose policy term is a constant 0
-                self.backward(loss)
+                self.hooks.backward(loss)
             values = self.passes.value_pass(micro.query_response, micro.attention_mask, micro.position_ids)
             value_loss, value_stats = self._value_loss(micro, mb, values)
             loss, stats = loss.detach() + value_loss, {**stats, **value_stats}
         if check is not None:
             check(loss.detach())
-        self.backward(loss)
+        self.hooks.backward(loss)
         return loss.detach(), stats
 
     def _stop_if_non_finite(self, loss: torch.Tensor, epoch: int, minibatch: int, earlier=0.0) -> None:
@@ -159,7 +162,7 @@ class Learner:
         if self.accelerator.num_processes > 1:
             bad = self.accelerator.reduce(bad, reduction="sum")
         if bad.item() > 0:
-            self.on_bad_loss(minibatch_loss, epoch, minibatch)
+            self.hooks.on_bad_loss(minibatch_loss, epoch, minibatch)
 
     def _micro_batches(self, mb: Experience) -> list[Experience]:
         rows = self.micro_batch_rows(len(mb), mb.responses)

@@ -38,7 +38,7 @@ from trl_ext.ppo.rollout.samplers import build_sampler, resolve_sampler, trimmed
 from trl_ext.ppo.rollout_ahead import RolloutAhead, check_staleness
 from trl_ext.ppo.sampling import TrainerSampling
 from trl_ext.ppo.timing import PhaseClock
-from trl_ext.ppo.update_metrics import numeric_metrics, update_metrics
+from trl_ext.ppo.update_metrics import numeric_metrics, rollout_metrics, update_metrics
 from trl_ext.rewards.base import place_reward
 from trl_ext.rewards.scoring import RewardScorer, resolve_reward_funcs
 from trl_ext.rollouts import RolloutBatch, build_rollout
@@ -47,6 +47,29 @@ from trl_ext.rollouts.given import given_rollouts
 
 class PPOError(TrainingError):
     """Training cannot go on (a non-finite loss)."""
+
+
+class TrainerHooks:
+    """The learner's ``StepHooks``: the trainer's own hooks, looked up at each call (a subclass or a test may
+    replace them), and the rollout engine told that the weights moved."""
+
+    def __init__(self, trainer: PPOTrainer):
+        self._trainer = trainer
+
+    def backward(self, loss):
+        self._trainer._backward(loss)
+
+    def optimizer_step(self):
+        self._trainer._optimizer_step()
+
+    def minibatch_order(self, size: int):
+        return self._trainer._minibatch_order(size)
+
+    def on_bad_loss(self, loss, epoch: int, minibatch: int):
+        self._trainer._stop_on_bad_loss(loss, epoch, minibatch)
+
+    def policy_changed(self):
+        self._trainer.sampler.policy_changed()
 
 
 class PPOTrainer:
@@ -118,17 +141,7 @@ class PPOTrainer:
         check_engine_options(config, self.sampler, self.sampler_name)
         self.generator = torch.Generator(device=acc.device).manual_seed(config.seed + 100003 * acc.process_index)
         self.passes = ForwardPasses(self.model, self.policy, self.ref_policy, acc, config, vocab_size)
-        # The hooks are looked up at each call: a subclass (or a test) may replace them.
-        self.learner = Learner(
-            self.passes,
-            config,
-            acc,
-            backward=lambda *a: self._backward(*a),
-            optimizer_step=lambda: self._optimizer_step(),
-            minibatch_order=lambda *a: self._minibatch_order(*a),
-            on_bad_loss=lambda *a: self._stop_on_bad_loss(*a),
-            policy_changed=lambda: self.sampler.policy_changed(),
-        )
+        self.learner = Learner(self.passes, config, acc, TrainerHooks(self))
         self.episode, self.update_index, self.resumed_from = 0, 0, None
         self.kl_coef = config.kl_coef  # moves after each update when config.kl_target is set
         self.critic_warmup = CriticWarmup(config)
@@ -320,7 +333,7 @@ class PPOTrainer:
         clock.lap("experience")
         stats.update(self._update(*experience))  # 6.
         clock.lap("update")
-        stats.update(self._rollout_metrics(batch), **{"sampling/staleness": int(stale)})
+        stats.update(rollout_metrics(batch, self.accelerator), **{"sampling/staleness": int(stale)})
         stats.update(clock.timings)
         stats["samples"] = [(p, c) for p, c in zip(batch.prompts[:2], batch.completions[:2])]
         return stats
@@ -335,18 +348,6 @@ class PPOTrainer:
             self.config.critic_warmup_lam if warming_up else None,
         )
         return make_experience(self.passes, batch, scores, self.config, options)
-
-    def _rollout_metrics(self, batch: RolloutBatch) -> dict:
-        """The rollout's counters summed over every process, as its metrics."""
-        if not batch.counters:
-            return {}
-        names = sorted(batch.counters)
-        local = torch.tensor(
-            [float(batch.counters[n]) for n in names], dtype=torch.float64, device=self.accelerator.device
-        )
-        if self.accelerator.num_processes > 1:
-            local = self.accelerator.reduce(local, reduction="sum")
-        return batch.rollout_metrics(dict(zip(names, local.tolist())))
 
     def _update(self, exp: Experience, forward: PolicyOutput | None = None) -> dict:
         self.model.train()

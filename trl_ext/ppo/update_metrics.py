@@ -9,6 +9,7 @@ import torch
 
 from trl_ext.ppo.critic_health import CriticHealth
 from trl_ext.ppo.experience import Experience
+from trl_ext.rollouts.record import RolloutBatch
 
 
 def update_metrics(
@@ -41,6 +42,17 @@ def update_metrics(
     if exp.sampling_logprobs is not None:
         metrics.update(sampling_metrics(exp, accelerator))
     return metrics
+
+
+def rollout_metrics(batch: RolloutBatch, accelerator) -> dict:
+    """The rollout's counters summed over every process, as its metrics."""
+    if not batch.counters:
+        return {}
+    names = sorted(batch.counters)
+    local = torch.tensor([float(batch.counters[n]) for n in names], dtype=torch.float64, device=accelerator.device)
+    if accelerator.num_processes > 1:
+        local = accelerator.reduce(local, reduction="sum")
+    return batch.rollout_metrics(dict(zip(names, local.tolist())))
 
 
 def sampling_metrics(exp: Experience, accelerator) -> dict:
