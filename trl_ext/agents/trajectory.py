@@ -1,6 +1,7 @@
-"""One multi-turn rollout as it grows turn by turn: the completion ids (the model's turns and the tool results
-between them), the loss mask (the model's own tokens), the sampler's log-probs, and the per-turn rewards on each
-turn's last token (``trl_ext.rollouts.trajectories`` makes a batch of them the trainer's record)."""
+"""One multi-turn rollout as it grows turn by turn: the completion ids (the model's turns and what the other side
+said between them: tool results, an environment's observations), the loss mask (the model's own tokens), the
+sampler's log-probs, and the per-turn rewards on each turn's last token (``trl_ext.rollouts.trajectories`` makes a
+batch of them the trainer's record)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class Trajectory:
     messages: list[dict] = field(default_factory=list)  # TRL's completion: assistant turns and tool messages
     turn_rewards: list[tuple[int, float]] = field(default_factory=list)  # (the turn's last token in ids, reward)
     model_turns: int = 0
-    tool_rounds: int = 0
+    tool_rounds: int = 0  # rounds the other side answered (tool results, an environment's observations)
 
     def add_model_turn(self, ids: list[int], logprobs: list[float] | None) -> None:
         self.ids += ids
@@ -31,12 +32,6 @@ class Trajectory:
         """A reward for the last model turn, on its last token."""
         if reward:
             self.turn_rewards.append((len(self.ids) - 1, reward))
-
-    def add_tool_results(self, suffix: list[int], messages: list[dict], reward: float) -> None:
-        """The tool messages after the last model turn: their tokens (context only) and that turn's reward."""
-        self.add_turn_reward(reward)
-        self.add_environment_turn(suffix, messages)
-        self.tool_rounds += 1
 
     def add_environment_turn(self, suffix: list[int], messages: list[dict]) -> None:
         """What the environment says after the last model turn (tool results, an observation as a user turn): its

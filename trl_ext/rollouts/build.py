@@ -10,6 +10,7 @@ from trl_ext.errors import InputError
 from trl_ext.rollouts.base import ROLLOUTS, Rollout
 from trl_ext.rollouts.rollout_func import RolloutFunction
 from trl_ext.rollouts.single_turn import SingleTurn
+from trl_ext.rollouts.step_environment import StepEnvironment  # noqa: F401  registers 'step_environment'
 from trl_ext.rollouts.tool_loop import ToolLoop
 
 DEFAULT = "single_turn"

@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from trl_ext.agents.options import load_agent
+from trl_ext.agents.options import AgentOptions, load_agent
 from trl_ext.data.prompt_files import PromptFile, check_encodable, describe, read_prompt_file, uses_chat_template
 from trl_ext.errors import InputError
 from trl_ext.runs.rlhf_options import LoRAOptions, PromptOptions, RLHFModels, RLHFOptions, RLHFStages
@@ -61,6 +61,22 @@ def task_prompts(data: PromptOptions, seed: int) -> PromptFile:
         dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed, **settings)
     columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
     return PromptFile(data.task, list(range(1, len(dataset) + 1)), dataset["prompt"], columns, "conversational")
+
+
+def environment_prompts(agents: AgentOptions, seed: int) -> tuple[PromptFile, list[str]]:
+    """A public environment's train games of ``seed`` as a prompt file (an empty user turn the rollout writes the
+    game's first observation into, and the game's ``seed`` column), and the line saying so."""
+    from trl_ext.agents.public_environments import game_rows
+
+    rows = game_rows(agents.environment_games, seed, "train")
+    lines = list(range(1, agents.environment_games + 1))
+    prompts = PromptFile(str(agents.environment), lines, rows["prompt"], {"seed": rows["seed"]}, "conversational")
+    first, last = rows["seed"][0], rows["seed"][-1]
+    said = (
+        f"[prompts] {agents.environment_games} train games of {agents.environment} (seeds {first}-{last}; "
+        "its test games are seeded from 2**31 on), played turn by turn: observations as user turns"
+    )
+    return prompts, [said]
 
 
 def load_prompts(
@@ -247,9 +263,12 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
 
             connect_reward(models.reward_url)
         check_inputs(opts)  # every folder and file, before --out is created: a refused run writes nothing
-        prompt_file, prompt_lines = load_prompts(
-            opts.data, opts.stages, models.policy, opts.train.seed, opts.agents.tool_template
-        )
+        if opts.agents.public_environment:  # the games make the prompts
+            prompt_file, prompt_lines = environment_prompts(opts.agents, opts.train.seed)
+        else:
+            prompt_file, prompt_lines = load_prompts(
+                opts.data, opts.stages, models.policy, opts.train.seed, opts.agents.tool_template
+            )
         # tools, environment and chat template checked here too; --policy's tokenizer is the SFT model's
         agent = load_agent(opts.agents, models.policy) if opts.agents.multi_turn else None
         for line in prompt_lines if run.is_main else ():
@@ -307,6 +326,17 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             "first_score": history.first.get("objective/scores"),
             "last_score": history.last.get("objective/scores"),
         }
+        if opts.agents.public_environment:  # the games it trained on; test games are seeded from 2**31 on
+            from trl_ext.agents.public_environments import TEST_SEED_OFFSET
+
+            seed = opts.train.seed
+            fields["games"] = {
+                "environment": opts.agents.environment,
+                "train_seeds": [seed, seed + opts.agents.environment_games - 1],
+                "test_seeds_from": seed + TEST_SEED_OFFSET,
+                "first_return": history.first.get("env/return"),
+                "last_return": history.last.get("env/return"),
+            }
         if task_eval is not None:
             task_eval.score("after", runner.policy, inputs.tokenizer)  # its adapter on
             print_fn(task_eval.line("after"))

@@ -117,12 +117,8 @@ class PromptOptions:
 
     def __post_init__(self):
         require_positive(self, "max_prompt_length", "task_size")
-        if (self.prompts is None) == (self.task is None):
-            raise InputError(
-                "give --prompts or --task, not both: --task makes the prompts"
-                if self.prompts
-                else "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum)"
-            )
+        if self.prompts is not None and self.task is not None:
+            raise InputError("give --prompts or --task, not both: --task makes the prompts")
         if self.task_eval_size < 0:
             raise InputError(f"--task-eval-size must be 0 or more (0: no evaluation), got {self.task_eval_size}")
         if self.task_eval_size and self.task is None:
@@ -203,6 +199,18 @@ class RLHFOptions(CommandOptions):
     agents: AgentOptions
     output: OutputOptions
     run: RLHFBackend
+
+    def __post_init__(self):
+        data, public = self.data, self.agents.public_environment
+        if public and (data.prompts is not None or data.task is not None):
+            raise InputError(
+                f"--environment {self.agents.environment} makes its games' prompts: give it without --prompts or --task"
+            )
+        if not public and data.prompts is None and data.task is None:
+            raise InputError(
+                "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum), or "
+                "--environment gem:NAME / textarena:NAME (a public game)"
+            )
 
     def inert_options(self, names) -> dict[str, str]:
         """Of ``names``, the options that would change nothing: for this backend's runner (``runners.inert_options``),
