@@ -213,3 +213,12 @@ def test_a_compare_report_names_what_trls_group_trainers_run_otherwise_than_thei
     ]
     opts = _options("compare", ["--out", "o", "--backends", "grpo", "--skip-special-tokens", "true"])
     assert group_trainer_notes(opts) == []
+
+
+def test_a_flag_gives_none_to_an_option_that_takes_it():
+    opts = _options("ppo", [*PPO, "--cliprange-value", "none", "--critic-learning-rate", "1e-2"])
+    assert opts.train.cliprange_value is None and opts.sources["cliprange_value"] == "flag"
+    assert opts.train.critic_learning_rate == 1e-2
+    assert _options("ppo", PPO).train.cliprange_value == 0.2  # not given: the default
+    with pytest.raises(argparse.ArgumentError, match="invalid float value: 'none'"):
+        _options("ppo", [*PPO, "--learning-rate", "none"])  # an option that takes no None

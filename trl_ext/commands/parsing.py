@@ -39,6 +39,19 @@ def _arg_type(tp):
     return tp
 
 
+NONE = object()  # a flag given as 'none': the option's None, told apart from a flag not given
+
+
+def _or_none(tp):
+    """``tp``'s parser that also reads 'none' (any case) as the option's None."""
+
+    def parse(text: str):
+        return NONE if str(text).lower() == "none" else tp(text)
+
+    parse.__name__ = getattr(tp, "__name__", "value")  # argparse names it in its error
+    return parse
+
+
 def _bool(text: str) -> bool:
     lowered = str(text).lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -142,6 +155,11 @@ class Command:
             raise TypeError(f"defaults for unknown options {sorted(unknown)}")
         return out
 
+    def nullable(self, name: str) -> bool:
+        """Whether option ``name`` takes None (its type is ``X | None``): its flag then reads 'none' as None."""
+        part = self.fields()[name][0]
+        return type(None) in typing.get_args(typing.get_type_hints(self.parts[part])[name])
+
     def default(self, name: str, f: dataclasses.Field):
         if name in self.defaults:
             return self.defaults[name]
@@ -168,7 +186,7 @@ def add_command_arguments(parser: argparse.ArgumentParser, command: Command) -> 
             parser.add_argument(
                 flag,
                 dest=name,
-                type=tp,
+                type=_or_none(tp) if command.nullable(name) else tp,
                 default=None,
                 help=help_text,
                 choices=None if isinstance(choices, Mapping) else choices,
@@ -196,6 +214,7 @@ def build_options(command: Command, namespace: argparse.Namespace):
                 raise ConfigError(f"config file {str(namespace.config)!r}: unknown option {key!r} ({hint})")
             given[name] = convert_value(str(key), value, known[name][2])
     flags = {name: getattr(namespace, name) for name in known if getattr(namespace, name) is not None}
+    flags = {name: None if value is NONE else value for name, value in flags.items()}
     layers = [Layer(COMMAND, command.defaults), Layer(YAML, given), Layer(FLAG, flags)]
     values, sources = resolve(layers)
     preset = None
