@@ -101,17 +101,20 @@ def test_every_python_example_is_run_or_marked_a_sketch():
         example(page, marker)
 
 
+def run_example(page: str, marker: str) -> subprocess.CompletedProcess:
+    """The example of ``page`` that holds ``marker``, run in a fresh interpreter as a user's script would be; it must
+    exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", example(page, marker)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def test_readme_first_example_runs():
     """The README's first example, as written: PPO with a critic on a multi-turn environment, its updates run and
     the critic's health logged."""
-    done = subprocess.run(
-        [sys.executable, "-c", example("README.md", "environment_factory=SecretDigit,  # or tools")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_example("README.md", "environment_factory=SecretDigit,  # or tools")
     updates, variance = re.search(r"(\d+) updates; explained variance (\S+)", done.stdout).groups()
     assert updates == "2" and math.isfinite(float(variance))
 
@@ -201,27 +204,13 @@ def test_chat_prompts_reward_example_runs():
 def test_algorithms_example_runs():
     """The four "add your own" files (recipes/extensions/), named from one PPOConfig, trained for two updates; in a
     fresh interpreter, as a user's script would run."""
-    done = subprocess.run(
-        [sys.executable, "-c", example("docs/algorithms.md", 'OURS = "recipes/extensions/"')],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_example("docs/algorithms.md", 'OURS = "recipes/extensions/"')
     assert done.stdout.strip().splitlines()[-1] == "2 updates; critic: False; corrected: True"
 
 
 def test_multi_turn_example_runs():
     """The worked tool task: the policy learns to call the environment's tool (calls per rollout rise to about 1)."""
-    done = subprocess.run(
-        [sys.executable, "-c", example("docs/multi-turn.md", "environment_factory=SecretDigit")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_example("docs/multi-turn.md", "environment_factory=SecretDigit")
     first, last = (float(x) for x in re.search(r"calls per rollout ([\d.]+) -> ([\d.]+)", done.stdout).groups())
     assert last > first and last >= 0.5
 
@@ -229,14 +218,7 @@ def test_multi_turn_example_runs():
 def test_own_rollout_example_runs():
     """The worked rollout of one's own (recipes/extensions/step_environment.py): observations come back as user
     turns (environment tokens in the completions), and the reward it declares reaches scoring."""
-    done = subprocess.run(
-        [sys.executable, "-c", example("docs/multi-turn.md", "step_environment.py:guess_the_number")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_example("docs/multi-turn.md", "step_environment.py:guess_the_number")
     rows = re.findall(
         r"turns per rollout ([\d.]+), environment tokens per rollout ([\d.]+), return ([\d.]+)", done.stdout
     )
