@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
+from recomputation import RecomputeCounter
 from tiny_models import tiny_deberta_reward, tiny_qwen2
 
 from trl_ext.errors import InputError
@@ -198,13 +199,7 @@ def test_trl_group_trainer_recomputes_activations_when_asked(kind, models, tmp_p
 
     from trl_ext.runs.group_trainers import build_group_trainer
 
-    in_backward, counts, mlp_forward = [False], {"backwards": 0, "recomputed": 0}, modeling_qwen2.Qwen2MLP.forward
-
-    def counting_forward(self, *args, **kwargs):
-        counts["recomputed"] += in_backward[0]
-        return mlp_forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(modeling_qwen2.Qwen2MLP, "forward", counting_forward)
+    counter = RecomputeCounter(monkeypatch, modeling_qwen2.Qwen2MLP)
     policy = AutoModelForCausalLM.from_pretrained(models["chat_policy"])
     tokenizer = AutoTokenizer.from_pretrained(models["chat_policy"])
     cfg = PPOConfig(
@@ -221,21 +216,11 @@ def test_trl_group_trainer_recomputes_activations_when_asked(kind, models, tmp_p
         return [float(len(str(c))) for c in completions]
 
     trainer = build_group_trainer(kind, cfg, policy, tokenizer, length, conversations(4), tmp_path, num_generations=2)
-    backward = trainer.accelerator.backward
-
-    def counting_backward(loss, **kwargs):
-        counts["backwards"] += 1
-        in_backward[0] = True
-        try:
-            return backward(loss, **kwargs)
-        finally:
-            in_backward[0] = False
-
-    monkeypatch.setattr(trainer.accelerator, "backward", counting_backward)
+    counter.watch(trainer.accelerator)
     trainer.train()
     # one backward a micro-batch: PPOConfig's 4 epochs of one minibatch, without gradient accumulation
-    assert counts["backwards"] == trainer.state.global_step == cfg.num_ppo_epochs
-    assert counts["recomputed"] == counts["backwards"] * policy.config.num_hidden_layers, counts
+    assert counter.counts["backwards"] == trainer.state.global_step == cfg.num_ppo_epochs
+    assert counter.counts["recomputed"] == counter.counts["backwards"] * policy.config.num_hidden_layers, counter.counts
 
 
 def test_bad_inputs_are_named(models):

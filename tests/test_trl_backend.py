@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import torch
+from recomputation import RecomputeCounter
 
 from trl_ext.tasks.doubling.ppo_settings import doubling_ppo_config
 
@@ -68,33 +69,17 @@ def test_trl_backend_recomputes_activations_when_asked(pieces, tmp_path, monkeyp
     from trl_ext.tasks.doubling.task import ppo_prompt_dataset
     from trl_ext.trl_compat.backend import build_trl_trainer
 
-    in_backward, counts, mlp_forward = [False], {"backwards": 0, "recomputed": 0}, modeling_gpt2.GPT2MLP.forward
-
-    def counting_forward(self, *args, **kwargs):
-        counts["recomputed"] += in_backward[0]
-        return mlp_forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(modeling_gpt2.GPT2MLP, "forward", counting_forward)
+    counter = RecomputeCounter(monkeypatch, modeling_gpt2.GPT2MLP)
     policy, tok, reward = pieces
     cfg = doubling_ppo_config(batch_size=8, total_episodes=8, gradient_checkpointing=True)
     trainer = build_trl_trainer(cfg, policy, tok, reward, ppo_prompt_dataset(tok, 8, 0), tmp_path)
-    backward = trainer.accelerator.backward
-
-    def counting_backward(loss, **kwargs):
-        counts["backwards"] += 1
-        in_backward[0] = True
-        try:
-            return backward(loss, **kwargs)
-        finally:
-            in_backward[0] = False
-
-    monkeypatch.setattr(trainer.accelerator, "backward", counting_backward)
+    counter.watch(trainer.accelerator)
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
     trainer.train()
     value_model = trainer.accelerator.unwrap_model(trainer.model).value_model
     assert value_model.backbone is policy.transformer  # one backbone: its blocks serve both passes
-    assert counts["backwards"] == cfg.num_ppo_epochs * cfg.num_mini_batches
-    assert counts["recomputed"] == counts["backwards"] * 2 * len(policy.transformer.h), counts
+    assert counter.counts["backwards"] == cfg.num_ppo_epochs * cfg.num_mini_batches
+    assert counter.counts["recomputed"] == counter.counts["backwards"] * 2 * len(policy.transformer.h), counter.counts
     assert any(not torch.equal(before[n], p) for n, p in policy.named_parameters())
 
 
