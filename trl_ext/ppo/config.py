@@ -332,6 +332,12 @@ class PPOConfig:
         "in the backward pass: no (rows, tokens, vocabulary) logits in memory (gpt2, llama, mistral, qwen2, "
         "qwen3 models; one process or DDP)",
     )
+    padding_free: bool = field(
+        False,
+        help="experience and update passes on packed rows: each row's real tokens end to end, attention kept within a "
+        "sequence by a 4D block-diagonal mask (sdpa or eager attention), passes filled by tokens, not rows "
+        "(docs/training-at-scale.md)",
+    )
 
     # Checkpoints and trackers
     save_steps: int = field(0, help="write a checkpoint every N updates and at the end (0: never)")

@@ -5,12 +5,13 @@ turned into float32 log-probs at once; passes run in as many rows as keep their 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from trl_ext.errors import InputError
 from trl_ext.ppo.lm_head import TokenLogprobs, check_plain_head, token_logprobs
+from trl_ext.ppo.packing import check_padding_free, pack, token_parts
 from trl_ext.ppo.rollout.loop import last_positions
 from trl_ext.ppo.sharding import gathered_for_rollout
 
@@ -87,6 +88,10 @@ class ForwardPasses:
         self.chunked_head = config.chunked_lm_head
         if self.chunked_head:
             check_chunked_head([m for m in (policy, ref_policy) if m is not None], accelerator)
+        self.padding_free = config.padding_free
+        if self.padding_free:
+            critic = getattr(accelerator.unwrap_model(model), "critic_backbone", None)
+            check_padding_free([m for m in (policy, ref_policy, critic) if m is not None])
 
     @staticmethod
     def logits_to_keep(responses: torch.Tensor) -> int:
@@ -98,36 +103,62 @@ class ForwardPasses:
         slower)."""
         return last_positions(query_response.shape[1], self.logits_to_keep(responses), query_response.device)
 
-    def rows(self, option: int, batch: int, responses: torch.Tensor) -> int:
-        """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget; with the chunked head,
-        which makes no logits, the whole batch."""
+    def rows(self, option: int, batch: int, responses: torch.Tensor, width: int = 0) -> int:
+        """Rows of one pass: ``option``, or (0) as many as keep its logits within the budget (``width``: logits at
+        that many positions a row, a packed row's; else the responses'); with the chunked head, which makes no
+        logits, the whole batch."""
         if self.chunked_head and option == 0:
             return batch
-        return rows_per_pass(
-            option, batch, self.logits_to_keep(responses), self.vocab_size, logits_budget(self.accelerator.device)
-        )
+        positions = width or self.logits_to_keep(responses)
+        return rows_per_pass(option, batch, positions, self.vocab_size, logits_budget(self.accelerator.device))
 
-    def parts(self, responses: torch.Tensor) -> list[slice]:
+    def slices(self, option: int, attention_mask: torch.Tensor, responses: torch.Tensor) -> list[slice]:
+        """The rows of each pass over a batch: ``rows`` at a time, or with ``padding_free`` as many as fill that
+        many packed rows by their real tokens (by rows on several processes, where every rank must run as many
+        passes for DDP's reductions and FSDP's gathers)."""
+        batch, width = attention_mask.shape
+        if not self.padding_free:
+            rows = self.rows(option, batch, responses)
+        else:
+            rows = self.rows(option, batch, responses, width)
+            if self.accelerator.num_processes == 1:
+                return token_parts(attention_mask.sum(1), rows * width)
+        return [slice(start, start + rows) for start in range(0, batch, rows)]
+
+    def parts(self, inputs, responses: torch.Tensor) -> list[slice]:
         """Rows of the no-grad passes (``local_rollout_forward_batch_size``)."""
-        rows = self.rows(self.config.local_rollout_forward_batch_size, len(responses), responses)
-        return [slice(start, start + rows) for start in range(0, len(responses), rows)]
+        return self.slices(self.config.local_rollout_forward_batch_size, inputs[1], responses)
+
+    def _pass(self, call, inputs, request: TokenLogprobs | None, model):
+        """``call(input_ids, attention_mask, position_ids, logits_to_keep, request)`` -> ``((log-probs, entropy) or
+        None, values or None)`` on the padded rows ``inputs``, or with ``padding_free`` on their packed rows (the mask
+        in ``model``'s dtype), read back into the padded layout."""
+        if not self.padding_free:
+            keep = None if request is None else self.kept_positions(inputs[0], request.tokens)
+            return call(*inputs, keep, request)
+        packed = pack(*inputs, model.get_input_embeddings().weight.dtype)
+        packed_request = None if request is None else replace(request, tokens=packed.tokens)
+        first, values = call(*packed.inputs(), packed.keep, packed_request)
+        if first is not None:
+            length = request.tokens.shape[1]
+            first = tuple(None if x is None else packed.responses(x, length) for x in first)
+        return first, None if values is None else packed.unpack(values)
 
     def policy_pass(
         self, query_response, attention_mask, position_ids, responses, critic_only: bool = False
     ) -> PolicyOutput:
         """The update's forward pass, with gradients (``critic_only``: the values' alone, for critic warm-up); the
         critic's values too unless it runs apart (``value_pass``)."""
-        request = self.request(responses, entropy=True)
-        with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
-            (logprobs, entropy), values = self.model(
-                query_response,
-                attention_mask,
-                position_ids,
-                logits_to_keep=self.kept_positions(query_response, responses),
-                critic_only=critic_only,
-                outputs="logits" if self.critic_apart else "both",
-                logprobs_of=request,
+        outputs = "logits" if self.critic_apart else "both"
+
+        def call(ids, mask, positions, keep, request):
+            return self.model(
+                ids, mask, positions, logits_to_keep=keep, critic_only=critic_only, outputs=outputs, logprobs_of=request
             )
+
+        inputs = (query_response, attention_mask, position_ids)
+        with self.accelerator.autocast():  # bf16/fp16 forward; log-probs, KL and losses stay float32
+            (logprobs, entropy), values = self._pass(call, inputs, self.request(responses, entropy=True), self.policy)
         return PolicyOutput(logprobs, entropy, values)
 
     def request(self, responses: torch.Tensor, entropy: bool = False) -> TokenLogprobs:
@@ -138,28 +169,34 @@ class ForwardPasses:
 
     def value_pass(self, query_response, attention_mask, position_ids) -> torch.Tensor:
         """The critic's own pass, with gradients (``critic_apart``): values ``(B, P + R)``."""
+
+        def call(ids, mask, positions, keep, request):
+            return self.model(ids, mask, positions, outputs="values")
+
         with self.accelerator.autocast():
-            return self.model(query_response, attention_mask, position_ids, outputs="values")[1]
+            return self._pass(call, (query_response, attention_mask, position_ids), None, self.policy)[1]
 
     @torch.no_grad()
     def old_values(self, inputs, responses) -> torch.Tensor:
         """The critic's values before the update at the response positions ``(B, R)``, its pass alone."""
         length = inputs[0].shape[1] - responses.shape[1]
-        values = [self.value_pass(*(x[part] for x in inputs)) for part in self.parts(responses)]
+        values = [self.value_pass(*(x[part] for x in inputs)) for part in self.parts(inputs, responses)]
         return torch.cat(values)[:, length - 1 : -1].float()
 
     @torch.no_grad()
     def old_policy(self, inputs, responses) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs of the policy before the update ``(B, R)`` and the critic's values ``(B, R)`` (None without
         one)."""
-        length, keep = inputs[0].shape[1] - responses.shape[1], self.kept_positions(inputs[0], responses)
+        length = inputs[0].shape[1] - responses.shape[1]
+
+        def call(ids, mask, positions, keep, request):
+            return self.model(ids, mask, positions, logits_to_keep=keep, logprobs_of=request)
+
         old_logprobs, values = [], []
-        for part in self.parts(responses):
+        for part in self.parts(inputs, responses):
             request = self.request(responses[part])
             with self.accelerator.autocast():
-                (logprobs, _), part_values = self.model(
-                    *(x[part] for x in inputs), logits_to_keep=keep, logprobs_of=request
-                )
+                (logprobs, _), part_values = self._pass(call, [x[part] for x in inputs], request, self.policy)
             old_logprobs.append(logprobs)
             if part_values is not None:
                 values.append(part_values[:, length - 1 : -1].float())
@@ -183,10 +220,12 @@ class ForwardPasses:
     @torch.no_grad()
     def reference(self, inputs, responses) -> torch.Tensor:
         """Log-probs of the reference ``(B, R)``."""
-        keep = self.kept_positions(inputs[0], responses)
+
+        def call(ids, mask, positions, keep, request):
+            return (self.reference_logprobs(ids, mask, positions, keep, request),), None
+
+        model = self.ref_policy if self.ref_policy is not None else self.policy
+        parts = self.parts(inputs, responses)
         return torch.cat(
-            [
-                self.reference_logprobs(*(x[part] for x in inputs), keep, self.request(responses[part]))
-                for part in self.parts(responses)
-            ]
+            [self._pass(call, [x[part] for x in inputs], self.request(responses[part]), model)[0][0] for part in parts]
         )

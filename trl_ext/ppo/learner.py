@@ -165,13 +165,13 @@ class Learner:
             self.hooks.on_bad_loss(minibatch_loss, epoch, minibatch)
 
     def _micro_batches(self, mb: Experience) -> list[Experience]:
-        rows = self.micro_batch_rows(len(mb), mb.responses)
-        if rows >= len(mb):
+        """``micro_batch_rows`` rows at a time, or with ``padding_free`` as many as fill that many packed rows
+        (``ForwardPasses.slices``)."""
+        if self.micro_batch_rows(len(mb), mb.responses) >= len(mb):
             return [mb]
-        return [
-            mb.minibatch(torch.arange(start, min(start + rows, len(mb)), device=mb.mask.device))
-            for start in range(0, len(mb), rows)
-        ]
+        parts = self.passes.slices(self.config.micro_batch_size, mb.attention_mask, mb.responses)
+        device = mb.mask.device
+        return [mb.minibatch(torch.arange(len(mb), device=device)[part]) for part in parts]
 
     def _loss(self, micro: Experience, mb: Experience, forward: PolicyOutput, warming_up: bool):
         """The loss of ``micro`` weighted by its share of minibatch ``mb`` (so the accumulated gradient is the
