@@ -45,6 +45,12 @@ class AgentOptions:
         choices=REWARD_MODES,
     )
     environment_games: int = field(1000, help="a public environment's train games (seeds --seed + i), cycled")
+    environment_eval_games: int = field(
+        0,
+        help="play the first N test games of a public environment (seeds --seed + 2**31 + i, never trained on), "
+        "greedy and sampled at --temperature, before and after training: win rate and mean return in "
+        "summary.json's games.test and environment_eval.json (0: not at all)",
+    )
     tool_template: str | None = field(
         None,
         help="give the policy's tokenizer this tool chat template (for a model "
@@ -60,6 +66,12 @@ class AgentOptions:
                 f"environment_rewards must be one of {', '.join(REWARD_MODES)}; got {self.environment_rewards!r}"
             )
         require_positive(self, "environment_games")
+        if self.environment_eval_games < 0:
+            raise InputError(f"--environment-eval-games must be 0 or more (0: none), got {self.environment_eval_games}")
+        if self.environment_eval_games and not self.public_environment:
+            raise InputError(
+                "--environment-eval-games plays a public environment's test games: give --environment gem:NAME"
+            )
         for name in ("environment_turns", "turn_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"--{name.replace('_', '-')} must be 1 or more, got {getattr(self, name)}")

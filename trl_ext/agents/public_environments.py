@@ -128,18 +128,26 @@ def check_environment(spec: str) -> tuple[str, str]:
     return package, name
 
 
+WIN_REWARD = 1.0  # GEM's ``LanguageGameReward.success_reward``; TextArena's ``set_outcome(reward=1)`` of a win
+
+
 class GemGame:
-    """A GEM environment in the Gym protocol (it speaks it): the observation after a step with GEM's suffix."""
+    """A GEM environment in the Gym protocol (it speaks it): the observation after a step with GEM's suffix.
+    ``won``: the game's own win, GEM's success reward (1) on a step that ``terminated`` the game, not
+    ``truncated`` (GuessTheNumber pays it on the guess that hits; a miss on the last turn is both flags and a
+    partial score below 1)."""
 
     def __init__(self, name: str):
         gem = _import("gem")
-        self.name, self.env = name, gem.make(name)
+        self.name, self.env, self.won = name, gem.make(name), False
 
     def reset(self, seed: int, **_) -> tuple[str, dict]:
+        self.won = False
         return self.env.reset(seed=int(seed))
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         observation, reward, terminated, truncated, info = self.env.step(action)
+        self.won = bool(terminated and not truncated and float(reward) >= WIN_REWARD)
         suffix = info.get("suffix") if isinstance(info, dict) else None
         if suffix and not (terminated or truncated):
             observation = f"{observation.rstrip()}\n{suffix}"
@@ -147,11 +155,12 @@ class GemGame:
 
 
 class TextArenaGame:
-    """A single-player TextArena game in the Gym protocol: its reward at ``close()`` is the last turn's."""
+    """A single-player TextArena game in the Gym protocol: its reward at ``close()`` is the last turn's. ``won``:
+    that reward is TextArena's win (1; its other outcomes pay the share of the game completed, below 1)."""
 
     def __init__(self, name: str):
         textarena = _import("textarena")
-        self.name, self.env = name, textarena.make(name)
+        self.name, self.env, self.won = name, textarena.make(name), False
         self.core = self.env
         while hasattr(self.core, "env"):  # the game under its wrappers: its messages, not the wrapped history
             self.core = self.core.env
@@ -163,6 +172,7 @@ class TextArenaGame:
         return "\n".join(str(m[1]) for m in messages if m[0] != player)  # (sender, text, kind): not the echo
 
     def reset(self, seed: int, **_) -> tuple[str, dict]:
+        self.won = False
         self.env.reset(num_players=1, seed=int(seed))
         return self._messages(), {}
 
@@ -173,7 +183,9 @@ class TextArenaGame:
             return observation, 0.0, False, False, info or {}
         closed = self.env.close()
         rewards = closed[0] if isinstance(closed, tuple) else closed
-        return observation, float((rewards or {}).get(0, 0.0)), True, False, info or {}
+        reward = float((rewards or {}).get(0, 0.0))
+        self.won = reward >= WIN_REWARD
+        return observation, reward, True, False, info or {}
 
 
 def make(package: str, name: str) -> Any:
@@ -200,4 +212,9 @@ def game_seeds(size: int, seed: int = 0, split: str = "train") -> list[int]:
 def game_rows(size: int, seed: int = 0, split: str = "train") -> dict[str, list]:
     """``size`` games as dataset columns: an empty user turn each (the rollout writes the game's first
     observation into it) and the game's ``seed``."""
-    return {"prompt": [[{"role": "user", "content": ""}] for _ in range(size)], "seed": game_seeds(size, seed, split)}
+    return game_rows_of(game_seeds(size, seed, split))
+
+
+def game_rows_of(seeds: list[int]) -> dict[str, list]:
+    """The games of ``seeds`` as dataset columns (``game_rows``)."""
+    return {"prompt": [[{"role": "user", "content": ""}] for _ in seeds], "seed": list(seeds)}

@@ -15,6 +15,7 @@ from pathlib import Path
 from trl_ext.agents.options import AgentOptions, load_agent
 from trl_ext.data.prompt_files import PromptFile, check_encodable, describe, read_prompt_file, uses_chat_template
 from trl_ext.errors import InputError
+from trl_ext.runs.environment_eval import EnvironmentEval
 from trl_ext.runs.rlhf_options import LoRAOptions, PromptOptions, RLHFModels, RLHFOptions, RLHFStages
 from trl_ext.runs.run import train_options
 from trl_ext.runs.task_eval import TaskEval
@@ -136,6 +137,12 @@ def check_inputs(opts: RLHFOptions) -> None:
         from trl_ext.stages.sft import check_sft_format, check_sft_rows
 
         check_sft_format(check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data"))), tokenizer)
+    if stages.warm_start_games:  # its rows are conversations; the game must have a random player
+        from trl_ext.agents.random_players import random_player
+        from trl_ext.stages.sft import check_sft_format
+
+        random_player(str(opts.agents.environment))
+        check_sft_format(True, tokenizer)
     if stages.preferences:
         from trl_ext.stages.preferences import preference_split
 
@@ -173,17 +180,38 @@ def lora_config(lora: LoRAOptions):
     )
 
 
-STAGE_FOLDERS = ("sft", "reward_model")
+STAGE_FOLDERS = ("sft", "reward_model", "warm_start")
+
+
+def warm_start_data(opts: RLHFOptions, out: Path, say) -> str:
+    """``--warm-start-games`` train games of ``--environment`` played by its random player, written as SFT rows to
+    ``out/warm_start/games.jsonl`` (the same file for the same options: the SFT stage is reused)."""
+    from trl_ext.agents.random_players import warm_start_rows
+
+    environment, games = str(opts.agents.environment), opts.stages.warm_start_games
+    rows = warm_start_rows(environment, games, opts.train.seed, opts.agents.environment_turns)
+    path = out / "warm_start" / "games.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    say(f"[warm-start] {games} train games of {environment} played by a random player: {len(rows)} moves in {path}")
+    return str(path)
+
+
+def sft_data(opts: RLHFOptions, out: Path) -> str | None:
+    """What the SFT stage trains on: ``--sft-data``, or the warm start's games."""
+    return str(out / "warm_start" / "games.jsonl") if opts.stages.warm_start_games else opts.stages.sft_data
 
 
 def run_stages(opts: RLHFOptions, out: Path, say) -> None:
-    """SFT on ``--sft-data`` into ``out/sft``, then a reward model on ``--preferences`` into ``out/reward_model``
-    (from ``--reward-base``, or the policy PPO starts from); each reused while nothing it ran with changed."""
+    """SFT on ``--sft-data`` (or the warm start's games) into ``out/sft``, then a reward model on ``--preferences``
+    into ``out/reward_model`` (from ``--reward-base``, or the policy PPO starts from); each reused while nothing it
+    ran with changed."""
     stages, policy = opts.stages, opts.models.policy
-    if stages.sft_data:
+    data = warm_start_data(opts, out, say) if stages.warm_start_games else stages.sft_data
+    if data:
         policy = sft_stage(
             policy,
-            stages.sft_data,
+            data,
             out / "sft",
             steps=stages.sft_steps,
             learning_rate=stages.sft_learning_rate,
@@ -205,6 +233,20 @@ def run_stages(opts: RLHFOptions, out: Path, say) -> None:
             eval_n=stages.reward_eval_n,
             say=say,
         )
+
+
+def environment_evaluation(opts: RLHFOptions, rollout) -> EnvironmentEval:
+    """``--environment-eval-games``' test games, played as ``rollout`` (the run's) plays them."""
+    return EnvironmentEval(
+        str(opts.agents.environment),
+        rollout.factory,
+        opts.train.seed,
+        opts.agents.environment_eval_games,
+        opts.train.response_length,
+        opts.train.temperature,
+        rollout.max_turns,
+        rollout.max_turn_tokens,
+    )
 
 
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
@@ -253,11 +295,14 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         owned=STAGE_FOLDERS,
     )
     task_eval: TaskEval | None = None  # --task-eval-size's, on the main process only
+    environment_eval: EnvironmentEval | None = None  # --environment-eval-games', on the main process only
 
     def load(run) -> RunInputs:
-        nonlocal task_eval
+        nonlocal task_eval, environment_eval
         if opts.data.task_eval_size and run.state.num_processes > 1:  # the others would wait in prepare, or hang
             raise InputError("--task-eval-size scores on the main process only: use it with one process")
+        if opts.agents.environment_eval_games and run.state.num_processes > 1:
+            raise InputError("--environment-eval-games plays on the main process only: use it with one process")
         if models.reward_url:  # an unreachable server: one line before any stage trains
             from trl_ext.rewards.loading import connect_reward
 
@@ -275,7 +320,7 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             print_fn(line)
         # The stages run once, on the main process; the others wait and read what it wrote.
         run.open_out(on_main=lambda: run_stages(opts, out, print_fn))
-        policy_dir = str(out / "sft") if opts.stages.sft_data else models.policy
+        policy_dir = str(out / "sft") if sft_data(opts, out) else models.policy
         reward_dir = str(out / "reward_model") if opts.stages.preferences else models.reward
         trained_here = replace(
             models, policy=policy_dir, reward=reward_dir, pair=models.pair and not opts.stages.preferences
@@ -309,6 +354,12 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
             policy.to(run.state.device)  # where it trains and is scored after: both phases on one device
             task_eval.score("before", policy, tokenizer)
             print_fn(task_eval.line("before"))
+        if opts.agents.environment_eval_games and run.is_main:  # the policy as loaded (the warm start's), no LoRA
+            environment_eval = environment_evaluation(opts, agent["rollout"])
+            policy.to(run.state.device)
+            environment_eval.play_random()
+            environment_eval.play("before", policy, tokenizer)
+            print_fn(environment_eval.line("before"))
         # The reference is the policy with its LoRA adapters disabled: no second copy of the base model.
         return RunInputs(
             spec.config,
@@ -337,6 +388,11 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
                 "first_return": history.first.get("env/return"),
                 "last_return": history.last.get("env/return"),
             }
+        if environment_eval is not None:
+            environment_eval.play("after", runner.policy, inputs.tokenizer)  # its adapter on
+            print_fn(environment_eval.line("after"))
+            environment_eval.write(out)
+            fields["games"]["test"] = environment_eval.record()
         if task_eval is not None:
             task_eval.score("after", runner.policy, inputs.tokenizer)  # its adapter on
             print_fn(task_eval.line("after"))
@@ -354,6 +410,10 @@ def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:
         if opts.data.task_eval_size
         else ""
     )
+    test_games = (summary.get("games") or {}).get("test")
+    if test_games:
+        before, after = test_games["before"]["sampled"], test_games["after"]["sampled"]
+        tested += f"; test win rate (sampled) {before['win_rate']} -> {after['win_rate']} (environment_eval.json)"
     summary["summary"] = (
         f"rlhf[{backend}]: {summary['updates']} updates, reward score "
         f"{summary['first_score']} -> {summary['last_score']}{tested}; LoRA adapter in {out}"

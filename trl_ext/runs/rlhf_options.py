@@ -44,6 +44,12 @@ class RLHFStages:
         help="prompt/completion .jsonl: supervised fine-tuning first (TRL's "
         "SFTTrainer, the LoRA adapter merged); PPO starts from it and keeps it as reference",
     )
+    warm_start_games: int = field(
+        0,
+        help="a public environment's warm start: SFT first on N train games played by a random player (legal "
+        "moves at random, in the game's format; warm_start/games.jsonl), so the policy speaks the game's format "
+        "but has not been shown its strategy (GuessTheNumber games; 0: none; docs/environments.md)",
+    )
     sft_steps: int = field(100, help="SFT optimizer steps")
     sft_learning_rate: float = field(2e-4, help="SFT peak learning rate (cosine decay)")
     preferences: str | None = field(
@@ -62,6 +68,10 @@ class RLHFStages:
     stage_batch_size: int = field(8, help="examples a step in the SFT and reward model stages")
 
     def __post_init__(self):
+        if self.warm_start_games < 0:
+            raise InputError(f"--warm-start-games must be 0 or more (0: none), got {self.warm_start_games}")
+        if self.warm_start_games and self.sft_data:
+            raise InputError("give --sft-data or --warm-start-games, not both: the warm start writes the SFT data")
         require_positive(
             self,
             "sft_steps",
@@ -206,6 +216,8 @@ class RLHFOptions(CommandOptions):
             raise InputError(
                 f"--environment {self.agents.environment} makes its games' prompts: give it without --prompts or --task"
             )
+        if self.stages.warm_start_games and not public:
+            raise InputError("--warm-start-games plays a public environment's games: give --environment gem:NAME")
         if not public and data.prompts is None and data.task is None:
             raise InputError(
                 "give --prompts (a prompt file) or --task (a public task, e.g. reasoning-gym:chain_sum), or "

@@ -1,0 +1,66 @@
+"""A tiny model for GEM's GuessTheNumber-easy (1-10 in 4 turns), small enough to warm start and train with PPO in
+seconds on a CPU: the learning test of the ``step_environment`` rollout on a real public game.
+
+The tokenizer is word-level over what the game's strategy needs: the move's pieces (``\\boxed{``, the numbers 1-10,
+``}``), the hints' words (``higher``, ``lower``) and ChatML's special tokens and role headers. Every other word of the
+game's text reads as one unknown token (``?``); whitespace is dropped. The model's moves decode as they were
+sampled (``\\boxed{7}``), which is all the game reads; the observations are the model's context only.
+"""
+
+from __future__ import annotations
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+WORDS = ["?", "\\boxed{", "}", *(str(n) for n in range(1, 11)), "higher", "lower"]
+HEADERS = ["user\n", "assistant\n"]  # ChatML's role headers, one token each
+PIECES = r"\\boxed\{|\d+|[A-Za-z]+|[^A-Za-z\d\s]"  # a move's opening, a number, a word, a sign
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+GAME = "gem:game:GuessTheNumber-v0-easy"
+
+
+def game_tokenizer():
+    """The word-level tokenizer (unknown words: ``?``) with a ChatML template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="?"))
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(PIECES), behavior="isolated")]
+    )
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        unk_token="?",
+        additional_special_tokens=SPECIALS[1:],
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.add_tokens(HEADERS)
+    return tok
+
+
+def game_model(tokenizer, seed: int = 0, hidden_size: int = 64):
+    """A tiny random Qwen2 for ``tokenizer``, 512 positions (a game of 4 turns is about 230 tokens)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            tie_word_embeddings=False,
+        )
+    )
