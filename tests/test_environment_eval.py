@@ -10,10 +10,10 @@ import re
 import pytest
 from test_public_environments import _rlhf, policy  # noqa: F401  (the module's tiny policy fixture)
 
-from trl_ext.agents.play import play_scripted, play_with_model, rates
 from trl_ext.agents.public_environments import environment_factory, game_seeds
-from trl_ext.agents.random_players import random_player, random_player_rates, warm_start_rows
 from trl_ext.errors import InputError
+from trl_ext.runs.play import play_scripted, play_with_model, rates
+from trl_ext.runs.random_players import random_player, random_player_rates, warm_start_rows
 
 GEM = "gem:game:GuessTheNumber-v0-easy"  # 1-10, 4 turns
 MOVE = re.compile(r"^\\boxed\{(\d+)\}$")

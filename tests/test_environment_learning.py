@@ -32,11 +32,11 @@ def test_ppo_from_a_random_players_warm_start_raises_the_return_on_test_games(se
     pytest.importorskip("gem")
     from datasets import Dataset
 
-    from trl_ext.agents.play import play_with_model, rates
     from trl_ext.agents.public_environments import environment_factory, game_rows, game_seeds
-    from trl_ext.agents.random_players import warm_start_rows
     from trl_ext.ppo import PPOConfig, PPOTrainer
     from trl_ext.rollouts import StepEnvironment
+    from trl_ext.runs.play import play_with_model, rates
+    from trl_ext.runs.random_players import warm_start_rows
     from trl_ext.stages.sft import supervised_finetune
     from trl_ext.tasks.toy_game import game_model, game_tokenizer
 

@@ -17,6 +17,8 @@ from trl_ext.agents.trajectory import Trajectory
 from trl_ext.agents.turns import Answer
 from trl_ext.errors import InputError
 
+REWARD_MODES = ("turn", "final")  # a step's reward on its turn, or the episode's return as the score alone
+
 
 class StepFailure(InputError):
     """An environment's ``reset`` or ``step`` raised or returned something else than Gym's shapes."""

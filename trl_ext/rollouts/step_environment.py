@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from trl_ext.agents import templates
-from trl_ext.agents.steps import StepSide, reset_observation
+from trl_ext.agents.steps import REWARD_MODES, StepSide, reset_observation
 from trl_ext.agents.turns import run_turns
 from trl_ext.errors import InputError
 from trl_ext.rollouts.base import ROLLOUTS, Rollout, Sampling
@@ -24,7 +24,6 @@ from trl_ext.rollouts.record import RolloutBatch
 from trl_ext.rollouts.tool_loop import NOT_RESET_ARGUMENTS, check_multi_turn, conversations, turn_sampler
 from trl_ext.rollouts.trajectories import trajectories_record
 
-REWARD_MODES = ("turn", "final")
 # metric -> (counter, its divisor; None: the count itself), beside the turn metrics every multi-turn record has
 EPISODE_RATES: dict[str, tuple[str, str | None]] = {
     "env/return": ("episode_return", "rollouts"),

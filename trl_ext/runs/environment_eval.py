@@ -3,7 +3,7 @@ environment (seeds from ``--seed + 2**31``: no train game is one, ``public_envir
 training (the policy as loaded: the warm start's, if any, no adapter yet) and after (the trained policy, its
 adapter on), greedy and sampled at the run's temperature, through the rollout the run trains with (its token cap a
 turn and turn cap); the random player's games on the same seeds beside them where the game has one
-(``agents.random_players``). Win rate, mean return and mean turns each, in ``environment_eval.json`` and
+(``runs.random_players``). Win rate, mean return and mean turns each, in ``environment_eval.json`` and
 ``summary.json``'s ``games.test``.
 
 A game is won on the game's own signal (``won`` of ``GemGame``/``TextArenaGame``: GEM's success reward on the step
@@ -46,7 +46,7 @@ class EnvironmentEval:
 
     def play_random(self) -> None:
         """The random player's rates on the same games, where the game has a random player."""
-        from trl_ext.agents.random_players import random_player_rates
+        from trl_ext.runs.random_players import random_player_rates
 
         try:
             self.random_player = random_player_rates(
@@ -57,7 +57,7 @@ class EnvironmentEval:
 
     def play(self, phase: str, model, tokenizer) -> dict:
         """``model``'s rates on the test games, greedy and sampled (seeded by the run's seed), kept as ``phase``."""
-        from trl_ext.agents.play import play_with_model, rates
+        from trl_ext.runs.play import play_with_model, rates
 
         def played(temperature: float) -> dict:
             outcomes = play_with_model(

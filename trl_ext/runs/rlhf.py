@@ -12,10 +12,11 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from trl_ext.agents.options import AgentOptions, load_agent
 from trl_ext.data.prompt_files import PromptFile, check_encodable, describe, read_prompt_file, uses_chat_template
 from trl_ext.errors import InputError
+from trl_ext.runs.agents import load_agent
 from trl_ext.runs.environment_eval import EnvironmentEval
+from trl_ext.runs.environment_run import environment_evaluation, environment_prompts, warm_start_data
 from trl_ext.runs.rlhf_options import LoRAOptions, PromptOptions, RLHFModels, RLHFOptions, RLHFStages
 from trl_ext.runs.run import train_options
 from trl_ext.runs.task_eval import TaskEval
@@ -62,22 +63,6 @@ def task_prompts(data: PromptOptions, seed: int) -> PromptFile:
         dataset = reasoning_gym_dataset(data.task, data.task_size, seed=seed, **settings)
     columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
     return PromptFile(data.task, list(range(1, len(dataset) + 1)), dataset["prompt"], columns, "conversational")
-
-
-def environment_prompts(agents: AgentOptions, seed: int) -> tuple[PromptFile, list[str]]:
-    """A public environment's train games of ``seed`` as a prompt file (an empty user turn the rollout writes the
-    game's first observation into, and the game's ``seed`` column), and the line saying so."""
-    from trl_ext.agents.public_environments import game_rows
-
-    rows = game_rows(agents.environment_games, seed, "train")
-    lines = list(range(1, agents.environment_games + 1))
-    prompts = PromptFile(str(agents.environment), lines, rows["prompt"], {"seed": rows["seed"]}, "conversational")
-    first, last = rows["seed"][0], rows["seed"][-1]
-    said = (
-        f"[prompts] {agents.environment_games} train games of {agents.environment} (seeds {first}-{last}; "
-        "its test games are seeded from 2**31 on), played turn by turn: observations as user turns"
-    )
-    return prompts, [said]
 
 
 def load_prompts(
@@ -138,7 +123,7 @@ def check_inputs(opts: RLHFOptions) -> None:
 
         check_sft_format(check_sft_rows(as_dataset(read_jsonl(stages.sft_data, "SFT data"))), tokenizer)
     if stages.warm_start_games:  # its rows are conversations; the game must have a random player
-        from trl_ext.agents.random_players import random_player
+        from trl_ext.runs.random_players import random_player
         from trl_ext.stages.sft import check_sft_format
 
         random_player(str(opts.agents.environment))
@@ -183,20 +168,6 @@ def lora_config(lora: LoRAOptions):
 STAGE_FOLDERS = ("sft", "reward_model", "warm_start")
 
 
-def warm_start_data(opts: RLHFOptions, out: Path, say) -> str:
-    """``--warm-start-games`` train games of ``--environment`` played by its random player, written as SFT rows to
-    ``out/warm_start/games.jsonl`` (the same file for the same options: the SFT stage is reused)."""
-    from trl_ext.agents.random_players import warm_start_rows
-
-    environment, games = str(opts.agents.environment), opts.stages.warm_start_games
-    rows = warm_start_rows(environment, games, opts.train.seed, opts.agents.environment_turns)
-    path = out / "warm_start" / "games.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    say(f"[warm-start] {games} train games of {environment} played by a random player: {len(rows)} moves in {path}")
-    return str(path)
-
-
 def sft_data(opts: RLHFOptions, out: Path) -> str | None:
     """What the SFT stage trains on: ``--sft-data``, or the warm start's games."""
     return str(out / "warm_start" / "games.jsonl") if opts.stages.warm_start_games else opts.stages.sft_data
@@ -233,20 +204,6 @@ def run_stages(opts: RLHFOptions, out: Path, say) -> None:
             eval_n=stages.reward_eval_n,
             say=say,
         )
-
-
-def environment_evaluation(opts: RLHFOptions, rollout) -> EnvironmentEval:
-    """``--environment-eval-games``' test games, played as ``rollout`` (the run's) plays them."""
-    return EnvironmentEval(
-        str(opts.agents.environment),
-        rollout.factory,
-        opts.train.seed,
-        opts.agents.environment_eval_games,
-        opts.train.response_length,
-        opts.train.temperature,
-        rollout.max_turns,
-        rollout.max_turn_tokens,
-    )
 
 
 def run_rlhf(opts: RLHFOptions, print_fn=print) -> dict:

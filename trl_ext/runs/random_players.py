@@ -20,8 +20,8 @@ import random
 import re
 from collections.abc import Callable
 
-from trl_ext.agents.play import Move, play_scripted, rates
 from trl_ext.errors import InputError
+from trl_ext.runs.play import Move, play_scripted, rates
 
 RANGE = re.compile(r"between (\d+) and (\d+)")
 MOVE_FORMATS = {"gem": "\\boxed{{{}}}", "textarena": "[{}]"}
