@@ -184,7 +184,6 @@ def measure(engine: str, batch: int, tokens: int, args) -> dict:
         num_ppo_epochs=1,
         learning_rate=1e-5,
         seed=0,
-        vllm_lora_sync="merged",  # the rows compare engines on merged weights (adapters alone: vllm_lora_sync.py)
     )
     lora = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = PPOTrainer(

@@ -222,10 +222,3 @@ def test_a_flag_gives_none_to_an_option_that_takes_it():
     assert _options("ppo", PPO).train.cliprange_value == 0.2  # not given: the default
     with pytest.raises(argparse.ArgumentError, match="invalid float value: 'none'"):
         _options("ppo", [*PPO, "--learning-rate", "none"])  # an option that takes no None
-
-
-def test_the_lora_sync_acts_only_with_the_vllm_sampler():
-    assert PPOConfig(sampler="loop").inert_options(["vllm_lora_sync"]) == {
-        "vllm_lora_sync": "the vllm sampler (this run's: 'loop')"
-    }
-    assert PPOConfig(sampler="vllm").inert_options(["vllm_lora_sync"]) == {}

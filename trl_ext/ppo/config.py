@@ -17,7 +17,6 @@ from trl_ext.settings.fields import field
 
 LR_SCHEDULES = ("linear", "constant")
 VLLM_MODES = ("colocate", "server")
-VLLM_LORA_SYNCS = ("auto", "adapter", "merged")
 IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 SCORE_POSITIONS = ("last_token", "after_last_token")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -105,14 +104,6 @@ class PPOConfig:
     )
     vllm_tensor_parallel_size: int = field(1, help="GPUs one vLLM engine spans")
     vllm_max_model_length: int | None = field(None, help="vLLM's context length (default: the model's)")
-    vllm_lora_sync: str = field(
-        "merged",
-        help="a LoRA policy's sync to vLLM: 'merged': the merged model each update (the default: on CPU vLLM's LoRA "
-        "kernels slowed SmolLM2's rollouts 3-3.4x, more than the sync saves; not yet measured on a GPU); 'adapter': "
-        "the base once, then the adapter alone each update (3% of the bytes at SmolLM2); 'auto': the adapter where "
-        "vLLM's LoRA serves it (a server: started with --enable-lora), else merged (a warning names why)",
-        choices=VLLM_LORA_SYNCS,
-    )
     vllm_importance_sampling_correction: bool = field(
         False,
         help="weight the policy loss by the ratio of the "

@@ -62,8 +62,6 @@ def _scopes(config, engine: str | None) -> Iterator[tuple[tuple[str, ...], bool,
     engine_now = f"sampler {engine or config.sampler!r}, vllm_mode {config.vllm_mode!r}"
     yield ENGINE_OPTIONS, colocated, f"the vllm sampler colocated (this run's: {engine_now})"
     yield SERVER_OPTIONS, config.vllm_mode == "server", "vllm_mode 'server'"
-    vllm = engine == "vllm" if engine is not None else config.sampler in ("vllm", "auto")
-    yield ("vllm_lora_sync",), vllm, f"the vllm sampler (this run's: {engine or config.sampler!r})"
     yield CORRECTION_OPTIONS, config.vllm_importance_sampling_correction, "vllm_importance_sampling_correction"
     yield CRITIC_OPTIONS, needs_values(config), f"an estimator that has a critic, as gae (this run's: {estimator!r})"
     for name, (built_ins, readers) in ESTIMATOR_OPTIONS.items():

@@ -30,16 +30,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(
-    model_dir: str | Path, port: int, dtype: str = "auto", max_model_len: int = 2048, max_lora_rank: int | None = None
-) -> list[str]:
-    """``max_lora_rank``: serve LoRA adapters loaded at run time up to that rank (``--enable-lora``)."""
-    lora = ["--enable-lora", "--max-loras", "1", "--max-lora-rank", str(max_lora_rank)] if max_lora_rank else []
+def server_command(model_dir: str | Path, port: int, dtype: str = "auto", max_model_len: int = 2048) -> list[str]:
     return [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--max-model-len", str(max_model_len),
         "--skip-tokenizer-init", "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
-        "--enforce-eager", "--distributed-executor-backend", "uni", *lora,
+        "--enforce-eager", "--distributed-executor-backend", "uni",
     ]  # fmt: skip
 
 
@@ -55,14 +51,11 @@ class LocalServer:
         cores: list[int] | None = None,
         max_model_len: int = 2048,
         start_timeout: float = 600.0,
-        max_lora_rank: int | None = None,
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, **SERVER_ENV, OMP_NUM_THREADS=str(len(cores) if cores else 1))
-        if max_lora_rank:
-            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # /v1/load_lora_adapter
-        command = server_command(model_dir, self.port, dtype, max_model_len, max_lora_rank)
+        command = server_command(model_dir, self.port, dtype, max_model_len)
         if cores:
             command = ["taskset", "-c", ",".join(map(str, cores)), *command]
         self.log_path = Path(log_path)

@@ -54,14 +54,11 @@ def _merged_weight(module, weight: torch.Tensor, name: str) -> torch.Tensor:
     return merged
 
 
-def policy_weights(
-    model, dtype: torch.dtype | None = None, merge_lora: bool = True
-) -> Iterator[tuple[str, torch.Tensor]]:
+def policy_weights(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of the policy's ``state_dict`` under the name a checkpoint of it has (tied embeddings
-    included: ``lm_head.weight`` beside the input embedding), LoRA adapters merged into the weights they adapt
-    (``merge_lora`` False: the base weights alone, for an engine that applies the adapter itself), floating-point
-    tensors in ``dtype`` (the engine's; None: as they are). Nothing of ``model`` changes (deltas are added to
-    copies); merged weights are made one at a time."""
+    included: ``lm_head.weight`` beside the input embedding), LoRA adapters merged into the weights they adapt,
+    floating-point tensors in ``dtype`` (the engine's; None: as they are). Nothing of ``model`` changes (deltas
+    are added to copies); merged weights are made one at a time."""
     base = unwrap_peft(model)
     lora, saved = _peft_modules(base)
     chosen = {}  # a modules_to_save wrapper's prefix -> the prefix of the copy in use
@@ -83,7 +80,7 @@ def policy_weights(
         if ".base_layer." in key:
             module_name, _, parameter = key.partition(".base_layer.")
             key = f"{module_name}.{parameter}"
-            if merge_lora and module_name in lora and parameter == "weight":
+            if module_name in lora and parameter == "weight":
                 tensor = _merged_weight(lora[module_name], tensor, module_name)
         if hasattr(tensor, "full_tensor"):  # a DTensor shard (FSDP2 outside an unshard): the whole tensor
             tensor = tensor.full_tensor()

