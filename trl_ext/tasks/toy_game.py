@@ -9,6 +9,8 @@ sampled (``\\boxed{7}``), which is all the game reads; the observations are the 
 
 from __future__ import annotations
 
+from trl_ext.tasks.tiny_qwen2 import tiny_qwen2
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 WORDS = ["?", "\\boxed{", "}", *(str(n) for n in range(1, 11)), "higher", "lower"]
 HEADERS = ["user\n", "assistant\n"]  # ChatML's role headers, one token each
@@ -45,22 +47,4 @@ def game_tokenizer():
 
 def game_model(tokenizer, seed: int = 0, hidden_size: int = 64):
     """A tiny random Qwen2 for ``tokenizer``, 512 positions (a game of 4 turns is about 230 tokens)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=len(tokenizer),
-            hidden_size=hidden_size,
-            intermediate_size=2 * hidden_size,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=None,
-            tie_word_embeddings=False,
-        )
-    )
+    return tiny_qwen2(tokenizer, seed, hidden_size, positions=512)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from trl_ext.agents.templates import tool_template
 from trl_ext.agents.tools import ToolResult
+from trl_ext.tasks.tiny_qwen2 import tiny_qwen2
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 DIGITS = [str(d) for d in range(10)]
@@ -79,25 +80,7 @@ def _system_text(tok) -> str:
 
 def lookup_model(tokenizer, seed: int = 0):
     """A tiny random Qwen2 for ``tokenizer``."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=None,
-            tie_word_embeddings=False,
-        )
-    )
+    return tiny_qwen2(tokenizer, seed)
 
 
 def lookup_dataset(rows: int, seed: int = 0):
