@@ -1,5 +1,25 @@
-"""A tiny random Qwen2 for a worked task's own tokenizer (the tool task's, the game's): two layers, four heads of
-which two key-value heads, untied embeddings."""
+"""The worked tasks' tiny models (the tool task's, the game's): a word-level tokenizer with ChatML's special tokens,
+and a random Qwen2 for it (two layers, four heads of which two key-value heads, untied embeddings)."""
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def word_tokenizer(words: list[str], pre_tokenizer):
+    """A tokenizer of ``SPECIALS`` and ``words`` (unknown text: ``?``, which ``words`` must hold), split by
+    ``pre_tokenizer``, pad ``<|endoftext|>``, eos ``<|im_end|>``; the caller sets its chat template."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({token: i for i, token in enumerate(SPECIALS + words)}, unk_token="?"))
+    core.pre_tokenizer = pre_tokenizer
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        unk_token="?",
+        additional_special_tokens=SPECIALS[1:],
+    )
 
 
 def tiny_qwen2(tokenizer, seed: int = 0, hidden_size: int = 32, positions: int = 128):

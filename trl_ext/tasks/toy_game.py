@@ -9,9 +9,8 @@ sampled (``\\boxed{7}``), which is all the game reads; the observations are the 
 
 from __future__ import annotations
 
-from trl_ext.tasks.tiny_qwen2 import tiny_qwen2
+from trl_ext.tasks.tiny_qwen2 import tiny_qwen2, word_tokenizer
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 WORDS = ["?", "\\boxed{", "}", *(str(n) for n in range(1, 11)), "higher", "lower"]
 HEADERS = ["user\n", "assistant\n"]  # ChatML's role headers, one token each
 PIECES = r"\\boxed\{|\d+|[A-Za-z]+|[^A-Za-z\d\s]"  # a move's opening, a number, a word, a sign
@@ -24,22 +23,10 @@ GAME = "gem:game:GuessTheNumber-v0-easy"
 
 def game_tokenizer():
     """The word-level tokenizer (unknown words: ``?``) with a ChatML template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Regex, pre_tokenizers
 
-    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="?"))
-    core.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(PIECES), behavior="isolated")]
-    )
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token="<|endoftext|>",
-        eos_token="<|im_end|>",
-        unk_token="?",
-        additional_special_tokens=SPECIALS[1:],
-    )
+    splits = [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(PIECES), behavior="isolated")]
+    tok = word_tokenizer(WORDS, pre_tokenizers.Sequence(splits))
     tok.chat_template = CHAT_TEMPLATE
     tok.add_tokens(HEADERS)
     return tok

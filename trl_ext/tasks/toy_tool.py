@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from trl_ext.agents.templates import tool_template
 from trl_ext.agents.tools import ToolResult
-from trl_ext.tasks.tiny_qwen2 import tiny_qwen2
+from trl_ext.tasks.tiny_qwen2 import tiny_qwen2, word_tokenizer
 
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 DIGITS = [str(d) for d in range(10)]
 CALL = '<tool_call>\n{"name": "lookup", "arguments": {}}\n</tool_call>'
 QUESTION = "?"  # which digit? (one token)
@@ -50,20 +49,9 @@ def right_digit(completions, secret, **_) -> list[float]:
 
 def lookup_tokenizer():
     """A tokenizer of the template's pieces, the digits and ChatML's special tokens, with TRL's Qwen2.5 template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import pre_tokenizers
 
-    vocab = {token: i for i, token in enumerate(SPECIALS + DIGITS + ["\n", "?"])}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="?"))
-    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token="<|endoftext|>",
-        eos_token="<|im_end|>",
-        unk_token="?",
-        additional_special_tokens=SPECIALS[1:],
-    )
+    tok = word_tokenizer(DIGITS + ["\n", "?"], pre_tokenizers.Split("", behavior="isolated"))
     tok.chat_template = tool_template("qwen2_5")
     pieces = [_system_text(tok), CALL, "user\n<tool_response>\n", "\n</tool_response>", "user\n", "assistant\n"]
     tok.add_tokens(pieces)
